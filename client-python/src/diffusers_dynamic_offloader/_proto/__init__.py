@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC stubs (tools/gen_python_stubs.sh). Do not edit."""

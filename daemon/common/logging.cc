@@ -1,0 +1,58 @@
+#include "daemon/common/logging.h"
+
+#include <mutex>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+
+namespace ddo {
+namespace {
+
+std::mutex& LoggingMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+// Guarded by LoggingMutex().
+spdlog::level::level_enum& CurrentLevel() {
+  static spdlog::level::level_enum level = spdlog::level::info;
+  return level;
+}
+
+}  // namespace
+
+absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(absl::string_view text) {
+  const std::string lowered = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  if (lowered == "trace") return spdlog::level::trace;
+  if (lowered == "debug") return spdlog::level::debug;
+  if (lowered == "info") return spdlog::level::info;
+  if (lowered == "warn" || lowered == "warning") return spdlog::level::warn;
+  if (lowered == "error") return spdlog::level::err;
+  if (lowered == "critical") return spdlog::level::critical;
+  if (lowered == "off") return spdlog::level::off;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown log level '", text, "'; valid: trace, debug, info, warn, error, critical, off"));
+}
+
+void InitLogging(spdlog::level::level_enum level) {
+  std::lock_guard<std::mutex> lock(LoggingMutex());
+  CurrentLevel() = level;
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e ddod[%P] %^%l%$ %n: %v");
+  spdlog::set_level(level);
+  spdlog::apply_all([level](const std::shared_ptr<spdlog::logger>& logger) {
+    logger->set_level(level);
+  });
+}
+
+std::shared_ptr<spdlog::logger> Logger(const std::string& name) {
+  std::lock_guard<std::mutex> lock(LoggingMutex());
+  if (auto existing = spdlog::get(name)) {
+    return existing;
+  }
+  auto logger = spdlog::stderr_color_mt(name);
+  logger->set_level(CurrentLevel());
+  return logger;
+}
+
+}  // namespace ddo

@@ -1,0 +1,38 @@
+// File: daemon/common/temp_dir_for_test.h
+//
+// Tests only: a private directory under /tmp (short paths: Unix socket paths are limited to
+// 107 bytes), removed with everything in it when the object goes away.
+#ifndef DDO_DAEMON_COMMON_TEMP_DIR_FOR_TEST_H_
+#define DDO_DAEMON_COMMON_TEMP_DIR_FOR_TEST_H_
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+namespace ddo {
+
+class TempDirForTest {
+ public:
+  TempDirForTest() {
+    char pattern[] = "/tmp/ddo-test-XXXXXX";
+    path_ = ::mkdtemp(pattern) != nullptr ? pattern : "";
+  }
+  TempDirForTest(const TempDirForTest&) = delete;
+  TempDirForTest& operator=(const TempDirForTest&) = delete;
+  ~TempDirForTest() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+
+  const std::string& path() const { return path_; }
+  std::string Join(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_COMMON_TEMP_DIR_FOR_TEST_H_

@@ -1,0 +1,262 @@
+#include "daemon/config/daemon_options.h"
+
+#include <map>
+#include "absl/strings/string_view.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/config/paths.h"
+#include "daemon/config/values.h"
+
+namespace ddo {
+namespace {
+
+// One setting ddod takes from a flag and/or a DDO_* variable.
+struct OptionSpec {
+  absl::string_view flag;      // "--ram-budget-gb"; empty for environment-only settings
+  absl::string_view variable;  // "DDO_RAM_BUDGET_GB"; empty for flag-only settings
+  absl::string_view metavar;
+  absl::string_view help;
+  // Applies a value; `what` names its origin for error messages.
+  absl::Status (*apply)(absl::string_view what, absl::string_view value, DaemonOptions& options);
+};
+
+absl::Status ApplyPreset(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  auto preset = ResolvePreset(value);
+  if (!preset.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", preset.status().message()));
+  }
+  o.requested_preset = std::string(value);
+  o.preset = *preset;
+  return absl::OkStatus();
+}
+
+absl::Status ApplySocket(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  if (!absl::StartsWith(value, "/")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid value '", value, "' for ", what, ": expected an absolute path"));
+  }
+  // sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
+  if (value.size() > 107) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value for ", what, ": the path is ",
+                                                   value.size(),
+                                                   " bytes; Unix socket paths are at most 107"));
+  }
+  o.socket_path = std::string(value);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyListen(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  // Loopback only: the protocol carries no authentication, the socket permissions are the
+  // access control, and TCP has none of those.
+  const size_t colon = value.rfind(':');
+  if (colon == absl::string_view::npos || colon + 1 == value.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid value '", value, "' for ", what, ": expected HOST:PORT"));
+  }
+  const absl::string_view host = value.substr(0, colon);
+  const bool loopback = host == "localhost" || host == "[::1]" || absl::StartsWith(host, "127.");
+  if (!loopback) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "invalid value '", value, "' for ", what,
+        ": ddod listens on loopback only (127.0.0.1, localhost or [::1])"));
+  }
+  o.listen_address = std::string(value);
+  return absl::OkStatus();
+}
+
+absl::Status ApplySocketGroup(absl::string_view, absl::string_view value, DaemonOptions& o) {
+  o.socket_group = std::string(value);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyLogLevel(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  auto level = ParseLogLevel(value);
+  if (!level.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", level.status().message()));
+  }
+  o.log_level = *level;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRamBudget(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.ram_budget_gb, ParseNonNegativeNumber(what, value));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyVramBudget(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.vram_budget_gb, ParseNonNegativeNumber(what, value));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyHeadroom(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.system_ram_headroom_gb, ParseNonNegativeNumber(what, value));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyAvailableRam(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.available_ram_override_gb, ParseNonNegativeNumber(what, value));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyStateDir(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  if (!absl::StartsWith(value, "/")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid value '", value, "' for ", what, ": expected an absolute path"));
+  }
+  o.state_dir = std::string(value);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyParentPid(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.parent_pid, ParsePid(what, value));
+  return absl::OkStatus();
+}
+
+// In the order --help lists them. The preset comes first: later settings may read it.
+constexpr OptionSpec kOptions[] = {
+    {"--preset", "DDO_PRESET", "NAME", "policy preset (default auto; see `ddoctl presets`)",
+     ApplyPreset},
+    {"--socket", "DDO_SOCKET", "PATH", "Unix socket to serve on", ApplySocket},
+    {"--listen", "DDO_LISTEN", "HOST:PORT", "also serve on loopback TCP (off by default)",
+     ApplyListen},
+    {"--socket-group", "DDO_SOCKET_GROUP", "GROUP",
+     "let GROUP use the socket (mode 0660 instead of 0600)", ApplySocketGroup},
+    {"--log-level", "DDO_LOG_LEVEL", "LEVEL", "trace, debug, info, warn, error or off (info)",
+     ApplyLogLevel},
+    {"--ram-budget-gb", "DDO_RAM_BUDGET_GB", "GIB",
+     "host pool budget (default: available RAM minus DDO_SYSTEM_RAM_HEADROOM_GB)",
+     ApplyRamBudget},
+    {"--vram-budget-gb", "DDO_VRAM_BUDGET_GB", "GIB",
+     "device memory ddod may allocate per GPU (default: the whole device)", ApplyVramBudget},
+    {"--state-dir", "DDO_STATE_DIR", "DIR", "where ddod keeps manifests and profiles",
+     ApplyStateDir},
+    {"--parent-pid", "", "PID",
+     "embedded mode: exit when process PID ends (used by clients that start a private ddod)",
+     ApplyParentPid},
+    {"", "DDO_SYSTEM_RAM_HEADROOM_GB", "GIB",
+     "RAM kept free when the RAM budget is derived (default 6; the auto preset sets 8)",
+     ApplyHeadroom},
+    {"", "DDO_AVAILABLE_SYSTEM_RAM_GB", "GIB", "override the detected available RAM",
+     ApplyAvailableRam},
+};
+
+const OptionSpec* FindFlag(absl::string_view flag) {
+  for (const auto& spec : kOptions) {
+    if (!spec.flag.empty() && spec.flag == flag) {
+      return &spec;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<DaemonOptions> ResolveDaemonOptions(const std::vector<std::string>& args,
+                                                   const Environment& env,
+                                                   const UserContext& user) {
+  DaemonOptions options;
+
+  // Pass 1: collect flag values ("--flag value" or "--flag=value"; the last one wins).
+  std::map<absl::string_view, std::string> flag_values;
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::string_view arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      options.show_help = true;
+      continue;
+    }
+    if (arg == "--version") {
+      options.show_version = true;
+      continue;
+    }
+    absl::string_view name = arg;
+    std::optional<std::string> value;
+    if (const size_t eq = arg.find('='); eq != absl::string_view::npos) {
+      name = arg.substr(0, eq);
+      value = std::string(arg.substr(eq + 1));
+    }
+    const OptionSpec* spec = FindFlag(name);
+    if (spec == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown argument '", arg, "'; see ddod --help"));
+    }
+    if (!value.has_value()) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(spec->flag, " needs a value (", spec->metavar, ")"));
+      }
+      value = args[++i];
+    }
+    flag_values[spec->flag] = *std::move(value);
+  }
+  if (options.show_help || options.show_version) {
+    return options;
+  }
+
+  // Pass 2: defaults < preset < environment < flags, setting by setting.
+  DDO_RETURN_IF_ERROR(ApplyPreset("the default preset", kDefaultDaemonPreset, options));
+  options.socket_path = DefaultSocketPath(user);
+  options.state_dir = DefaultStateDir(user);
+  for (const auto& spec : kOptions) {
+    std::optional<std::string> value;
+    std::string what;
+    if (auto it = flag_values.find(spec.flag); !spec.flag.empty() && it != flag_values.end()) {
+      value = it->second;
+      what = std::string(spec.flag);
+    } else if (!spec.variable.empty()) {
+      value = Lookup(env, spec.variable);
+      what = absl::StrCat(spec.variable, " (environment)");
+      if (!value.has_value() && options.preset != nullptr) {
+        value = options.preset->Find(spec.variable);
+        what = absl::StrCat(spec.variable, " (preset ", options.preset->name, ")");
+      }
+    }
+    if (value.has_value()) {
+      DDO_RETURN_IF_ERROR(spec.apply(what, *value, options));
+    }
+  }
+  return options;
+}
+
+std::string DaemonUsage(const UserContext& user) {
+  std::string text = absl::StrCat(
+      "ddod: the DDO daemon. Owns pinned host pools, device memory and warm caches of model\n"
+      "weights, and serves them to runner processes (Diffusers, libtorch) over gRPC.\n\n"
+      "usage: ddod [options]\n\n"
+      "options (each also read from the DDO_* variable shown; a flag wins over it):\n");
+  for (const auto& spec : kOptions) {
+    std::string left = spec.flag.empty()
+                           ? absl::StrCat("  ", spec.variable, "=", spec.metavar)
+                           : absl::StrCat("  ", spec.flag, " ", spec.metavar);
+    if (left.size() < 32) {
+      left.resize(32, ' ');
+    } else {
+      left += "\n" + std::string(32, ' ');
+    }
+    absl::StrAppend(&text, left, spec.help);
+    if (!spec.flag.empty() && !spec.variable.empty()) {
+      absl::StrAppend(&text, " [", spec.variable, "]");
+    }
+    absl::StrAppend(&text, "\n");
+  }
+  absl::StrAppend(&text,
+                  "  --help                        this text\n"
+                  "  --version                     print the version and exit\n\n"
+                  "defaults for this user:\n"
+                  "  socket     ",
+                  DefaultSocketPath(user),
+                  "\n"
+                  "  state dir  ",
+                  DefaultStateDir(user),
+                  "\n\n"
+                  "presets: ",
+                  ValidPresetNames(),
+                  "\n\n"
+                  "exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 2 for a bad command\n"
+                  "line, 3 when another ddod already serves the socket, 1 for other failures.\n");
+  return text;
+}
+
+}  // namespace ddo

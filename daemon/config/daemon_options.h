@@ -1,0 +1,62 @@
+// File: daemon/config/daemon_options.h
+//
+// ddod's own settings, resolved once at start from the command line and ddod's environment.
+// For these process-level settings a command-line flag wins over the DDO_* variable, which
+// wins over the preset, which wins over the built-in default (docs/configuration.md). The
+// per-request precedence that puts a client's environment above ddod's flags is the policy's
+// business, not this file's.
+#ifndef DDO_DAEMON_CONFIG_DAEMON_OPTIONS_H_
+#define DDO_DAEMON_CONFIG_DAEMON_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/config/environment.h"
+#include "daemon/config/presets.h"
+#include "spdlog/common.h"
+
+namespace ddo {
+
+struct DaemonOptions {
+  // The preset as given (--preset, DDO_PRESET or the default "auto") and what it resolved to.
+  std::string requested_preset = kDefaultDaemonPreset;
+  const PresetDefinition* preset = nullptr;
+
+  std::string socket_path;
+  // Loopback host:port, or empty when TCP is off.
+  std::string listen_address;
+  // Group allowed to use the socket (mode 0660); empty for owner-only (0600).
+  std::string socket_group;
+  spdlog::level::level_enum log_level = spdlog::level::info;
+
+  // Host pool budget; unset means available RAM minus system_ram_headroom_gb.
+  std::optional<double> ram_budget_gb;
+  // Budget for ddod's own allocations on each device; unset means the whole device.
+  std::optional<double> vram_budget_gb;
+  double system_ram_headroom_gb = 6.0;
+  // DDO_AVAILABLE_SYSTEM_RAM_GB: pretend this much RAM is available (tests, simulations).
+  std::optional<double> available_ram_override_gb;
+
+  std::string state_dir;
+  // Embedded mode: exit when this process ends.
+  std::optional<int64_t> parent_pid;
+
+  bool show_help = false;
+  bool show_version = false;
+};
+
+// Resolves ddod's options. `args` excludes the program name. Errors are InvalidArgument and
+// name the flag or variable, the value and what was expected.
+absl::StatusOr<DaemonOptions> ResolveDaemonOptions(const std::vector<std::string>& args,
+                                                   const Environment& env,
+                                                   const UserContext& user);
+
+// The --help text.
+std::string DaemonUsage(const UserContext& user);
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_CONFIG_DAEMON_OPTIONS_H_

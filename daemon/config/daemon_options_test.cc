@@ -1,0 +1,150 @@
+#include "daemon/config/daemon_options.h"
+
+#include "daemon/config/values.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddo {
+namespace {
+
+using ::testing::HasSubstr;
+
+UserContext TestUser() {
+  UserContext user;
+  user.uid = 1000;
+  user.home = "/home/ann";
+  user.xdg_runtime_dir = "/run/user/1000";
+  return user;
+}
+
+absl::StatusOr<DaemonOptions> Resolve(std::vector<std::string> args, Environment env = {}) {
+  return ResolveDaemonOptions(args, env, TestUser());
+}
+
+std::string ErrorOf(std::vector<std::string> args, Environment env = {}) {
+  auto options = Resolve(std::move(args), std::move(env));
+  EXPECT_FALSE(options.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(options.status()));
+  return std::string(options.status().message());
+}
+
+TEST(DaemonOptionsTest, Defaults) {
+  auto options = Resolve({});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->requested_preset, "auto");
+  EXPECT_EQ(options->preset->name, "one_shot_fast");
+  EXPECT_EQ(options->socket_path, "/run/user/1000/ddo/ddod.sock");
+  EXPECT_EQ(options->state_dir, "/home/ann/.local/state/ddo");
+  EXPECT_EQ(options->listen_address, "");
+  EXPECT_EQ(options->log_level, spdlog::level::info);
+  EXPECT_FALSE(options->ram_budget_gb.has_value());
+  EXPECT_FALSE(options->parent_pid.has_value());
+  // one_shot_fast (what auto resolves to) sets the RAM headroom to 8 GiB.
+  EXPECT_DOUBLE_EQ(options->system_ram_headroom_gb, 8);
+}
+
+TEST(DaemonOptionsTest, PresetWithoutHeadroomKeepsTheBuiltInDefault) {
+  auto options = Resolve({"--preset", "warm_process"});
+  ASSERT_TRUE(options.ok());
+  EXPECT_EQ(options->preset->name, "warm_process");
+  EXPECT_DOUBLE_EQ(options->system_ram_headroom_gb, 6);
+}
+
+TEST(DaemonOptionsTest, FlagsInBothSpellings) {
+  auto options = Resolve({"--socket=/tmp/d/x.sock", "--listen", "127.0.0.1:7000",
+                          "--ram-budget-gb", "12.5", "--vram-budget-gb=8", "--log-level",
+                          "DEBUG", "--state-dir", "/srv/ddo", "--parent-pid", "4321",
+                          "--socket-group", "video"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->socket_path, "/tmp/d/x.sock");
+  EXPECT_EQ(options->listen_address, "127.0.0.1:7000");
+  EXPECT_DOUBLE_EQ(*options->ram_budget_gb, 12.5);
+  EXPECT_DOUBLE_EQ(*options->vram_budget_gb, 8);
+  EXPECT_EQ(options->log_level, spdlog::level::debug);
+  EXPECT_EQ(options->state_dir, "/srv/ddo");
+  EXPECT_EQ(*options->parent_pid, 4321);
+  EXPECT_EQ(options->socket_group, "video");
+}
+
+TEST(DaemonOptionsTest, PrecedenceFlagOverEnvironmentOverPresetOverDefault) {
+  Environment env = {{"DDO_PRESET", "low_ram_safe"},
+                     {"DDO_RAM_BUDGET_GB", "20"},
+                     {"DDO_SYSTEM_RAM_HEADROOM_GB", "2"},
+                     {"DDO_LOG_LEVEL", "warn"}};
+  auto from_env = Resolve({}, env);
+  ASSERT_TRUE(from_env.ok()) << from_env.status();
+  EXPECT_EQ(from_env->preset->name, "low_ram_safe");
+  EXPECT_DOUBLE_EQ(*from_env->ram_budget_gb, 20);
+  EXPECT_DOUBLE_EQ(from_env->system_ram_headroom_gb, 2) << "environment beats preset";
+  EXPECT_EQ(from_env->log_level, spdlog::level::warn);
+
+  auto with_flags =
+      Resolve({"--preset", "warm_process", "--ram-budget-gb", "30", "--log-level", "error"}, env);
+  ASSERT_TRUE(with_flags.ok());
+  EXPECT_EQ(with_flags->preset->name, "warm_process") << "flag beats DDO_PRESET";
+  EXPECT_DOUBLE_EQ(*with_flags->ram_budget_gb, 30);
+  EXPECT_EQ(with_flags->log_level, spdlog::level::err);
+
+  auto preset_only = Resolve({"--preset", "one_shot_fast"});
+  EXPECT_DOUBLE_EQ(preset_only->system_ram_headroom_gb, 8) << "preset beats default";
+}
+
+TEST(DaemonOptionsTest, EmptyEnvironmentValuesMeanUnset) {
+  auto options = Resolve({}, {{"DDO_PRESET", ""}, {"DDO_RAM_BUDGET_GB", ""}});
+  ASSERT_TRUE(options.ok());
+  EXPECT_EQ(options->preset->name, "one_shot_fast");
+  EXPECT_FALSE(options->ram_budget_gb.has_value());
+}
+
+TEST(DaemonOptionsTest, InvalidValuesNameTheSettingTheValueAndTheChoices) {
+  std::string error = ErrorOf({"--preset", "fastest"});
+  EXPECT_THAT(error, HasSubstr("--preset"));
+  EXPECT_THAT(error, HasSubstr("fastest"));
+  EXPECT_THAT(error, HasSubstr("warm_process"));
+
+  error = ErrorOf({}, {{"DDO_PRESET", "warm_server"}});
+  EXPECT_THAT(error, HasSubstr("DDO_PRESET (environment)"));
+  EXPECT_THAT(error, HasSubstr("warm_server"));
+
+  error = ErrorOf({"--ram-budget-gb", "lots"});
+  EXPECT_THAT(error, HasSubstr("--ram-budget-gb"));
+  EXPECT_THAT(error, HasSubstr("lots"));
+
+  error = ErrorOf({}, {{"DDO_VRAM_BUDGET_GB", "-3"}});
+  EXPECT_THAT(error, HasSubstr("DDO_VRAM_BUDGET_GB"));
+
+  error = ErrorOf({"--log-level", "loud"});
+  EXPECT_THAT(error, HasSubstr("loud"));
+  EXPECT_THAT(error, HasSubstr("debug"));
+
+  EXPECT_THAT(ErrorOf({"--listen", "0.0.0.0:80"}), HasSubstr("loopback"));
+  EXPECT_THAT(ErrorOf({"--listen", "127.0.0.1"}), HasSubstr("HOST:PORT"));
+  EXPECT_THAT(ErrorOf({"--socket", "relative.sock"}), HasSubstr("absolute"));
+  EXPECT_THAT(ErrorOf({"--socket", "/" + std::string(200, 'x')}), HasSubstr("107"));
+  EXPECT_THAT(ErrorOf({"--state-dir", "state"}), HasSubstr("absolute"));
+  EXPECT_THAT(ErrorOf({"--parent-pid", "abc"}), HasSubstr("--parent-pid"));
+  EXPECT_THAT(ErrorOf({"--bogus"}), HasSubstr("unknown argument '--bogus'"));
+  EXPECT_THAT(ErrorOf({"--socket"}), HasSubstr("--socket needs a value"));
+}
+
+TEST(DaemonOptionsTest, ListenAcceptsEveryLoopbackSpelling) {
+  for (const char* address : {"127.0.0.1:1", "localhost:50051", "[::1]:9", "127.1.2.3:8"}) {
+    EXPECT_TRUE(Resolve({"--listen", address}).ok()) << address;
+  }
+}
+
+TEST(DaemonOptionsTest, HelpAndVersionShortCircuit) {
+  auto help = Resolve({"--preset", "bogus", "--help"});
+  ASSERT_TRUE(help.ok()) << "--help is answered even next to a bad value";
+  EXPECT_TRUE(help->show_help);
+  EXPECT_TRUE(Resolve({"--version"})->show_version);
+  const std::string usage = DaemonUsage(TestUser());
+  for (const char* flag : {"--preset", "--socket", "--listen", "--socket-group", "--log-level",
+                           "--ram-budget-gb", "--vram-budget-gb", "--state-dir"}) {
+    EXPECT_THAT(usage, HasSubstr(flag));
+  }
+  EXPECT_THAT(usage, HasSubstr("/run/user/1000/ddo/ddod.sock"));
+}
+
+}  // namespace
+}  // namespace ddo

@@ -1,0 +1,41 @@
+// File: daemon/ctl/ctl_connection.h
+//
+// ddoctl's connection to a running ddod: tries each target with a health check and keeps the
+// first that answers. When none does, the error lists every address tried and why.
+#ifndef DDO_DAEMON_CTL_CTL_CONNECTION_H_
+#define DDO_DAEMON_CTL_CTL_CONNECTION_H_
+
+#include <grpcpp/channel.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/ctl/daemon_address.h"
+#include "ddo/v1/ddo.grpc.pb.h"
+
+namespace ddo {
+
+class CtlConnection {
+ public:
+  // Unavailable (listing the attempts) when no target answers within `timeout` each.
+  static absl::StatusOr<CtlConnection> Open(const DaemonTargets& targets, absl::Duration timeout);
+
+  ddo::v1::Ddo::Stub& stub() { return *stub_; }
+  const std::string& target() const { return target_; }
+  // "SERVING" or "NOT_SERVING", as the health check answered.
+  const std::string& health() const { return health_; }
+  absl::Duration timeout() const { return timeout_; }
+
+ private:
+  std::string target_;
+  std::string health_;
+  absl::Duration timeout_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<ddo::v1::Ddo::Stub> stub_;
+};
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_CTL_CTL_CONNECTION_H_

@@ -1,0 +1,179 @@
+#include "daemon/ctl/formatting.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+
+namespace ddo {
+namespace {
+
+std::string BackendName(ddo::v1::Backend backend) {
+  switch (backend) {
+    case ddo::v1::BACKEND_CUDA:
+      return "cuda";
+    case ddo::v1::BACKEND_HOST:
+      return "host";
+    default:
+      return "unknown";
+  }
+}
+
+std::string OsName(ddo::v1::OsKind os) {
+  switch (os) {
+    case ddo::v1::OS_KIND_LINUX:
+      return "Linux";
+    case ddo::v1::OS_KIND_WSL:
+      return "WSL";
+    case ddo::v1::OS_KIND_WINDOWS:
+      return "Windows";
+    default:
+      return "unknown OS";
+  }
+}
+
+// "  label        value\n"
+std::string Row(absl::string_view label, absl::string_view value) {
+  return absl::StrFormat("  %-12s %s\n", label, value);
+}
+
+}  // namespace
+
+std::string FormatBytes(uint64_t bytes) {
+  constexpr double kKiB = 1024.0;
+  const double value = static_cast<double>(bytes);
+  if (bytes == 0) return "0 B";
+  if (value >= kKiB * kKiB * kKiB) return absl::StrFormat("%.1f GiB", value / (kKiB * kKiB * kKiB));
+  if (value >= kKiB * kKiB) return absl::StrFormat("%.1f MiB", value / (kKiB * kKiB));
+  if (value >= kKiB) return absl::StrFormat("%.1f KiB", value / kKiB);
+  return absl::StrCat(bytes, " B");
+}
+
+std::string FormatDuration(double seconds) {
+  if (seconds < 60) return absl::StrFormat("%.1fs", seconds);
+  const int64_t whole = static_cast<int64_t>(std::floor(seconds));
+  if (whole < 3600) return absl::StrFormat("%dm %02ds", whole / 60, whole % 60);
+  if (whole < 86400) return absl::StrFormat("%dh %02dm", whole / 3600, (whole % 3600) / 60);
+  return absl::StrFormat("%dd %02dh", whole / 86400, (whole % 86400) / 3600);
+}
+
+std::string FormatStatus(const ddo::v1::DaemonInfo& info, const std::string& health) {
+  std::string out = absl::StrFormat("ddod %s (%s), pid %d, up %s: %s\n", info.version(),
+                                    info.api_version(), info.pid(),
+                                    FormatDuration(info.uptime_seconds()), health);
+  for (const std::string& address : info.listen_addresses()) {
+    out += Row("address", address);
+  }
+  if (info.embedded()) {
+    out += Row("embedded", absl::StrCat("yes, exits with pid ", info.parent_pid()));
+  }
+  out += Row("preset", info.requested_preset() == info.effective_preset()
+                           ? info.effective_preset()
+                           : absl::StrCat(info.requested_preset(), " -> ",
+                                          info.effective_preset()));
+  const auto& platform = info.platform();
+  out += Row("platform", absl::StrFormat("%s %s on %s, %d CPUs", OsName(platform.os()),
+                                         platform.os_release(), platform.hostname(),
+                                         platform.cpu_count()));
+  out += Row("RAM", absl::StrCat(FormatBytes(platform.ram_total_bytes()), " total, ",
+                                 FormatBytes(platform.ram_available_bytes()), " available",
+                                 platform.ram_available_overridden() ? " (overridden)" : "",
+                                 ", pool budget ", FormatBytes(info.ram_budget_bytes())));
+  out += Row("backend", absl::StrCat(BackendName(info.backend()), ": ", info.backend_detail()));
+  out += Row("state dir", info.state_dir());
+  if (info.devices().empty()) {
+    out += Row("devices", "none");
+  }
+  for (const auto& device : info.devices()) {
+    out += absl::StrFormat("  device %d    %s  %s\n", device.ordinal(), device.name(),
+                           device.uuid());
+    out += absl::StrFormat("               %s total, %s free, budget %s, sm %s, pci %s\n",
+                           FormatBytes(device.total_bytes()), FormatBytes(device.free_bytes()),
+                           FormatBytes(device.vram_budget_bytes()), device.compute_capability(),
+                           device.pci_bus_id());
+  }
+  return out;
+}
+
+std::string FormatPresetList(const ddo::v1::ListPresetsResponse& presets) {
+  size_t width = 0;
+  for (const auto& preset : presets.presets()) width = std::max(width, preset.name().size());
+  std::string out;
+  for (const auto& preset : presets.presets()) {
+    const bool current = preset.name() == presets.daemon_preset();
+    out += absl::StrFormat("%s %-*s  %s\n", current ? "*" : " ", static_cast<int>(width),
+                           preset.name(), preset.description());
+  }
+  // Sorted for stable output (protobuf maps have no order).
+  std::map<std::string, std::string> aliases(presets.aliases().begin(), presets.aliases().end());
+  for (const auto& [alias, target] : aliases) {
+    out += absl::StrFormat("  %-*s  alias of %s\n", static_cast<int>(width), alias, target);
+  }
+  out += "\n* = ddod's own preset. `ddoctl presets NAME` shows a preset's variables.\n";
+  return out;
+}
+
+std::string FormatPreset(const ddo::v1::ListPresetsResponse& presets, const std::string& name,
+                         bool* found) {
+  std::string wanted = absl::AsciiStrToLower(name);
+  if (auto alias = presets.aliases().find(wanted); alias != presets.aliases().end()) {
+    wanted = alias->second;
+  }
+  for (const auto& preset : presets.presets()) {
+    if (preset.name() != wanted) continue;
+    *found = true;
+    std::string out = absl::StrCat(preset.name(), ": ", preset.description(), "\n");
+    std::map<std::string, std::string> values(preset.values().begin(), preset.values().end());
+    size_t width = 0;
+    for (const auto& [variable, value] : values) width = std::max(width, variable.size());
+    for (const auto& [variable, value] : values) {
+      out += absl::StrFormat("  %-*s  %s\n", static_cast<int>(width), variable, value);
+    }
+    return out;
+  }
+  *found = false;
+  std::string names;
+  for (const auto& preset : presets.presets()) absl::StrAppend(&names, " ", preset.name());
+  return absl::StrCat("no preset named '", name, "'; presets:", names, "\n");
+}
+
+std::string FormatStats(const ddo::v1::Stats& stats) {
+  std::string out = absl::StrFormat("up %s, %d leases, %d sessions\n",
+                                    FormatDuration(stats.uptime_seconds()), stats.leases(),
+                                    stats.sessions());
+  const auto& pool = stats.pool();
+  out += absl::StrFormat("pool: budget %s, reserved %s, pinned %s, used %s, %d components\n",
+                         FormatBytes(pool.budget_bytes()), FormatBytes(pool.reserved_bytes()),
+                         FormatBytes(pool.pinned_bytes()), FormatBytes(pool.used_bytes()),
+                         pool.components());
+  if (!stats.rpcs().empty()) {
+    out += absl::StrFormat("%-20s %10s %10s\n", "rpc", "ok", "failed");
+    for (const auto& rpc : stats.rpcs()) {
+      out += absl::StrFormat("%-20s %10d %10d\n", rpc.method(), rpc.ok(), rpc.failed());
+    }
+  }
+  return out;
+}
+
+std::string FormatSessions(const ddo::v1::ListSessionsResponse& sessions) {
+  std::string out = absl::StrFormat("%d leases, %d sessions\n", sessions.leases_size(),
+                                    sessions.sessions_size());
+  for (const auto& lease : sessions.leases()) {
+    out += absl::StrFormat("  lease %s  pid %-8d %s  since %s\n", lease.lease_id().substr(0, 8),
+                           lease.client_pid(), lease.client_name(),
+                           absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(lease.connected_unix_ms()),
+                                            absl::LocalTimeZone()));
+  }
+  for (const auto& session : sessions.sessions()) {
+    out += absl::StrFormat("  session %s  pid %-8d %s on %s\n", session.session_id().substr(0, 8),
+                           session.client_pid(), session.cache_key(),
+                           session.device_uuid().empty() ? "host" : session.device_uuid());
+  }
+  return out;
+}
+
+}  // namespace ddo

@@ -1,0 +1,33 @@
+// File: daemon/ctl/formatting.h
+//
+// What ddoctl prints for people. Pure functions of the messages, so tests pin the output.
+#ifndef DDO_DAEMON_CTL_FORMATTING_H_
+#define DDO_DAEMON_CTL_FORMATTING_H_
+
+#include <cstdint>
+#include <string>
+
+#include "ddo/v1/info.pb.h"
+#include "ddo/v1/sessions.pb.h"
+#include "ddo/v1/settings.pb.h"
+#include "ddo/v1/stats.pb.h"
+
+namespace ddo {
+
+// "1.5 GiB", "512.0 MiB", "0 B".
+std::string FormatBytes(uint64_t bytes);
+
+// "3h 02m", "4m 10s", "12.3s".
+std::string FormatDuration(double seconds);
+
+std::string FormatStatus(const ddo::v1::DaemonInfo& info, const std::string& health);
+std::string FormatPresetList(const ddo::v1::ListPresetsResponse& presets);
+// One preset's variables; NotFound text when `name` is neither a preset nor an alias.
+std::string FormatPreset(const ddo::v1::ListPresetsResponse& presets, const std::string& name,
+                         bool* found);
+std::string FormatStats(const ddo::v1::Stats& stats);
+std::string FormatSessions(const ddo::v1::ListSessionsResponse& sessions);
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_CTL_FORMATTING_H_

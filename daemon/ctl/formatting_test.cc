@@ -1,0 +1,79 @@
+#include "daemon/ctl/formatting.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddo {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(FormattingTest, Bytes) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
+  EXPECT_EQ(FormatBytes(3ull << 20), "3.0 MiB");
+  EXPECT_EQ(FormatBytes(24ull << 30), "24.0 GiB");
+}
+
+TEST(FormattingTest, Durations) {
+  EXPECT_EQ(FormatDuration(12.34), "12.3s");
+  EXPECT_EQ(FormatDuration(250), "4m 10s");
+  EXPECT_EQ(FormatDuration(3 * 3600 + 120), "3h 02m");
+  EXPECT_EQ(FormatDuration(2 * 86400 + 5 * 3600), "2d 05h");
+}
+
+TEST(FormattingTest, StatusShowsWhatAnOperatorNeeds) {
+  ddo::v1::DaemonInfo info;
+  info.set_version("0.1.0");
+  info.set_api_version("ddo.v1");
+  info.set_pid(42);
+  info.set_uptime_seconds(5);
+  info.add_listen_addresses("unix:/run/ddo/ddod.sock");
+  info.set_requested_preset("auto");
+  info.set_effective_preset("one_shot_fast");
+  info.set_backend(ddo::v1::BACKEND_CUDA);
+  info.set_backend_detail("CUDA driver 13.0");
+  info.set_ram_budget_bytes(100ull << 30);
+  info.mutable_platform()->set_os(ddo::v1::OS_KIND_LINUX);
+  info.mutable_platform()->set_ram_total_bytes(128ull << 30);
+  auto* device = info.add_devices();
+  device->set_ordinal(0);
+  device->set_name("NVIDIA H200");
+  device->set_uuid("GPU-0123");
+  device->set_total_bytes(140ull << 30);
+  device->set_free_bytes(139ull << 30);
+  device->set_vram_budget_bytes(16ull << 30);
+
+  const std::string text = FormatStatus(info, "SERVING");
+  EXPECT_THAT(text, HasSubstr("ddod 0.1.0 (ddo.v1), pid 42, up 5.0s: SERVING"));
+  EXPECT_THAT(text, HasSubstr("unix:/run/ddo/ddod.sock"));
+  EXPECT_THAT(text, HasSubstr("auto -> one_shot_fast"));
+  EXPECT_THAT(text, HasSubstr("cuda: CUDA driver 13.0"));
+  EXPECT_THAT(text, HasSubstr("pool budget 100.0 GiB"));
+  EXPECT_THAT(text, HasSubstr("NVIDIA H200  GPU-0123"));
+  EXPECT_THAT(text, HasSubstr("140.0 GiB total, 139.0 GiB free, budget 16.0 GiB"));
+  EXPECT_THAT(text, Not(HasSubstr("embedded")));
+}
+
+TEST(FormattingTest, PresetsListAndDetail) {
+  ddo::v1::ListPresetsResponse presets;
+  auto* preset = presets.add_presets();
+  preset->set_name("warm_process");
+  preset->set_description("Long-lived service");
+  (*preset->mutable_values())["DDO_PIN_CPU_MEMORY"] = "1";
+  (*presets.mutable_aliases())["auto"] = "one_shot_fast";
+  presets.set_daemon_preset("warm_process");
+
+  EXPECT_THAT(FormatPresetList(presets), HasSubstr("* warm_process  Long-lived service"));
+  EXPECT_THAT(FormatPresetList(presets), HasSubstr("alias of one_shot_fast"));
+  bool found = false;
+  EXPECT_THAT(FormatPreset(presets, "WARM_PROCESS", &found), HasSubstr("DDO_PIN_CPU_MEMORY  1"));
+  EXPECT_TRUE(found);
+  EXPECT_THAT(FormatPreset(presets, "nope", &found), HasSubstr("no preset named 'nope'"));
+  EXPECT_FALSE(found);
+}
+
+}  // namespace
+}  // namespace ddo

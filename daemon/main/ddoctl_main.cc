@@ -1,0 +1,198 @@
+// ddoctl: look at and manage a running ddod. See `ddoctl --help`.
+#include <grpcpp/client_context.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "daemon/common/version.h"
+#include "daemon/config/environment.h"
+#include "daemon/ctl/ctl_connection.h"
+#include "daemon/ctl/daemon_address.h"
+#include "daemon/ctl/formatting.h"
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitRpcFailed = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitNoDaemon = 3;
+
+constexpr char kUsage[] =
+    "ddoctl: look at and manage a running ddod.\n\n"
+    "usage: ddoctl [--daemon ADDR] [--timeout SECONDS] [--json] COMMAND [ARGS]\n\n"
+    "commands:\n"
+    "  status           daemon version, health, platform, RAM, devices\n"
+    "  presets [NAME]   the preset table, or one preset's DDO_* values\n"
+    "  stats            uptime, leases, pool accounting, RPC counts\n"
+    "  sessions         connected clients (leases) and their sessions\n\n"
+    "options:\n"
+    "  --daemon ADDR    unix:/path, /path or host:port (default: DDO_DAEMON, else the\n"
+    "                   user's socket, then /run/ddo/ddod.sock)\n"
+    "  --timeout S      seconds to wait for each answer (default 5)\n"
+    "  --json           print the daemon's answer as JSON\n\n"
+    "exit status: 0 ok, 1 the daemon refused the request, 2 bad command line, 3 no daemon.\n";
+
+struct CtlArgs {
+  std::optional<std::string> daemon;
+  double timeout_seconds = 5;
+  bool json = false;
+  std::string command;
+  std::vector<std::string> operands;
+};
+
+int Usage(const std::string& problem) {
+  std::fprintf(stderr, "ddoctl: %s\n\n%s", problem.c_str(), kUsage);
+  return kExitUsage;
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+int RpcFailed(const char* method, const grpc::Status& status) {
+  std::fprintf(stderr, "ddoctl: %s failed: %s\n", method, status.error_message().c_str());
+  return kExitRpcFailed;
+}
+
+// Runs one unary RPC with the connection's deadline.
+template <typename Request, typename Response, typename Method>
+grpc::Status Call(ddo::CtlConnection& connection, Method method, const Request& request,
+                  Response* response) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + connection.timeout()));
+  return (connection.stub().*method)(&context, request, response);
+}
+
+int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
+  using Stub = ddo::v1::Ddo::Stub;
+  if (args.command == "status") {
+    ddo::v1::DaemonInfo info;
+    if (auto status = Call(connection, &Stub::GetInfo, ddo::v1::GetInfoRequest(), &info);
+        !status.ok()) {
+      return RpcFailed("GetInfo", status);
+    }
+    if (args.json) {
+      std::printf("{\"health\": \"%s\", \"info\": %s}\n", connection.health().c_str(),
+                  ToJson(info).c_str());
+    } else {
+      std::fputs(ddo::FormatStatus(info, connection.health()).c_str(), stdout);
+    }
+    return kExitOk;
+  }
+  if (args.command == "presets") {
+    ddo::v1::ListPresetsResponse presets;
+    if (auto status = Call(connection, &Stub::ListPresets, ddo::v1::ListPresetsRequest(),
+                           &presets);
+        !status.ok()) {
+      return RpcFailed("ListPresets", status);
+    }
+    if (args.json) {
+      std::fputs(ToJson(presets).c_str(), stdout);
+      std::fputs("\n", stdout);
+      return kExitOk;
+    }
+    if (args.operands.empty()) {
+      std::fputs(ddo::FormatPresetList(presets).c_str(), stdout);
+      return kExitOk;
+    }
+    bool found = false;
+    const std::string text = ddo::FormatPreset(presets, args.operands.front(), &found);
+    std::fputs(text.c_str(), found ? stdout : stderr);
+    return found ? kExitOk : kExitUsage;
+  }
+  if (args.command == "stats") {
+    ddo::v1::Stats stats;
+    if (auto status = Call(connection, &Stub::GetStats, ddo::v1::GetStatsRequest(), &stats);
+        !status.ok()) {
+      return RpcFailed("GetStats", status);
+    }
+    std::fputs(args.json ? (ToJson(stats) + "\n").c_str() : ddo::FormatStats(stats).c_str(),
+               stdout);
+    return kExitOk;
+  }
+  if (args.command == "sessions") {
+    ddo::v1::ListSessionsResponse sessions;
+    if (auto status = Call(connection, &Stub::ListSessions, ddo::v1::ListSessionsRequest(),
+                           &sessions);
+        !status.ok()) {
+      return RpcFailed("ListSessions", status);
+    }
+    std::fputs(
+        args.json ? (ToJson(sessions) + "\n").c_str() : ddo::FormatSessions(sessions).c_str(),
+        stdout);
+    return kExitOk;
+  }
+  return Usage(absl::StrCat("unknown command '", args.command, "'"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CtlArgs args;
+  std::vector<std::string> words(argv + 1, argv + argc);
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& word = words[i];
+    auto next_word = [&]() -> std::optional<std::string> {
+      if (i + 1 >= words.size()) return std::nullopt;
+      return words[++i];
+    };
+    if (word == "--help" || word == "-h" || word == "help") {
+      std::fputs(kUsage, stdout);
+      return kExitOk;
+    } else if (word == "--version") {
+      std::printf("ddoctl %s (protocol %s)\n", ddo::kVersion, ddo::kApiVersion);
+      return kExitOk;
+    } else if (word == "--json") {
+      args.json = true;
+    } else if (word == "--daemon") {
+      args.daemon = next_word();
+      if (!args.daemon) return Usage("--daemon needs an address");
+    } else if (word == "--timeout") {
+      auto text = next_word();
+      if (!text || !absl::SimpleAtod(*text, &args.timeout_seconds) || args.timeout_seconds <= 0) {
+        return Usage("--timeout needs a number of seconds > 0");
+      }
+    } else if (word.rfind("--", 0) == 0) {
+      return Usage(absl::StrCat("unknown option '", word, "'"));
+    } else if (args.command.empty()) {
+      args.command = word;
+    } else {
+      args.operands.push_back(word);
+    }
+  }
+  if (args.command.empty()) {
+    return Usage("no command given");
+  }
+
+  const ddo::Environment env = ddo::ProcessEnvironment();
+  const ddo::UserContext user = ddo::UserContext::FromProcess(env);
+  auto targets = ddo::ResolveDaemonTargets(
+      args.daemon.has_value() ? args.daemon : ddo::Lookup(env, "DDO_DAEMON"), user);
+  if (!targets.ok()) {
+    return Usage(std::string(targets.status().message()));
+  }
+  if (targets->embedded) {
+    return Usage(
+        "DDO_DAEMON=embedded names a client's private daemon, which ddoctl cannot reach; "
+        "unset DDO_DAEMON or pass --daemon ADDR");
+  }
+  auto connection =
+      ddo::CtlConnection::Open(*targets, absl::Seconds(args.timeout_seconds));
+  if (!connection.ok()) {
+    std::fprintf(stderr, "ddoctl: %s\n", std::string(connection.status().message()).c_str());
+    return kExitNoDaemon;
+  }
+  return RunCommand(args, *connection);
+}

@@ -1,0 +1,194 @@
+#include "daemon/server/daemon_server.h"
+
+#include <grp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/logging.h"
+#include "daemon/common/posix_error.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/common/version.h"
+#include "daemon/config/budgets.h"
+#include "daemon/platform/system_info.h"
+#include "daemon/server/runtime_dir.h"
+
+namespace ddo {
+namespace {
+
+// Requests carry tensor tables, not tensors; 64 MiB holds the table of any real model.
+constexpr int kMaxMessageBytes = 64 << 20;
+// Every Connect stream holds a thread for its client's life.
+constexpr int kMaxServerThreads = 512;
+// How long in-flight calls get to finish at shutdown before they are cancelled.
+constexpr auto kShutdownGrace = std::chrono::seconds(5);
+
+constexpr char kServiceName[] = "ddo.v1.Ddo";
+
+// Removes a socket file left by a daemon that died. Anything that is not a socket is left
+// alone: ddod never deletes a user's regular file because of a typo in --socket.
+absl::Status RemoveStaleSocket(const std::string& path) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) {
+    return errno == ENOENT ? absl::OkStatus() : PosixError(absl::StrCat("stat ", path), errno);
+  }
+  if (!S_ISSOCK(info.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " exists and is not a socket; choose another --socket"));
+  }
+  Logger("server")->info("replacing stale socket {} (no daemon holds its lock)", path);
+  if (::unlink(path.c_str()) != 0) {
+    return PosixError(absl::StrCat("unlink ", path), errno);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions options) {
+  std::unique_ptr<DaemonServer> daemon(new DaemonServer());
+  DaemonContext& context = daemon->context_;
+  context.options = std::move(options);
+  context.started = absl::Now();
+  const std::string& socket_path = context.options.socket_path;
+
+  DDO_RETURN_IF_ERROR(EnsurePrivateDirectory(ParentDirectory(socket_path)));
+  DDO_ASSIGN_OR_RETURN(InstanceLock lock, InstanceLock::Acquire(socket_path));
+  daemon->lock_.emplace(std::move(lock));
+  DDO_RETURN_IF_ERROR(RemoveStaleSocket(socket_path));
+  DDO_RETURN_IF_ERROR(EnsurePrivateDirectory(context.options.state_dir));
+
+  const SystemInfo system = QuerySystemInfo(context.options.available_ram_override_gb);
+  context.ram_budget_bytes = RamBudgetBytes(context.options, system.memory.available_bytes);
+  context.gpus = ProbeGpus();
+  auto log = Logger("server");
+  log->info("ddod {} preset {} (requested '{}'), {} on {} ({}), RAM budget {:.1f} GiB",
+            kVersion, context.options.preset->name, context.options.requested_preset,
+            OsFlavorName(system.os), system.hostname, system.os_release,
+            context.ram_budget_bytes / (1024.0 * 1024 * 1024));
+  log->info("backend: {}", context.gpus.detail);
+  for (const GpuDevice& gpu : context.gpus.devices) {
+    log->info("device {}: {} {} ({:.1f} GiB, sm {}, {})", gpu.ordinal, gpu.uuid, gpu.name,
+              gpu.total_bytes / (1024.0 * 1024 * 1024), gpu.compute_capability, gpu.pci_bus_id);
+  }
+
+  daemon->service_ = std::make_unique<DdoService>(context);
+  DDO_RETURN_IF_ERROR(daemon->Listen());
+  return daemon;
+}
+
+absl::Status DaemonServer::Listen() {
+  const DaemonOptions& options = context_.options;
+  const std::string unix_target = absl::StrCat("unix:", options.socket_path);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  grpc::ResourceQuota quota("ddod");
+  quota.SetMaxThreads(kMaxServerThreads);
+  builder.SetResourceQuota(quota);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.AddListeningPort(unix_target, grpc::InsecureServerCredentials());
+  int tcp_port = 0;
+  if (!options.listen_address.empty()) {
+    builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
+                             &tcp_port);
+  }
+  builder.RegisterService(service_.get());
+
+  // The socket is created by gRPC's bind(): a umask makes it owner-only from its first instant.
+  const mode_t previous_umask = ::umask(0177);
+  server_ = builder.BuildAndStart();
+  ::umask(previous_umask);
+  if (server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "could not listen on ", unix_target,
+        options.listen_address.empty() ? "" : absl::StrCat(" and ", options.listen_address),
+        " (see the gRPC error above; is the TCP port in use?)"));
+  }
+  DDO_RETURN_IF_ERROR(SetSocketPermissions());
+
+  context_.listen_addresses.push_back(unix_target);
+  if (!options.listen_address.empty()) {
+    const std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
+    context_.listen_addresses.push_back(absl::StrCat(host, ":", tcp_port));
+  }
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus(kServiceName, true);
+  for (const std::string& address : context_.listen_addresses) {
+    Logger("server")->info("serving on {}", address);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DaemonServer::SetSocketPermissions() const {
+  const DaemonOptions& options = context_.options;
+  if (options.socket_group.empty()) {
+    return absl::OkStatus();  // already 0600 through the umask
+  }
+  const group* entry = ::getgrnam(options.socket_group.c_str());
+  if (entry == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--socket-group: no group named '", options.socket_group, "'"));
+  }
+  if (::chown(options.socket_path.c_str(), static_cast<uid_t>(-1), entry->gr_gid) != 0) {
+    return PosixError(absl::StrCat("chown ", options.socket_path, " to group ",
+                                   options.socket_group),
+                      errno);
+  }
+  if (::chmod(options.socket_path.c_str(), 0660) != 0) {
+    return PosixError(absl::StrCat("chmod 0660 ", options.socket_path), errno);
+  }
+  // The group must also be able to reach the socket through its directory.
+  const std::string directory = ParentDirectory(options.socket_path);
+  if (::chown(directory.c_str(), static_cast<uid_t>(-1), entry->gr_gid) != 0 ||
+      ::chmod(directory.c_str(), 0750) != 0) {
+    return PosixError(absl::StrCat("open ", directory, " to group ", options.socket_group),
+                      errno);
+  }
+  return absl::OkStatus();
+}
+
+void DaemonServer::Shutdown(const std::string& reason) {
+  if (stopped_ || server_ == nullptr) {
+    return;  // never started: the lock (if any) is released by its own destructor
+  }
+  stopped_ = true;
+  auto log = Logger("server");
+  log->info("shutting down: {}", reason);
+  if (server_ != nullptr) {
+    // Health first, so that watchers and load balancers stop sending work.
+    server_->GetHealthCheckService()->Shutdown();
+  }
+  if (service_ != nullptr) {
+    service_->BeginShutdown(reason);
+  }
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    server_->Wait();
+  }
+  const std::string& socket_path = context_.options.socket_path;
+  if (lock_.has_value()) {
+    // Only the lock holder may remove the socket: it is ours.
+    ::unlink(socket_path.c_str());
+    lock_->Release();
+    if (context_.options.parent_pid.has_value()) {
+      // An embedded daemon's directory is private to it and its client; rmdir only succeeds
+      // when nothing else was left there.
+      ::rmdir(ParentDirectory(socket_path).c_str());
+    }
+  }
+  log->info("stopped");
+}
+
+DaemonServer::~DaemonServer() { Shutdown("daemon object destroyed"); }
+
+}  // namespace ddo

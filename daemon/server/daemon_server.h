@@ -1,0 +1,57 @@
+// File: daemon/server/daemon_server.h
+//
+// ddod's serving lifecycle: take the socket's instance lock, replace a stale socket, listen
+// on the Unix socket (owner-only, or group with --socket-group) and optionally on loopback TCP,
+// serve ddo.v1.Ddo and grpc.health.v1.Health, and shut down gracefully: health NOT_SERVING,
+// new requests refused, leases told and released, in-flight calls finished, socket removed.
+//
+// Thread-safety: Start and Shutdown are called from one thread (main, or a test).
+#ifndef DDO_DAEMON_SERVER_DAEMON_SERVER_H_
+#define DDO_DAEMON_SERVER_DAEMON_SERVER_H_
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/config/daemon_options.h"
+#include "daemon/server/instance_lock.h"
+#include "daemon/service/daemon_context.h"
+#include "daemon/service/ddo_service.h"
+
+namespace ddo {
+
+class DaemonServer {
+ public:
+  // Starts serving. AlreadyExists when another ddod holds the socket; other errors say which
+  // path or address failed and why.
+  static absl::StatusOr<std::unique_ptr<DaemonServer>> Start(DaemonOptions options);
+
+  DaemonServer(const DaemonServer&) = delete;
+  DaemonServer& operator=(const DaemonServer&) = delete;
+  ~DaemonServer();
+
+  // Graceful shutdown; idempotent.
+  void Shutdown(const std::string& reason);
+
+  const DaemonContext& context() const { return context_; }
+  const DdoService& service() const { return *service_; }
+
+ private:
+  DaemonServer() = default;
+
+  absl::Status Listen();
+  absl::Status SetSocketPermissions() const;
+
+  DaemonContext context_;
+  std::unique_ptr<DdoService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::optional<InstanceLock> lock_;
+  bool stopped_ = false;
+};
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_SERVER_DAEMON_SERVER_H_

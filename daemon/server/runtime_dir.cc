@@ -1,0 +1,53 @@
+#include "daemon/server/runtime_dir.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/posix_error.h"
+
+namespace ddo {
+
+std::string ParentDirectory(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) {
+    return ".";
+  }
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+absl::Status EnsurePrivateDirectory(const std::string& path) {
+  // Create missing ancestors first, each 0700.
+  for (size_t slash = path.find('/', 1); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
+    const std::string prefix = path.substr(0, slash);
+    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
+      return PosixError(absl::StrCat("mkdir ", prefix), errno);
+    }
+  }
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    return PosixError(absl::StrCat("mkdir ", path), errno);
+  }
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    return PosixError(absl::StrCat("stat ", path), errno);
+  }
+  if (!S_ISDIR(info.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " exists and is not a directory"));
+  }
+  // Shared directories like /tmp are fine only when sticky (nobody can replace our files).
+  const bool others_can_write = (info.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+  if (info.st_uid != ::geteuid() && !(info.st_mode & S_ISVTX)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        path, " belongs to uid ", info.st_uid, ", not to this user (uid ", ::geteuid(), ")"));
+  }
+  if (others_can_write && !(info.st_mode & S_ISVTX)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        path, " is writable by other users; use a private directory (chmod 700)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddo

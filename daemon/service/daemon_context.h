@@ -1,0 +1,30 @@
+// File: daemon/service/daemon_context.h
+//
+// What ddod decided at start and what the handlers read: resolved options, the GPU inventory
+// (probed once), where it listens, when it started. Immutable after construction, so handlers
+// share it without locks.
+#ifndef DDO_DAEMON_SERVICE_DAEMON_CONTEXT_H_
+#define DDO_DAEMON_SERVICE_DAEMON_CONTEXT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "daemon/config/daemon_options.h"
+#include "daemon/platform/gpu_inventory.h"
+
+namespace ddo {
+
+struct DaemonContext {
+  DaemonOptions options;
+  GpuInventory gpus;
+  // gRPC target strings: "unix:/run/ddo/ddod.sock", "127.0.0.1:50051".
+  std::vector<std::string> listen_addresses;
+  uint64_t ram_budget_bytes = 0;
+  absl::Time started;
+};
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_SERVICE_DAEMON_CONTEXT_H_

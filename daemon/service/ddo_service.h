@@ -1,0 +1,99 @@
+// File: daemon/service/ddo_service.h
+//
+// The gRPC handlers of ddo.v1.Ddo. Handlers validate, call the core and map absl::Status to
+// grpc::Status; nothing else lives here. RPCs whose capability is not built yet answer
+// UNIMPLEMENTED with a message naming the capability (docs/protocol.md lists them).
+//
+// Thread-safety: handlers run concurrently on gRPC's threads; every member is either
+// immutable (context_) or synchronised internally.
+#ifndef DDO_DAEMON_SERVICE_DDO_SERVICE_H_
+#define DDO_DAEMON_SERVICE_DDO_SERVICE_H_
+
+#include <atomic>
+#include <string>
+
+#include "daemon/service/daemon_context.h"
+#include "daemon/service/rpc_counters.h"
+#include "daemon/session/lease_registry.h"
+#include "ddo/v1/ddo.grpc.pb.h"
+
+namespace ddo {
+
+class DdoService final : public ddo::v1::Ddo::Service {
+ public:
+  explicit DdoService(const DaemonContext& context) : context_(context) {}
+
+  // From now on every new request is refused with UNAVAILABLE and every Connect stream is
+  // sent a shutting_down event and ended.
+  void BeginShutdown(const std::string& reason);
+
+  const LeaseRegistry& leases() const { return leases_; }
+
+  grpc::Status GetInfo(grpc::ServerContext* ctx, const ddo::v1::GetInfoRequest* request,
+                       ddo::v1::DaemonInfo* response) override;
+  grpc::Status GetStats(grpc::ServerContext* ctx, const ddo::v1::GetStatsRequest* request,
+                        ddo::v1::Stats* response) override;
+  grpc::Status ListPresets(grpc::ServerContext* ctx, const ddo::v1::ListPresetsRequest* request,
+                           ddo::v1::ListPresetsResponse* response) override;
+  grpc::Status ResolveSettings(grpc::ServerContext* ctx,
+                               const ddo::v1::ResolveSettingsRequest* request,
+                               ddo::v1::ResolvedSettings* response) override;
+  grpc::Status ExplainPlan(grpc::ServerContext* ctx, const ddo::v1::ExplainPlanRequest* request,
+                           ddo::v1::PlanExplanation* response) override;
+  grpc::Status Connect(grpc::ServerContext* ctx, const ddo::v1::ConnectRequest* request,
+                       grpc::ServerWriter<ddo::v1::ConnectEvent>* writer) override;
+  grpc::Status RegisterComponent(grpc::ServerContext* ctx,
+                                 const ddo::v1::RegisterComponentRequest* request,
+                                 ddo::v1::RegisterComponentResponse* response) override;
+  grpc::Status CommitUpload(grpc::ServerContext* ctx, const ddo::v1::CommitUploadRequest* request,
+                            ddo::v1::ComponentInfo* response) override;
+  grpc::Status AbortUpload(grpc::ServerContext* ctx, const ddo::v1::AbortUploadRequest* request,
+                           ddo::v1::AbortUploadResponse* response) override;
+  grpc::Status LoadSafetensors(grpc::ServerContext* ctx,
+                               const ddo::v1::LoadSafetensorsRequest* request,
+                               grpc::ServerWriter<ddo::v1::LoadProgress>* writer) override;
+  grpc::Status GetComponent(grpc::ServerContext* ctx, const ddo::v1::GetComponentRequest* request,
+                            ddo::v1::ComponentInfo* response) override;
+  grpc::Status ListComponents(grpc::ServerContext* ctx,
+                              const ddo::v1::ListComponentsRequest* request,
+                              ddo::v1::ListComponentsResponse* response) override;
+  grpc::Status EvictComponent(grpc::ServerContext* ctx,
+                              const ddo::v1::EvictComponentRequest* request,
+                              ddo::v1::EvictComponentResponse* response) override;
+  grpc::Status Attach(grpc::ServerContext* ctx, const ddo::v1::AttachRequest* request,
+                      ddo::v1::AttachResponse* response) override;
+  grpc::Status Detach(grpc::ServerContext* ctx, const ddo::v1::DetachRequest* request,
+                      ddo::v1::DetachResponse* response) override;
+  grpc::Status SetSchedule(grpc::ServerContext* ctx, const ddo::v1::SetScheduleRequest* request,
+                           ddo::v1::SetScheduleResponse* response) override;
+  grpc::Status ListSessions(grpc::ServerContext* ctx, const ddo::v1::ListSessionsRequest* request,
+                            ddo::v1::ListSessionsResponse* response) override;
+  grpc::Status Phase(grpc::ServerContext* ctx, const ddo::v1::PhaseRequest* request,
+                     ddo::v1::PhaseResponse* response) override;
+  grpc::Status ListProfiles(grpc::ServerContext* ctx, const ddo::v1::ListProfilesRequest* request,
+                            ddo::v1::ListProfilesResponse* response) override;
+  grpc::Status GetProfile(grpc::ServerContext* ctx, const ddo::v1::GetProfileRequest* request,
+                          ddo::v1::Profile* response) override;
+  grpc::Status PutProfile(grpc::ServerContext* ctx, const ddo::v1::PutProfileRequest* request,
+                          ddo::v1::Profile* response) override;
+  grpc::Status DeleteProfile(grpc::ServerContext* ctx,
+                             const ddo::v1::DeleteProfileRequest* request,
+                             ddo::v1::DeleteProfileResponse* response) override;
+
+ private:
+  // Counts the outcome of `method` and converts it for gRPC.
+  grpc::Status Finish(const char* method, const absl::Status& status);
+  // UNAVAILABLE once shutdown has begun.
+  absl::Status CheckServing() const;
+  // The answer of an RPC whose capability is not built yet.
+  grpc::Status NotYet(const char* method, const char* capability);
+
+  const DaemonContext& context_;
+  LeaseRegistry leases_;
+  RpcCounters counters_;
+  std::atomic<bool> shutting_down_{false};
+};
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_SERVICE_DDO_SERVICE_H_

@@ -1,0 +1,93 @@
+#include "daemon/session/lease_registry.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/common/logging.h"
+
+namespace ddo {
+
+std::string RandomId() {
+  unsigned char bytes[16];
+  size_t filled = 0;
+  while (filled < sizeof(bytes)) {
+    const ssize_t n = ::getrandom(bytes + filled, sizeof(bytes) - filled, 0);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      // getrandom only fails on kernels older than 3.17; ddod cannot hand out guessable ids.
+      Logger("lease")->critical("getrandom failed: {}", std::strerror(errno));
+      std::abort();
+    }
+    filled += static_cast<size_t>(n);
+  }
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+}
+
+absl::StatusOr<Lease> LeaseRegistry::Open(int64_t client_pid, std::string client_name) {
+  Lease lease{RandomId(), client_pid, std::move(client_name), absl::Now()};
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) {
+      return absl::UnavailableError("ddod is shutting down");
+    }
+    leases_.emplace(lease.id, lease);
+  }
+  Logger("lease")->info("lease {} opened by pid {} ({})", lease.id.substr(0, 8), client_pid,
+                        lease.client_name);
+  return lease;
+}
+
+void LeaseRegistry::Close(const std::string& id) {
+  Lease closed;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = leases_.find(id);
+    if (it == leases_.end()) {
+      return;
+    }
+    closed = std::move(it->second);
+    leases_.erase(it);
+  }
+  Logger("lease")->info("lease {} of pid {} closed after {:.1f} s", id.substr(0, 8),
+                        closed.client_pid, absl::ToDoubleSeconds(absl::Now() - closed.connected));
+}
+
+bool LeaseRegistry::WaitForShutdown(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&shutting_down_), timeout);
+}
+
+void LeaseRegistry::BeginShutdown() {
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
+}
+
+bool LeaseRegistry::shutting_down() const {
+  absl::MutexLock lock(&mu_);
+  return shutting_down_;
+}
+
+std::vector<Lease> LeaseRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Lease> result;
+  result.reserve(leases_.size());
+  for (const auto& [id, lease] : leases_) {
+    result.push_back(lease);
+  }
+  return result;
+}
+
+size_t LeaseRegistry::size() const {
+  absl::MutexLock lock(&mu_);
+  return leases_.size();
+}
+
+}  // namespace ddo
