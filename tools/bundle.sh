@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Bundles ddod, ddoctl and the test binaries with the shared libraries they need, so they run
+# on a machine that has none of the Debian gRPC stack (the GPU machine: see docs/benchmarks.md).
+#
+#   tools/bundle.sh BUILD_DIR OUT_DIR
+#
+# OUT_DIR/bin holds the programs, OUT_DIR/lib every library ldd lists except the C runtime
+# and libcuda (which must come from the target's own driver). Run with
+#   LD_LIBRARY_PATH=OUT_DIR/lib OUT_DIR/bin/ddod ...
+set -euo pipefail
+if [[ $# -ne 2 ]]; then
+  echo "usage: tools/bundle.sh BUILD_DIR OUT_DIR" >&2
+  exit 2
+fi
+build=$1
+out=$2
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+
+# Provided by every Linux system (or by the GPU driver): never bundled.
+system_lib='^(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux.*|libcuda)\.so'
+
+for program in ddod ddoctl ddo_unit_tests; do
+  [[ -x "$build/bin/$program" ]] || { echo "bundle: $build/bin/$program not built" >&2; exit 1; }
+  # Debug info stays home: the bundle travels to the device within a size limit.
+  strip --strip-debug -o "$out/bin/$program" "$build/bin/$program"
+  ldd "$build/bin/$program" | awk '/=> \// { print $1, $3 }' | while read -r name path; do
+    if [[ ! "$name" =~ $system_lib ]]; then
+      cp -nL "$path" "$out/lib/$name"
+    fi
+  done
+done
+echo "bundle: $(ls "$out/bin" | wc -l) programs, $(ls "$out/lib" | wc -l) libraries, $(du -sh "$out" | cut -f1)"

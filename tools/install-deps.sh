@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what DDO needs to build and test on Debian 12, from Debian's own packages.
+# Idempotent: packages already present are not fetched again. Needs root (or sudo).
+#
+# The CUDA toolkit is not a Debian package: when /usr/local/cuda exists the build uses it,
+# otherwise ddod is built with the host backend only.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+  python3 python3-grpcio python3-protobuf python3-torch python3-pytest python3-tqdm
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

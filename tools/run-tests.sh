@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, builds, and runs every test: the C++
+# unit tests (CTest) and the black-box Python suite against the real ddod. Exits non-zero on
+# any failure. Also checks that the committed Python stubs match proto/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${DDO_BUILD_DIR:-$root/build}
+cd "$root"
+
+tools/install-deps.sh
+tools/build.sh "$@"
+
+echo "== protocol stubs"
+tools/gen_python_stubs.sh --check
+
+echo "== C++ unit tests"
+ctest --test-dir "$build" --output-on-failure -j "${DDO_JOBS:-$(nproc)}"
+
+echo "== C++ unit tests, host-only build (-DDDO_WITH_CUDA=OFF)"
+# The CUDA-less configuration must keep building and passing too.
+if [[ -d /usr/local/cuda && "${DDO_SKIP_NOCUDA:-0}" != "1" ]]; then
+  DDO_BUILD_DIR="$build-nocuda" tools/build.sh -DDDO_WITH_CUDA=OFF
+  ctest --test-dir "$build-nocuda" --output-on-failure -j "${DDO_JOBS:-$(nproc)}"
+elif [[ ! -d /usr/local/cuda ]]; then
+  echo "(no CUDA toolkit: the build above already was host-only)"
+else
+  echo "(skipped: DDO_SKIP_NOCUDA=1)"
+fi
+
+echo "== Python tests (Debian python3, real ddod)"
+# Debian's python3 with apt's grpcio/protobuf/torch/pytest: not a pyenv or venv python.
+export PYTHONPATH="$root/client-python/src${PYTHONPATH:+:$PYTHONPATH}"
+export DDO_DDOD_BINARY="$build/bin/ddod"
+export DDO_DDOCTL_BINARY="$build/bin/ddoctl"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
