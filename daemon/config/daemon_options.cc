@@ -1,5 +1,7 @@
 #include "daemon/config/daemon_options.h"
 
+#include <arpa/inet.h>
+
 #include <map>
 #include "absl/strings/string_view.h"
 
@@ -56,8 +58,12 @@ absl::Status ApplyListen(absl::string_view what, absl::string_view value, Daemon
     return absl::InvalidArgumentError(
         absl::StrCat("invalid value '", value, "' for ", what, ": expected HOST:PORT"));
   }
-  const absl::string_view host = value.substr(0, colon);
-  const bool loopback = host == "localhost" || host == "[::1]" || absl::StartsWith(host, "127.");
+  const std::string host(value.substr(0, colon));
+  in_addr ipv4{};
+  // A numeric 127.x.y.z address, never a name that merely starts with "127.".
+  const bool loopback = host == "localhost" || host == "[::1]" ||
+                        (::inet_pton(AF_INET, host.c_str(), &ipv4) == 1 &&
+                         (ntohl(ipv4.s_addr) >> 24) == 127);
   if (!loopback) {
     return absl::InvalidArgumentError(absl::StrCat(
         "invalid value '", value, "' for ", what,
@@ -254,7 +260,7 @@ std::string DaemonUsage(const UserContext& user) {
                   "presets: ",
                   ValidPresetNames(),
                   "\n\n"
-                  "exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 2 for a bad command\n"
+                  "exit status: 0 after a clean shutdown (SIGTERM, SIGINT, SIGHUP), 2 for a bad command\n"
                   "line, 3 when another ddod already serves the socket, 1 for other failures.\n");
   return text;
 }

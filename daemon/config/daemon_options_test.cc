@@ -119,6 +119,7 @@ TEST(DaemonOptionsTest, InvalidValuesNameTheSettingTheValueAndTheChoices) {
 
   EXPECT_THAT(ErrorOf({"--listen", "0.0.0.0:80"}), HasSubstr("loopback"));
   EXPECT_THAT(ErrorOf({"--listen", "127.0.0.1"}), HasSubstr("HOST:PORT"));
+  EXPECT_THAT(ErrorOf({"--listen", "127.evil.example:5000"}), HasSubstr("loopback"));
   EXPECT_THAT(ErrorOf({"--socket", "relative.sock"}), HasSubstr("absolute"));
   EXPECT_THAT(ErrorOf({"--socket", "/" + std::string(200, 'x')}), HasSubstr("107"));
   EXPECT_THAT(ErrorOf({"--state-dir", "state"}), HasSubstr("absolute"));

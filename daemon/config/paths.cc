@@ -29,7 +29,10 @@ std::string DefaultStateDir(const UserContext& user) {
   if (!user.xdg_state_home.empty()) {
     return absl::StrCat(user.xdg_state_home, "/ddo");
   }
-  return absl::StrCat(user.home.empty() ? "/tmp" : user.home, "/.local/state/ddo");
+  if (user.home.empty()) {
+    return absl::StrCat("/tmp/ddo-", user.uid, "/state");
+  }
+  return absl::StrCat(user.home, "/.local/state/ddo");
 }
 
 }  // namespace ddo

@@ -5,7 +5,7 @@
 //   socket:  root: /run/ddo/ddod.sock
 //            user: $XDG_RUNTIME_DIR/ddo/ddod.sock, else /tmp/ddo-<uid>/ddod.sock
 //   state:   root: /var/lib/ddo
-//            user: $XDG_STATE_HOME/ddo, else ~/.local/state/ddo
+//            user: $XDG_STATE_HOME/ddo, else ~/.local/state/ddo, else /tmp/ddo-<uid>/state
 #ifndef DDO_DAEMON_CONFIG_PATHS_H_
 #define DDO_DAEMON_CONFIG_PATHS_H_
 

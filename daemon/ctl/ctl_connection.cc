@@ -16,6 +16,9 @@ namespace {
 
 using grpc::health::v1::HealthCheckResponse;
 
+// As large as ddod's own limit (server/daemon_server.cc).
+constexpr int kMaxMessageBytes = 64 << 20;
+
 std::string HealthName(HealthCheckResponse::ServingStatus status) {
   return HealthCheckResponse::ServingStatus_Name(status);
 }
@@ -33,7 +36,10 @@ absl::StatusOr<CtlConnection> CtlConnection::Open(const DaemonTargets& targets,
         continue;
       }
     }
-    auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+    grpc::ChannelArguments arguments;
+    arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    auto channel =
+        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments);
     auto health = grpc::health::v1::Health::NewStub(channel);
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));

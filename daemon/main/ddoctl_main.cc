@@ -175,6 +175,10 @@ int main(int argc, char** argv) {
   if (args.command.empty()) {
     return Usage("no command given");
   }
+  if (args.command != "status" && args.command != "presets" && args.command != "stats" &&
+      args.command != "sessions") {
+    return Usage(absl::StrCat("unknown command '", args.command, "'"));
+  }
 
   const ddo::Environment env = ddo::ProcessEnvironment();
   const ddo::UserContext user = ddo::UserContext::FromProcess(env);

@@ -59,6 +59,11 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   context.started = absl::Now();
   const std::string& socket_path = context.options.socket_path;
 
+  if (!context.options.socket_group.empty() &&
+      ::getgrnam(context.options.socket_group.c_str()) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--socket-group: no group named '", context.options.socket_group, "'"));
+  }
   DDO_RETURN_IF_ERROR(EnsurePrivateDirectory(ParentDirectory(socket_path)));
   DDO_ASSIGN_OR_RETURN(InstanceLock lock, InstanceLock::Acquire(socket_path));
   daemon->lock_.emplace(std::move(lock));
@@ -147,8 +152,16 @@ absl::Status DaemonServer::SetSocketPermissions() const {
   if (::chmod(options.socket_path.c_str(), 0660) != 0) {
     return PosixError(absl::StrCat("chmod 0660 ", options.socket_path), errno);
   }
-  // The group must also be able to reach the socket through its directory.
+  // The group must also be able to reach the socket through its directory, when that directory
+  // is ddod's own; a shared sticky directory such as /tmp is already searchable and is left as is.
   const std::string directory = ParentDirectory(options.socket_path);
+  struct stat info {};
+  if (::stat(directory.c_str(), &info) != 0) {
+    return PosixError(absl::StrCat("stat ", directory), errno);
+  }
+  if ((info.st_mode & S_ISVTX) != 0 || info.st_uid != ::geteuid()) {
+    return absl::OkStatus();
+  }
   if (::chown(directory.c_str(), static_cast<uid_t>(-1), entry->gr_gid) != 0 ||
       ::chmod(directory.c_str(), 0750) != 0) {
     return PosixError(absl::StrCat("open ", directory, " to group ", options.socket_group),

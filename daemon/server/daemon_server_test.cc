@@ -167,6 +167,7 @@ TEST_F(DaemonServerTest, ShutdownTellsLeasesRefusesWorkAndRemovesTheSocket) {
   std::thread stopper([&] { (*server)->Shutdown("test"); });
   ASSERT_TRUE(stream->Read(&event));
   EXPECT_TRUE(event.has_shutting_down());
+  EXPECT_EQ(event.shutting_down().reason(), "test");
   EXPECT_FALSE(stream->Read(&event));
   EXPECT_TRUE(stream->Finish().ok());
   stopper.join();

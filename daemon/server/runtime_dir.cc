@@ -37,9 +37,10 @@ absl::Status EnsurePrivateDirectory(const std::string& path) {
   if (!S_ISDIR(info.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(path, " exists and is not a directory"));
   }
-  // Shared directories like /tmp are fine only when sticky (nobody can replace our files).
+  // The owner of a directory can always replace what is in it: it must be us, or root (for
+  // system directories such as /tmp, where the sticky bit keeps other users off our files).
   const bool others_can_write = (info.st_mode & (S_IWGRP | S_IWOTH)) != 0;
-  if (info.st_uid != ::geteuid() && !(info.st_mode & S_ISVTX)) {
+  if (info.st_uid != ::geteuid() && info.st_uid != 0) {
     return absl::PermissionDeniedError(absl::StrCat(
         path, " belongs to uid ", info.st_uid, ", not to this user (uid ", ::geteuid(), ")"));
   }

@@ -39,6 +39,21 @@ TEST(RuntimeDirTest, RefusesDirectoriesOthersCanWrite) {
   EXPECT_TRUE(EnsurePrivateDirectory(open_dir).ok());
 }
 
+TEST(RuntimeDirTest, RefusesADirectoryAnotherUserOwnsEvenWhenSticky) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root to give a directory to another user";
+  }
+  TempDirForTest dir;
+  // Another user pre-creating our runtime directory (e.g. /tmp/ddo-<uid>) as 1777.
+  const std::string planted = dir.Join("planted");
+  ASSERT_EQ(::mkdir(planted.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(planted.c_str(), 01777), 0);
+  ASSERT_EQ(::chown(planted.c_str(), 12345, 12345), 0);
+  auto status = EnsurePrivateDirectory(planted);
+  EXPECT_TRUE(absl::IsPermissionDenied(status));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("uid 12345"));
+}
+
 TEST(RuntimeDirTest, RefusesAFileInTheWay) {
   TempDirForTest dir;
   const std::string file = dir.Join("file");

@@ -22,7 +22,7 @@ void DdoService::BeginShutdown(const std::string& reason) {
     return;
   }
   Logger("service")->info("refusing new requests: {}", reason);
-  leases_.BeginShutdown();
+  leases_.BeginShutdown(reason);
 }
 
 absl::Status DdoService::CheckServing() const {
@@ -115,7 +115,7 @@ grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::Connec
   while (client_there && !ctx->IsCancelled()) {
     if (leases_.WaitForShutdown(kLeasePollInterval)) {
       ddo::v1::ConnectEvent goodbye;
-      goodbye.mutable_shutting_down()->set_reason("ddod is shutting down");
+      goodbye.mutable_shutting_down()->set_reason(leases_.shutdown_reason());
       writer->Write(goodbye);
       break;
     }
@@ -196,7 +196,8 @@ grpc::Status DdoService::ListSessions(grpc::ServerContext*, const ddo::v1::ListS
   }
   for (const Lease& lease : leases_.List()) {
     auto* info = response->add_leases();
-    info->set_lease_id(lease.id);
+    // The full id is its holder's capability; others see a prefix that tells leases apart.
+    info->set_lease_id(lease.id.substr(0, 8));
     info->set_client_pid(lease.client_pid);
     info->set_client_name(lease.client_name);
     info->set_connected_unix_ms(absl::ToUnixMillis(lease.connected));

@@ -65,9 +65,15 @@ bool LeaseRegistry::WaitForShutdown(absl::Duration timeout) const {
   return mu_.AwaitWithTimeout(absl::Condition(&shutting_down_), timeout);
 }
 
-void LeaseRegistry::BeginShutdown() {
+void LeaseRegistry::BeginShutdown(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   shutting_down_ = true;
+  shutdown_reason_ = reason;
+}
+
+std::string LeaseRegistry::shutdown_reason() const {
+  absl::MutexLock lock(&mu_);
+  return shutdown_reason_;
 }
 
 bool LeaseRegistry::shutting_down() const {

@@ -42,8 +42,9 @@ class LeaseRegistry {
   // Waits up to `timeout` for shutdown to begin; returns true if it has.
   bool WaitForShutdown(absl::Duration timeout) const;
 
-  // From now on Open fails and WaitForShutdown returns true.
-  void BeginShutdown();
+  // From now on Open fails and WaitForShutdown returns true. `reason` is what leases are told.
+  void BeginShutdown(const std::string& reason);
+  std::string shutdown_reason() const;
 
   bool shutting_down() const;
   std::vector<Lease> List() const;
@@ -53,6 +54,7 @@ class LeaseRegistry {
   mutable absl::Mutex mu_;
   std::map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);
 };
 
 // 128 random bits from the kernel as 32 hex digits.

@@ -32,9 +32,10 @@ TEST(LeaseRegistryTest, ShutdownWakesWaitersAndRefusesNewLeases) {
   LeaseRegistry leases;
   EXPECT_FALSE(leases.WaitForShutdown(absl::Milliseconds(10)));
   std::thread waiter([&] { EXPECT_TRUE(leases.WaitForShutdown(absl::Seconds(30))); });
-  leases.BeginShutdown();
+  leases.BeginShutdown("SIGTERM");
   waiter.join();
   EXPECT_TRUE(leases.shutting_down());
+  EXPECT_EQ(leases.shutdown_reason(), "SIGTERM");
   auto refused = leases.Open(1, "late");
   EXPECT_TRUE(absl::IsUnavailable(refused.status()));
 }
