@@ -12,6 +12,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/posix_error.h"
 #include "daemon/common/status_macros.h"
@@ -28,7 +30,7 @@ constexpr int kMaxMessageBytes = 64 << 20;
 // Every Connect stream holds a thread for its client's life.
 constexpr int kMaxServerThreads = 512;
 // How long in-flight calls get to finish at shutdown before they are cancelled.
-constexpr auto kShutdownGrace = std::chrono::seconds(5);
+constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
 
 constexpr char kServiceName[] = "ddo.v1.Ddo";
 
@@ -185,7 +187,17 @@ void DaemonServer::Shutdown(const std::string& reason) {
     service_->BeginShutdown(reason);
   }
   if (server_ != nullptr) {
-    server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    // Let running handlers finish (leases end within their poll interval), then stop at once:
+    // gRPC's own graceful shutdown would also wait for idle client connections to close.
+    const absl::Time give_up = absl::Now() + kShutdownGrace;
+    while (service_->in_flight() > 0 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    if (const int running = service_->in_flight(); running > 0) {
+      log->warn("cancelling {} call(s) still running after {}", running,
+                absl::FormatDuration(kShutdownGrace));
+    }
+    server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
   }
   const std::string& socket_path = context_.options.socket_path;

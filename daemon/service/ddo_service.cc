@@ -25,7 +25,8 @@ void DdoService::BeginShutdown(const std::string& reason) {
   leases_.BeginShutdown(reason);
 }
 
-absl::Status DdoService::CheckServing() const {
+absl::Status DdoService::EnterCall() {
+  in_flight_.fetch_add(1);
   if (shutting_down_.load()) {
     return absl::UnavailableError("ddod is shutting down");
   }
@@ -33,6 +34,7 @@ absl::Status DdoService::CheckServing() const {
 }
 
 grpc::Status DdoService::Finish(const char* method, const absl::Status& status) {
+  in_flight_.fetch_sub(1);
   counters_.Record(method, status.ok());
   if (!status.ok()) {
     Logger("service")->debug("{} -> {}", method, status.ToString());
@@ -41,7 +43,7 @@ grpc::Status DdoService::Finish(const char* method, const absl::Status& status) 
 }
 
 grpc::Status DdoService::NotYet(const char* method, const char* capability) {
-  if (absl::Status serving = CheckServing(); !serving.ok()) {
+  if (absl::Status serving = EnterCall(); !serving.ok()) {
     return Finish(method, serving);
   }
   return Finish(method, absl::UnimplementedError(absl::StrCat(
@@ -51,7 +53,7 @@ grpc::Status DdoService::NotYet(const char* method, const char* capability) {
 
 grpc::Status DdoService::GetInfo(grpc::ServerContext*, const ddo::v1::GetInfoRequest*,
                                  ddo::v1::DaemonInfo* response) {
-  if (absl::Status serving = CheckServing(); !serving.ok()) {
+  if (absl::Status serving = EnterCall(); !serving.ok()) {
     return Finish("GetInfo", serving);
   }
   *response = BuildDaemonInfo(context_, QuerySystemInfo(context_.options.available_ram_override_gb));
@@ -60,7 +62,7 @@ grpc::Status DdoService::GetInfo(grpc::ServerContext*, const ddo::v1::GetInfoReq
 
 grpc::Status DdoService::GetStats(grpc::ServerContext*, const ddo::v1::GetStatsRequest*,
                                   ddo::v1::Stats* response) {
-  if (absl::Status serving = CheckServing(); !serving.ok()) {
+  if (absl::Status serving = EnterCall(); !serving.ok()) {
     return Finish("GetStats", serving);
   }
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - context_.started));
@@ -77,7 +79,7 @@ grpc::Status DdoService::GetStats(grpc::ServerContext*, const ddo::v1::GetStatsR
 
 grpc::Status DdoService::ListPresets(grpc::ServerContext*, const ddo::v1::ListPresetsRequest*,
                                      ddo::v1::ListPresetsResponse* response) {
-  if (absl::Status serving = CheckServing(); !serving.ok()) {
+  if (absl::Status serving = EnterCall(); !serving.ok()) {
     return Finish("ListPresets", serving);
   }
   for (const PresetDefinition& definition : AllPresets()) {
@@ -98,7 +100,7 @@ grpc::Status DdoService::ListPresets(grpc::ServerContext*, const ddo::v1::ListPr
 
 grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::ConnectRequest* request,
                                  grpc::ServerWriter<ddo::v1::ConnectEvent>* writer) {
-  if (absl::Status serving = CheckServing(); !serving.ok()) {
+  if (absl::Status serving = EnterCall(); !serving.ok()) {
     return Finish("Connect", serving);
   }
   absl::StatusOr<Lease> lease = leases_.Open(request->client_pid(), request->client_name());
@@ -191,7 +193,7 @@ grpc::Status DdoService::SetSchedule(grpc::ServerContext*, const ddo::v1::SetSch
 
 grpc::Status DdoService::ListSessions(grpc::ServerContext*, const ddo::v1::ListSessionsRequest*,
                                       ddo::v1::ListSessionsResponse* response) {
-  if (absl::Status serving = CheckServing(); !serving.ok()) {
+  if (absl::Status serving = EnterCall(); !serving.ok()) {
     return Finish("ListSessions", serving);
   }
   for (const Lease& lease : leases_.List()) {

@@ -29,6 +29,9 @@ class DdoService final : public ddo::v1::Ddo::Service {
 
   const LeaseRegistry& leases() const { return leases_; }
 
+  // Handlers running now (Connect streams included).
+  int in_flight() const { return in_flight_.load(); }
+
   grpc::Status GetInfo(grpc::ServerContext* ctx, const ddo::v1::GetInfoRequest* request,
                        ddo::v1::DaemonInfo* response) override;
   grpc::Status GetStats(grpc::ServerContext* ctx, const ddo::v1::GetStatsRequest* request,
@@ -81,10 +84,11 @@ class DdoService final : public ddo::v1::Ddo::Service {
                              ddo::v1::DeleteProfileResponse* response) override;
 
  private:
+  // Every handler calls EnterCall first and Finish last, exactly once each, so in_flight_
+  // counts running handlers. EnterCall answers UNAVAILABLE once shutdown has begun.
+  absl::Status EnterCall();
   // Counts the outcome of `method` and converts it for gRPC.
   grpc::Status Finish(const char* method, const absl::Status& status);
-  // UNAVAILABLE once shutdown has begun.
-  absl::Status CheckServing() const;
   // The answer of an RPC whose capability is not built yet.
   grpc::Status NotYet(const char* method, const char* capability);
 
@@ -92,6 +96,7 @@ class DdoService final : public ddo::v1::Ddo::Service {
   LeaseRegistry leases_;
   RpcCounters counters_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<int> in_flight_{0};
 };
 
 }  // namespace ddo
