@@ -1,0 +1,286 @@
+"""DdoClient: the connection to ddod.
+
+:meth:`DdoClient.connect` finds the daemon (``DDO_DAEMON``, the default sockets, or a private
+ddod started for this process), then opens the client's lease, which it holds until
+:meth:`DdoClient.close`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import weakref
+from types import TracebackType
+from typing import Any, List, Optional, Tuple, Type
+
+import grpc
+from google.protobuf.message import Message
+
+from ._proto import ddo_pb2_grpc, info_pb2, settings_pb2, stats_pb2
+from ._transport import check_health, open_channel
+from ._version import __version__
+from .addresses import DaemonAddress, Discovery, resolve_daemon_location
+from .embedded import EmbeddedDaemon
+from .errors import (
+    ConfigurationError,
+    DaemonError,
+    DaemonUnavailableError,
+    DdoError,
+    EmbeddedDaemonError,
+    describe_attempts,
+)
+from .lease import Lease
+
+#: How this client introduces itself in ConnectRequest.client_name.
+CLIENT_NAME = (
+    f"diffusers_dynamic_offloader {__version__} "
+    f"(python {sys.version_info.major}.{sys.version_info.minor})"
+)
+
+# The longest wait for one candidate address during discovery.
+_PROBE_TIMEOUT_S = 2.0
+
+
+class DdoClient:
+    """A connection to ddod and the lease this client holds on it.
+
+    Every RPC is bounded by the ``timeout`` given to :meth:`connect`, and a failed RPC raises
+    :class:`DaemonError`. The client is a context manager; leaving the ``with`` block closes it.
+    """
+
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        address: DaemonAddress,
+        lease: Lease,
+        *,
+        timeout: float,
+        embedded_daemon: Optional[EmbeddedDaemon] = None,
+    ) -> None:
+        """Takes ownership of an open ``channel`` and ``lease``; use :meth:`connect`."""
+        self._channel = channel
+        self._address = address
+        self._lease = lease
+        self._timeout = timeout
+        self._embedded_daemon = embedded_daemon
+        self._stub = ddo_pb2_grpc.DdoStub(channel)
+        # Releases everything at the latest when the client is collected or the interpreter
+        # exits; the lease and channel go first, so that a private ddod stops at once.
+        self._finalizer = weakref.finalize(self, _release, lease, channel, embedded_daemon)
+
+    @classmethod
+    def connect(
+        cls,
+        address: Optional[str] = None,
+        *,
+        timeout: float = 5.0,
+        allow_embedded: Optional[bool] = None,
+    ) -> "DdoClient":
+        """Connects to ddod and opens a lease.
+
+        Args:
+            address: Where ddod is, in any form ``DDO_DAEMON`` accepts (see
+                :mod:`diffusers_dynamic_offloader.addresses`); default: ``DDO_DAEMON``.
+            timeout: The deadline in seconds of every RPC, and of waiting for the lease.
+            allow_embedded: Whether a private ddod may be started when no daemon answers.
+                None (the default): yes, unless the address is a fixed one. False: never.
+                True: also when a fixed address does not answer.
+
+        Raises:
+            ConfigurationError: the address, or a setting, is invalid.
+            DaemonUnavailableError: no daemon answered and none could be started here.
+            EmbeddedDaemonError: starting the private ddod failed.
+            DaemonError: the daemon refused the lease.
+        """
+        if not timeout > 0:
+            raise ConfigurationError(f"timeout={timeout!r} must be a positive number of seconds")
+        location = resolve_daemon_location(address)
+        if location.discovery is Discovery.EMBEDDED and allow_embedded is False:
+            raise ConfigurationError(
+                "the daemon address is 'embedded' (a private ddod), but allow_embedded=False"
+            )
+        if allow_embedded is None:
+            may_embed = location.discovery is not Discovery.FIXED
+        else:
+            may_embed = allow_embedded
+
+        attempts: List[Tuple[str, str]] = []
+        for candidate in location.candidates:
+            channel, reason = _probe(candidate, min(timeout, _PROBE_TIMEOUT_S))
+            if channel is not None:
+                return cls._open(channel, candidate, timeout=timeout)
+            attempts.append((candidate.target, reason))
+        if not may_embed:
+            raise DaemonUnavailableError(attempts)
+
+        try:
+            daemon = EmbeddedDaemon.start()
+        except EmbeddedDaemonError as error:
+            if not attempts:
+                raise
+            raise EmbeddedDaemonError(
+                f"no ddod answered at {describe_attempts(attempts)}, "
+                f"and starting a private one failed: {error}"
+            ) from error
+        try:
+            channel = open_channel(daemon.address)
+        except BaseException:
+            daemon.stop()
+            raise
+        return cls._open(channel, daemon.address, timeout=timeout, embedded_daemon=daemon)
+
+    @classmethod
+    def _open(
+        cls,
+        channel: grpc.Channel,
+        address: DaemonAddress,
+        *,
+        timeout: float,
+        embedded_daemon: Optional[EmbeddedDaemon] = None,
+    ) -> "DdoClient":
+        try:
+            lease = Lease.open(
+                ddo_pb2_grpc.DdoStub(channel), client_name=CLIENT_NAME, timeout=timeout
+            )
+        except BaseException:
+            channel.close()
+            if embedded_daemon is not None:
+                embedded_daemon.stop()
+            raise
+        return cls(channel, address, lease, timeout=timeout, embedded_daemon=embedded_daemon)
+
+    # Connection state.
+
+    @property
+    def address(self) -> str:
+        """The daemon's address as a gRPC target, e.g. ``"unix:/run/user/1000/ddo/ddod.sock"``."""
+        return self._address.target
+
+    @property
+    def lease_id(self) -> str:
+        """The id of this client's lease."""
+        return self._lease.lease_id
+
+    @property
+    def daemon_info(self) -> Optional[info_pb2.DaemonInfo]:
+        """What ddod reported about itself when it granted the lease (see :meth:`info`)."""
+        return self._lease.daemon_info
+
+    @property
+    def embedded(self) -> bool:
+        """True when this client started its daemon privately."""
+        return self._embedded_daemon is not None
+
+    @property
+    def embedded_pid(self) -> Optional[int]:
+        """The private daemon's pid, or None when the daemon is shared."""
+        return self._embedded_daemon.pid if self._embedded_daemon is not None else None
+
+    @property
+    def daemon_shutting_down(self) -> bool:
+        """True once ddod announced on the lease stream that it is shutting down."""
+        return self._lease.shutting_down
+
+    @property
+    def lease_lost_reason(self) -> Optional[str]:
+        """Why the lease ended without :meth:`close`; None while it is held."""
+        return self._lease.lost_reason
+
+    # RPCs.
+
+    def info(self) -> info_pb2.DaemonInfo:
+        """What ddod reports now: version, platform, backend, devices, budgets, addresses."""
+        return self._unary("GetInfo", info_pb2.GetInfoRequest())
+
+    def stats(self) -> stats_pb2.Stats:
+        """ddod's counters: uptime, leases, sessions, pool accounting, RPC counts."""
+        return self._unary("GetStats", stats_pb2.GetStatsRequest())
+
+    def presets(self) -> settings_pb2.ListPresetsResponse:
+        """The presets ddod knows, their aliases, and the preset ddod runs with."""
+        return self._unary("ListPresets", settings_pb2.ListPresetsRequest())
+
+    def health(self, service: str = "") -> str:
+        """The standard health status of ``service`` ("" is the daemon), e.g. ``"SERVING"``."""
+        self._ensure_open()
+        try:
+            return check_health(self._channel, service, timeout=self._timeout)
+        except grpc.RpcError as error:
+            raise DaemonError("Health.Check", error) from error
+
+    # Lifetime.
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Ends the lease, closes the channel and stops the private daemon, if any. Idempotent."""
+        self._finalizer()
+
+    def __enter__(self) -> "DdoClient":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"lease_id={self.lease_id!r}"
+        return f"DdoClient(address={self.address!r}, {state}, embedded={self.embedded})"
+
+    def _unary(self, rpc: str, request: Message) -> Any:
+        self._ensure_open()
+        try:
+            return getattr(self._stub, rpc)(request, timeout=self._timeout, wait_for_ready=False)
+        except grpc.RpcError as error:
+            raise DaemonError(rpc, error) from error
+
+    def _ensure_open(self) -> None:
+        if self.closed:
+            raise DdoError(f"the client of {self.address} is closed")
+
+
+def _release(
+    lease: Lease, channel: grpc.Channel, embedded_daemon: Optional[EmbeddedDaemon]
+) -> None:
+    lease.close()
+    channel.close()
+    if embedded_daemon is not None:
+        embedded_daemon.stop()
+
+
+def _probe(address: DaemonAddress, timeout: float) -> Tuple[Optional[grpc.Channel], str]:
+    """``(channel, "")`` when a daemon at ``address`` reports SERVING, else ``(None, why)``."""
+    if address.socket_path is not None:
+        problem = _socket_file_problem(address.socket_path)
+        if problem is not None:
+            return None, problem
+    channel = open_channel(address)
+    try:
+        status = check_health(channel, timeout=timeout)
+    except grpc.RpcError as error:
+        channel.close()
+        failure = DaemonError("Health.Check", error)
+        return None, f"{failure.code.name}: {failure.details}"
+    if status != "SERVING":
+        channel.close()
+        return None, f"health {status}"
+    return channel, ""
+
+
+def _socket_file_problem(path: str) -> Optional[str]:
+    """Why nothing can listen at ``path``; None when a socket file is there."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no socket file"
+    except OSError as error:
+        return f"cannot stat the socket: {error.strerror}"
+    return None if stat.S_ISSOCK(mode) else "not a socket"

@@ -1,0 +1,133 @@
+"""Helpers shared by the black-box tests: starting ddod, polling, and looking at processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, Set
+
+import grpc
+import pytest
+
+import diffusers_dynamic_offloader
+from diffusers_dynamic_offloader._proto import ddo_pb2_grpc
+from diffusers_dynamic_offloader._transport import health_pb2, health_pb2_grpc
+
+#: The directory that holds the package under test, for PYTHONPATH of child interpreters.
+SOURCE_ROOT = os.path.dirname(os.path.dirname(diffusers_dynamic_offloader.__file__))
+
+DDOD_START_TIMEOUT_S = 10.0
+DDOD_STOP_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Daemon:
+    """A ddod started by a test."""
+
+    socket: str
+    proc: subprocess.Popen
+    log_path: str
+
+    @property
+    def address(self) -> str:
+        return f"unix:{self.socket}"
+
+    def log(self) -> str:
+        with open(self.log_path, encoding="utf-8", errors="replace") as log:
+            return log.read()
+
+    def terminate(self, timeout: float = DDOD_STOP_TIMEOUT_S) -> int:
+        """Sends SIGTERM and returns the exit code; fails the test if ddod does not exit."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"ddod did not exit within {timeout} s of SIGTERM; log:\n{self.log()}")
+
+
+def start_ddod(binary: str, socket: str, log_path: str, *extra_args: str) -> Daemon:
+    """Starts ddod on ``socket`` and waits until its health check reports SERVING."""
+    args = [binary, "--socket", socket, "--log-level", "debug", *extra_args]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    daemon = Daemon(socket=socket, proc=proc, log_path=log_path)
+    deadline = time.monotonic() + DDOD_START_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"ddod exited with code {proc.returncode} at start:\n{daemon.log()}")
+        if os.path.exists(socket) and _serving(daemon.address):
+            return daemon
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"ddod did not serve within {DDOD_START_TIMEOUT_S} s:\n{daemon.log()}")
+        time.sleep(0.02)
+
+
+def _serving(address: str) -> bool:
+    # A fresh channel per attempt: the socket may be a stale one that ddod is about to
+    # replace, and a channel that failed once retries only after gRPC's reconnect backoff.
+    with grpc.insecure_channel(address) as channel:
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=1
+            )
+        except grpc.RpcError:
+            return False
+    return response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+@contextlib.contextmanager
+def ddo_stub(address: str) -> Iterator[ddo_pb2_grpc.DdoStub]:
+    """A bare ddo.v1.Ddo stub on its own channel, bypassing DdoClient."""
+    with grpc.insecure_channel(address) as channel:
+        yield ddo_pb2_grpc.DdoStub(channel)
+
+
+def python_env(**variables: str) -> Dict[str, str]:
+    """The current environment plus ``variables``, for a child interpreter that imports the
+    package under test."""
+    return dict(os.environ, PYTHONPATH=SOURCE_ROOT, **variables)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
+    """Polls ``predicate`` until it is true (returns True) or ``timeout`` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+def process_gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs; a zombie (exited, not yet reaped) counts as gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def live_children(parent: int) -> Set[int]:
+    """The pids of the running (not zombie) children of ``parent``."""
+    children = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[1]) == parent and fields[0] not in ("Z", "X"):
+            children.add(int(entry))
+    return children

@@ -1,0 +1,111 @@
+"""DDO_DAEMON parsing and the default socket candidates (no daemon needed)."""
+
+import pytest
+
+from diffusers_dynamic_offloader import ConfigurationError, DdoClient, DdoError
+from diffusers_dynamic_offloader.addresses import (
+    DaemonAddress,
+    Discovery,
+    default_socket_candidates,
+    parse_daemon_location,
+    resolve_daemon_location,
+)
+
+SYSTEM = "unix:/run/ddo/ddod.sock"
+
+
+def targets(location):
+    return [address.target for address in location.candidates]
+
+
+def test_default_candidates_with_xdg_runtime_dir():
+    candidates = default_socket_candidates({"XDG_RUNTIME_DIR": "/run/user/1000"}, uid=1000)
+    assert [c.target for c in candidates] == ["unix:/run/user/1000/ddo/ddod.sock", SYSTEM]
+    assert candidates[0].socket_path == "/run/user/1000/ddo/ddod.sock"
+
+
+def test_default_candidates_without_xdg_runtime_dir():
+    for environ in ({}, {"XDG_RUNTIME_DIR": ""}):
+        candidates = default_socket_candidates(environ, uid=1234)
+        assert [c.target for c in candidates] == ["unix:/tmp/ddo-1234/ddod.sock", SYSTEM]
+
+
+def test_default_candidates_for_root():
+    candidates = default_socket_candidates({"XDG_RUNTIME_DIR": "/run/user/0"}, uid=0)
+    assert [c.target for c in candidates] == [SYSTEM]
+
+
+@pytest.mark.parametrize("value", [None, "", "auto", " AUTO "])
+def test_auto(value):
+    environ = {"XDG_RUNTIME_DIR": "/x"}
+    location = parse_daemon_location(value, environ=environ)
+    assert location.discovery is Discovery.AUTO
+    assert location.candidates == default_socket_candidates(environ)
+
+
+def test_embedded():
+    location = parse_daemon_location("embedded")
+    assert location.discovery is Discovery.EMBEDDED
+    assert location.candidates == ()
+
+
+@pytest.mark.parametrize(
+    "value, target",
+    [
+        ("unix:/run/ddo/ddod.sock", "unix:/run/ddo/ddod.sock"),
+        ("unix:///run/ddo/ddod.sock", "unix:/run/ddo/ddod.sock"),
+        ("/run/ddo/ddod.sock", "unix:/run/ddo/ddod.sock"),
+        ("127.0.0.1:50051", "127.0.0.1:50051"),
+        ("localhost:50051", "localhost:50051"),
+        ("[::1]:50051", "[::1]:50051"),
+    ],
+)
+def test_fixed_addresses(value, target):
+    location = parse_daemon_location(value)
+    assert location.discovery is Discovery.FIXED
+    assert targets(location) == [target]
+
+
+def test_unix_address_keeps_the_socket_path():
+    assert DaemonAddress.unix("/a/b.sock") == DaemonAddress("unix:/a/b.sock", "/a/b.sock")
+    assert parse_daemon_location("unix:///a/b.sock").candidates[0].socket_path == "/a/b.sock"
+    assert parse_daemon_location("[::1]:5").candidates[0].socket_path is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "tcp://127.0.0.1:50051",
+        "relative/ddod.sock",
+        "unix:relative.sock",
+        "unix://host/ddod.sock",
+        "localhost",
+        "localhost:0",
+        "localhost:70000",
+        "[not-v6]:50051",
+        "host name:50051",
+        "/" + "x" * 120,
+    ],
+)
+def test_invalid_values_name_the_setting(value):
+    with pytest.raises(ConfigurationError) as raised:
+        parse_daemon_location(value)
+    message = str(raised.value)
+    assert "DDO_DAEMON" in message and repr(value) in message
+    assert "unix:/abs/path.sock" in message and "host:port" in message  # the accepted forms
+    assert isinstance(raised.value, ValueError) and isinstance(raised.value, DdoError)
+
+
+def test_environment_variable_is_read(monkeypatch):
+    monkeypatch.setenv("DDO_DAEMON", "unix:/a.sock")
+    assert targets(resolve_daemon_location()) == ["unix:/a.sock"]
+    # An explicit address wins over DDO_DAEMON.
+    assert targets(resolve_daemon_location("/b.sock")) == ["unix:/b.sock"]
+
+
+def test_invalid_ddo_daemon_fails_connect(monkeypatch):
+    monkeypatch.setenv("DDO_DAEMON", "tcp:nowhere")
+    with pytest.raises(ConfigurationError, match=r"DDO_DAEMON='tcp:nowhere'"):
+        DdoClient.connect()
+    with pytest.raises(ConfigurationError, match=r"address='bad address'"):
+        DdoClient.connect("bad address")
