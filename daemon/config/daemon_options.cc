@@ -118,6 +118,32 @@ absl::Status ApplyStateDir(absl::string_view what, absl::string_view value, Daem
 
 absl::Status ApplyParentPid(absl::string_view what, absl::string_view value, DaemonOptions& o) {
   DDO_ASSIGN_OR_RETURN(o.parent_pid, ParsePid(what, value));
+  o.discard_pool = true;  // a private daemon leaves nothing behind
+  return absl::OkStatus();
+}
+
+absl::Status ApplyDiscard(absl::string_view, absl::string_view value, DaemonOptions& o) {
+  o.discard_pool = o.discard_pool || ParseSeedBool(value);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyPinCpuMemory(absl::string_view, absl::string_view value, DaemonOptions& o) {
+  o.pin_cpu_memory = ParseSeedBool(value);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyDisablePinOnWsl(absl::string_view, absl::string_view value, DaemonOptions& o) {
+  o.disable_pin_on_wsl = ParseSeedBool(value);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyPinWorkers(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(double workers, ParseNonNegativeNumber(what, value));
+  if (workers < 1 || workers > 256 || workers != static_cast<int>(workers)) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value '", value, "' for ", what,
+                                                   ": expected a whole number from 1 to 256"));
+  }
+  o.pin_workers = static_cast<int>(workers);
   return absl::OkStatus();
 }
 
@@ -142,6 +168,14 @@ constexpr OptionSpec kOptions[] = {
     {"--parent-pid", "", "PID",
      "embedded mode: exit when process PID ends (used by clients that start a private ddod)",
      ApplyParentPid},
+    {"--discard", "", "",
+     "remove the pool's segments at shutdown (default: keep them warm for the next ddod)",
+     ApplyDiscard},
+    {"", "DDO_PIN_CPU_MEMORY", "0|1", "page-lock the host pool (the auto and warm_process "
+     "presets turn it on)", ApplyPinCpuMemory},
+    {"", "DDO_DISABLE_PIN_ON_WSL", "0|1", "never pin on WSL (default 1)", ApplyDisablePinOnWsl},
+    {"", "DDO_PIN_CPU_WORKERS", "N", "threads that pre-touch segments before pinning (default 4)",
+     ApplyPinWorkers},
     {"", "DDO_SYSTEM_RAM_HEADROOM_GB", "GIB",
      "RAM kept free when the RAM budget is derived (default 6; the auto preset sets 8)",
      ApplyHeadroom},
@@ -188,7 +222,9 @@ absl::StatusOr<DaemonOptions> ResolveDaemonOptions(const std::vector<std::string
       return absl::InvalidArgumentError(
           absl::StrCat("unknown argument '", arg, "'; see ddod --help"));
     }
-    if (!value.has_value()) {
+    if (!value.has_value() && spec->metavar.empty()) {
+      value = "1";  // a switch
+    } else if (!value.has_value()) {
       if (i + 1 >= args.size()) {
         return absl::InvalidArgumentError(
             absl::StrCat(spec->flag, " needs a value (", spec->metavar, ")"));
@@ -235,7 +271,8 @@ std::string DaemonUsage(const UserContext& user) {
   for (const auto& spec : kOptions) {
     std::string left = spec.flag.empty()
                            ? absl::StrCat("  ", spec.variable, "=", spec.metavar)
-                           : absl::StrCat("  ", spec.flag, " ", spec.metavar);
+                           : absl::StrCat("  ", spec.flag, spec.metavar.empty() ? "" : " ",
+                                          spec.metavar);
     if (left.size() < 32) {
       left.resize(32, ' ');
     } else {

@@ -41,8 +41,18 @@ struct DaemonOptions {
   std::optional<double> available_ram_override_gb;
 
   std::string state_dir;
-  // Embedded mode: exit when this process ends.
+  // Embedded mode: exit when this process ends (implies discard_pool).
   std::optional<int64_t> parent_pid;
+  // Remove the pool's segments and manifest at shutdown instead of keeping them warm for the
+  // next ddod (--discard).
+  bool discard_pool = false;
+
+  // DDO_PIN_CPU_MEMORY (preset one_shot_fast and warm_process: on): page-lock the pool.
+  bool pin_cpu_memory = false;
+  // DDO_DISABLE_PIN_ON_WSL (default on): never pin on WSL, whatever the above says.
+  bool disable_pin_on_wsl = true;
+  // DDO_PIN_CPU_WORKERS: threads that pre-touch segments before pinning.
+  int pin_workers = 4;
 
   bool show_help = false;
   bool show_version = false;

@@ -43,16 +43,6 @@ std::string Row(absl::string_view label, absl::string_view value) {
 
 }  // namespace
 
-std::string FormatBytes(uint64_t bytes) {
-  constexpr double kKiB = 1024.0;
-  const double value = static_cast<double>(bytes);
-  if (bytes == 0) return "0 B";
-  if (value >= kKiB * kKiB * kKiB) return absl::StrFormat("%.1f GiB", value / (kKiB * kKiB * kKiB));
-  if (value >= kKiB * kKiB) return absl::StrFormat("%.1f MiB", value / (kKiB * kKiB));
-  if (value >= kKiB) return absl::StrFormat("%.1f KiB", value / kKiB);
-  return absl::StrCat(bytes, " B");
-}
-
 std::string FormatDuration(double seconds) {
   if (seconds < 60) return absl::StrFormat("%.1fs", seconds);
   const int64_t whole = static_cast<int64_t>(std::floor(seconds));
@@ -146,15 +136,39 @@ std::string FormatStats(const ddo::v1::Stats& stats) {
                                     FormatDuration(stats.uptime_seconds()), stats.leases(),
                                     stats.sessions());
   const auto& pool = stats.pool();
-  out += absl::StrFormat("pool: budget %s, reserved %s, pinned %s, used %s, %d components\n",
+  out += absl::StrFormat("pool: budget %s, reserved %s in %d segments, pinned %s, used %s\n",
                          FormatBytes(pool.budget_bytes()), FormatBytes(pool.reserved_bytes()),
-                         FormatBytes(pool.pinned_bytes()), FormatBytes(pool.used_bytes()),
-                         pool.components());
+                         pool.segments(), FormatBytes(pool.pinned_bytes()),
+                         FormatBytes(pool.used_bytes()));
+  out += absl::StrFormat("      %d components, %d adopted at start, %d evicted to make room\n",
+                         pool.components(), pool.adopted(), pool.evictions());
   if (!stats.rpcs().empty()) {
     out += absl::StrFormat("%-20s %10s %10s\n", "rpc", "ok", "failed");
     for (const auto& rpc : stats.rpcs()) {
       out += absl::StrFormat("%-20s %10d %10d\n", rpc.method(), rpc.ok(), rpc.failed());
     }
+  }
+  return out;
+}
+
+std::string FormatComponents(const ddo::v1::ListComponentsResponse& components) {
+  if (components.components().empty()) {
+    return "no components in the pool\n";
+  }
+  size_t width = 3;
+  for (const auto& component : components.components()) {
+    width = std::max(width, component.ref().cache_key().size());
+  }
+  std::string out = absl::StrFormat("%-*s  %-9s %10s  %-6s %8s  %s\n", static_cast<int>(width),
+                                    "key", "state", "size", "pinned", "sessions", "last use");
+  for (const auto& component : components.components()) {
+    const bool ready = component.state() == ddo::v1::COMPONENT_STATE_READY;
+    out += absl::StrFormat(
+        "%-*s  %-9s %10s  %-6s %8d  %s\n", static_cast<int>(width), component.ref().cache_key(),
+        ready ? "ready" : "uploading", FormatBytes(component.ref().total_bytes()),
+        component.pinned() ? "yes" : "no", component.sessions(),
+        absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(component.last_used_unix_ms()),
+                         absl::LocalTimeZone()));
   }
   return out;
 }

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "daemon/common/format_bytes.h"
+#include "ddo/v1/components.pb.h"
 #include "ddo/v1/info.pb.h"
 #include "ddo/v1/sessions.pb.h"
 #include "ddo/v1/settings.pb.h"
@@ -14,8 +16,6 @@
 
 namespace ddo {
 
-// "1.5 GiB", "512.0 MiB", "0 B".
-std::string FormatBytes(uint64_t bytes);
 
 // "3h 02m", "4m 10s", "12.3s".
 std::string FormatDuration(double seconds);
@@ -27,6 +27,8 @@ std::string FormatPreset(const ddo::v1::ListPresetsResponse& presets, const std:
                          bool* found);
 std::string FormatStats(const ddo::v1::Stats& stats);
 std::string FormatSessions(const ddo::v1::ListSessionsResponse& sessions);
+// One row per component: key, state, size, pinned, sessions, last use.
+std::string FormatComponents(const ddo::v1::ListComponentsResponse& components);
 
 }  // namespace ddo
 

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,9 @@ constexpr char kUsage[] =
     "  status           daemon version, health, platform, RAM, devices\n"
     "  presets [NAME]   the preset table, or one preset's DDO_* values\n"
     "  stats            uptime, leases, pool accounting, RPC counts\n"
-    "  sessions         connected clients (leases) and their sessions\n\n"
+    "  sessions         connected clients (leases) and their sessions\n"
+    "  components       the components in the host pool\n"
+    "  evict KEY        remove an unused component from the pool\n\n"
     "options:\n"
     "  --daemon ADDR    unix:/path, /path or host:port (default: DDO_DAEMON, else the\n"
     "                   user's socket, then /run/ddo/ddod.sock)\n"
@@ -134,6 +137,32 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
         stdout);
     return kExitOk;
   }
+  if (args.command == "components") {
+    ddo::v1::ListComponentsResponse components;
+    if (auto status = Call(connection, &Stub::ListComponents, ddo::v1::ListComponentsRequest(),
+                           &components);
+        !status.ok()) {
+      return RpcFailed("ListComponents", status);
+    }
+    std::fputs(args.json ? (ToJson(components) + "\n").c_str()
+                         : ddo::FormatComponents(components).c_str(),
+               stdout);
+    return kExitOk;
+  }
+  if (args.command == "evict") {
+    if (args.operands.size() != 1) {
+      return Usage("evict takes one cache key (see `ddoctl components`)");
+    }
+    ddo::v1::EvictComponentRequest request;
+    request.set_cache_key(args.operands.front());
+    ddo::v1::EvictComponentResponse response;
+    if (auto status = Call(connection, &Stub::EvictComponent, request, &response); !status.ok()) {
+      return RpcFailed("EvictComponent", status);
+    }
+    std::printf("evicted '%s': %s freed\n", request.cache_key().c_str(),
+                ddo::FormatBytes(response.freed_bytes()).c_str());
+    return kExitOk;
+  }
   return Usage(absl::StrCat("unknown command '", args.command, "'"));
 }
 
@@ -175,8 +204,9 @@ int main(int argc, char** argv) {
   if (args.command.empty()) {
     return Usage("no command given");
   }
-  if (args.command != "status" && args.command != "presets" && args.command != "stats" &&
-      args.command != "sessions") {
+  static const std::set<std::string> kCommands = {"status",     "presets", "stats",
+                                                  "sessions",   "components", "evict"};
+  if (kCommands.count(args.command) == 0) {
     return Usage(absl::StrCat("unknown command '", args.command, "'"));
   }
 

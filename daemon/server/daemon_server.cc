@@ -20,6 +20,7 @@
 #include "daemon/common/version.h"
 #include "daemon/config/budgets.h"
 #include "daemon/platform/system_info.h"
+#include "daemon/pool/host_pinning.h"
 #include "daemon/server/runtime_dir.h"
 
 namespace ddo {
@@ -86,9 +87,35 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
               gpu.total_bytes / (1024.0 * 1024 * 1024), gpu.compute_capability, gpu.pci_bus_id);
   }
 
-  daemon->service_ = std::make_unique<DdoService>(context);
+  DDO_RETURN_IF_ERROR(daemon->OpenPool(system));
+  daemon->service_ = std::make_unique<DdoService>(context, *daemon->pool_, *daemon->store_);
   DDO_RETURN_IF_ERROR(daemon->Listen());
   return daemon;
+}
+
+absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
+  const DaemonOptions& options = context_.options;
+  PoolOptions pool;
+  pool.budget_bytes = context_.ram_budget_bytes;
+  pool.name_namespace = PoolNamespace(options.socket_path);
+  const bool wsl_forbids = system.os == OsFlavor::kWsl && options.disable_pin_on_wsl;
+  pool.pin = options.pin_cpu_memory && !wsl_forbids &&
+             context_.gpus.backend == ComputeBackend::kCuda && HostPinningAvailable();
+  pool.pretouch_threads = options.pin_workers;
+  const std::string pool_dir =
+      absl::StrCat(options.state_dir, "/pool-", pool.name_namespace);
+  DDO_RETURN_IF_ERROR(EnsurePrivateDirectory(pool_dir));
+  Logger("server")->info("host pool {}: budget {:.1f} GiB, {}", pool.name_namespace,
+                         pool.budget_bytes / (1024.0 * 1024 * 1024),
+                         pool.pin ? "pinned" : (wsl_forbids ? "not pinned (WSL)"
+                                                            : "not pinned"));
+  pool_ = std::make_unique<HostPool>(pool);
+  StoreOptions store;
+  store.manifest_path = absl::StrCat(pool_dir, "/manifest.json");
+  store.read_threads = static_cast<int>(std::clamp(system.cpu_count, 2u, 16u));
+  store_ = std::make_unique<ComponentStore>(*pool_, store);
+  store_->AdoptPrevious();
+  return absl::OkStatus();
 }
 
 absl::Status DaemonServer::Listen() {
@@ -199,6 +226,11 @@ void DaemonServer::Shutdown(const std::string& reason) {
     }
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
+  }
+  if (store_ != nullptr) {
+    store_->Close(context_.options.discard_pool);
+    log->info(context_.options.discard_pool ? "pool discarded"
+                                            : "pool kept for the next ddod (--discard removes it)");
   }
   const std::string& socket_path = context_.options.socket_path;
   if (lock_.has_value()) {

@@ -17,9 +17,12 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/config/daemon_options.h"
+#include "daemon/platform/system_info.h"
 #include "daemon/server/instance_lock.h"
 #include "daemon/service/daemon_context.h"
+#include "daemon/pool/host_pool.h"
 #include "daemon/service/ddo_service.h"
+#include "daemon/store/component_store.h"
 
 namespace ddo {
 
@@ -38,14 +41,19 @@ class DaemonServer {
 
   const DaemonContext& context() const { return context_; }
   const DdoService& service() const { return *service_; }
+  const ComponentStore& store() const { return *store_; }
 
  private:
   DaemonServer() = default;
 
+  absl::Status OpenPool(const SystemInfo& system);
   absl::Status Listen();
   absl::Status SetSocketPermissions() const;
 
+  // Destroyed in reverse order: the server, the service, the store, then the pool.
   DaemonContext context_;
+  std::unique_ptr<HostPool> pool_;
+  std::unique_ptr<ComponentStore> store_;
   std::unique_ptr<DdoService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::optional<InstanceLock> lock_;

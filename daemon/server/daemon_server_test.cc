@@ -92,18 +92,18 @@ TEST_F(DaemonServerTest, UnbuiltCapabilitiesAnswerUnimplementedByName) {
   auto server = DaemonServer::Start(Options());
   ASSERT_TRUE(server.ok());
   auto stub = ddo::v1::Ddo::NewStub(Channel());
-  ddo::v1::RegisterComponentResponse response;
-  grpc::Status status = stub->RegisterComponent(
-      Deadline().get(), ddo::v1::RegisterComponentRequest(), &response);
+  ddo::v1::SetScheduleResponse response;
+  grpc::Status status =
+      stub->SetSchedule(Deadline().get(), ddo::v1::SetScheduleRequest(), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(status.error_message(), HasSubstr("RegisterComponent"));
-  EXPECT_THAT(status.error_message(), HasSubstr("component store"));
+  EXPECT_THAT(status.error_message(), HasSubstr("SetSchedule"));
+  EXPECT_THAT(status.error_message(), HasSubstr("GPU streaming"));
   // And the daemon keeps serving.
   ddo::v1::Stats stats;
   ASSERT_TRUE(stub->GetStats(Deadline().get(), ddo::v1::GetStatsRequest(), &stats).ok());
   bool counted = false;
   for (const auto& rpc : stats.rpcs()) {
-    if (rpc.method() == "RegisterComponent") counted = rpc.failed() == 1;
+    if (rpc.method() == "SetSchedule") counted = rpc.failed() == 1;
   }
   EXPECT_TRUE(counted);
 }
@@ -202,7 +202,9 @@ TEST_F(DaemonServerTest, RequestsAreRefusedWhileShuttingDown) {
   // The window between BeginShutdown and gRPC's own Shutdown, made observable.
   DaemonContext context;
   context.options = Options();
-  DdoService service(context);
+  HostPool pool(PoolOptions{});
+  ComponentStore store(pool, StoreOptions{});
+  DdoService service(context, pool, store);
   service.BeginShutdown("test");
   ddo::v1::DaemonInfo info;
   grpc::ServerContext server_context;

@@ -5,6 +5,7 @@
 #include "daemon/common/version.h"
 #include "daemon/config/presets.h"
 #include "daemon/platform/system_info.h"
+#include "daemon/service/component_proto.h"
 #include "daemon/service/grpc_status.h"
 #include "daemon/service/info_builder.h"
 
@@ -67,7 +68,18 @@ grpc::Status DdoService::GetStats(grpc::ServerContext*, const ddo::v1::GetStatsR
   }
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - context_.started));
   response->set_leases(static_cast<uint32_t>(leases_.size()));
-  response->mutable_pool()->set_budget_bytes(context_.ram_budget_bytes);
+  const PoolUsage usage = pool_.Usage();
+  const StoreStats store = store_.Stats();
+  response->set_sessions(store.sessions);
+  auto* pool = response->mutable_pool();
+  pool->set_budget_bytes(usage.budget_bytes);
+  pool->set_reserved_bytes(usage.reserved_bytes);
+  pool->set_pinned_bytes(usage.pinned_bytes);
+  pool->set_used_bytes(store.used_bytes);
+  pool->set_segments(usage.segments);
+  pool->set_components(store.components);
+  pool->set_evictions(store.evictions);
+  pool->set_adopted(store.adopted);
   for (const auto& [method, count] : counters_.Snapshot()) {
     auto* rpc = response->add_rpcs();
     rpc->set_method(method);
@@ -123,6 +135,7 @@ grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::Connec
     }
   }
   leases_.Close(lease->id);
+  store_.ReleaseLease(lease->id);
   return Finish("Connect", absl::OkStatus());
 }
 
@@ -138,52 +151,151 @@ grpc::Status DdoService::ExplainPlan(grpc::ServerContext*, const ddo::v1::Explai
 }
 
 grpc::Status DdoService::RegisterComponent(grpc::ServerContext*,
-                                           const ddo::v1::RegisterComponentRequest*,
-                                           ddo::v1::RegisterComponentResponse*) {
-  return NotYet("RegisterComponent", "host pool and component store");
+                                           const ddo::v1::RegisterComponentRequest* request,
+                                           ddo::v1::RegisterComponentResponse* response) {
+  constexpr char kMethod[] = "RegisterComponent";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
+  if (!lease.ok()) return Finish(kMethod, lease.status());
+  absl::StatusOr<std::vector<TensorEntry>> tensors = TensorTableFromProto(request->tensors());
+  if (!tensors.ok()) return Finish(kMethod, tensors.status());
+  absl::StatusOr<RegisterResult> result = store_.Register(
+      *lease, request->cache_key(), *std::move(tensors), request->content_hash());
+  if (!result.ok()) return Finish(kMethod, result.status());
+  ToProto(result->component, response->mutable_component());
+  response->set_warm_hit(result->warm_hit);
+  if (!result->warm_hit) {
+    ddo::v1::ComponentInfo layout;
+    ToProto(result->component, /*with_layout=*/true, &layout);
+    response->set_upload_id(result->upload_id);
+    *response->mutable_segments() = layout.segments();
+    *response->mutable_placements() = layout.placements();
+  }
+  return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::CommitUpload(grpc::ServerContext*, const ddo::v1::CommitUploadRequest*,
-                                      ddo::v1::ComponentInfo*) {
-  return NotYet("CommitUpload", "host pool and component store");
+grpc::Status DdoService::CommitUpload(grpc::ServerContext*,
+                                      const ddo::v1::CommitUploadRequest* request,
+                                      ddo::v1::ComponentInfo* response) {
+  constexpr char kMethod[] = "CommitUpload";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
+  if (!lease.ok()) return Finish(kMethod, lease.status());
+  absl::StatusOr<ComponentSnapshot> ready = store_.Commit(lease->id, request->upload_id());
+  if (!ready.ok()) return Finish(kMethod, ready.status());
+  ToProto(*ready, /*with_layout=*/false, response);
+  return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::AbortUpload(grpc::ServerContext*, const ddo::v1::AbortUploadRequest*,
-                                     ddo::v1::AbortUploadResponse*) {
-  return NotYet("AbortUpload", "host pool and component store");
+grpc::Status DdoService::AbortUpload(grpc::ServerContext*,
+                                     const ddo::v1::AbortUploadRequest* request,
+                                     ddo::v1::AbortUploadResponse* response) {
+  constexpr char kMethod[] = "AbortUpload";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
+  if (!lease.ok()) return Finish(kMethod, lease.status());
+  absl::StatusOr<uint64_t> freed = store_.Abort(lease->id, request->upload_id());
+  if (!freed.ok()) return Finish(kMethod, freed.status());
+  response->set_freed_bytes(*freed);
+  return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::LoadSafetensors(grpc::ServerContext*,
-                                         const ddo::v1::LoadSafetensorsRequest*,
-                                         grpc::ServerWriter<ddo::v1::LoadProgress>*) {
-  return NotYet("LoadSafetensors", "safetensors loading into the host pool");
+grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
+                                         const ddo::v1::LoadSafetensorsRequest* request,
+                                         grpc::ServerWriter<ddo::v1::LoadProgress>* writer) {
+  constexpr char kMethod[] = "LoadSafetensors";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
+  if (!lease.ok()) return Finish(kMethod, lease.status());
+  SafetensorsRequest load;
+  load.cache_key = request->cache_key();
+  load.inputs.assign(request->files().begin(), request->files().end());
+  load.index_file = request->index_file();
+  load.content_hash = request->content_hash();
+  load.units.insert(request->units().begin(), request->units().end());
+
+  // Progress arrives from the reader threads; the writer takes one message at a time.
+  absl::Mutex writer_mu;
+  auto progress = [&](uint64_t done, uint64_t total) {
+    ddo::v1::LoadProgress message;
+    message.set_bytes_done(done);
+    message.set_bytes_total(total);
+    absl::MutexLock lock(&writer_mu);
+    writer->Write(message);
+  };
+  auto cancelled = [&] { return ctx->IsCancelled() || shutting_down_.load(); };
+  absl::StatusOr<LoadResult> result = store_.LoadSafetensors(*lease, load, progress, cancelled);
+  if (!result.ok()) return Finish(kMethod, result.status());
+  ddo::v1::LoadProgress last;
+  last.set_bytes_done(result->component.total_bytes);
+  last.set_bytes_total(result->component.total_bytes);
+  last.set_done(true);
+  last.set_warm_hit(result->warm_hit);
+  last.set_seconds(result->seconds);
+  ToProto(result->component, /*with_layout=*/false, last.mutable_component());
+  absl::MutexLock lock(&writer_mu);
+  writer->Write(last);
+  return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::GetComponent(grpc::ServerContext*, const ddo::v1::GetComponentRequest*,
-                                      ddo::v1::ComponentInfo*) {
-  return NotYet("GetComponent", "host pool and component store");
+grpc::Status DdoService::GetComponent(grpc::ServerContext*,
+                                      const ddo::v1::GetComponentRequest* request,
+                                      ddo::v1::ComponentInfo* response) {
+  constexpr char kMethod[] = "GetComponent";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<ComponentSnapshot> component = store_.Get(request->cache_key());
+  if (!component.ok()) return Finish(kMethod, component.status());
+  ToProto(*component, request->with_layout(), response);
+  return Finish(kMethod, absl::OkStatus());
 }
 
 grpc::Status DdoService::ListComponents(grpc::ServerContext*,
                                         const ddo::v1::ListComponentsRequest*,
-                                        ddo::v1::ListComponentsResponse*) {
-  return NotYet("ListComponents", "host pool and component store");
+                                        ddo::v1::ListComponentsResponse* response) {
+  constexpr char kMethod[] = "ListComponents";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  for (const ComponentSnapshot& component : store_.List()) {
+    ToProto(component, /*with_layout=*/false, response->add_components());
+  }
+  return Finish(kMethod, absl::OkStatus());
 }
 
 grpc::Status DdoService::EvictComponent(grpc::ServerContext*,
-                                        const ddo::v1::EvictComponentRequest*,
-                                        ddo::v1::EvictComponentResponse*) {
-  return NotYet("EvictComponent", "host pool and component store");
+                                        const ddo::v1::EvictComponentRequest* request,
+                                        ddo::v1::EvictComponentResponse* response) {
+  constexpr char kMethod[] = "EvictComponent";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<uint64_t> freed = store_.Evict(request->cache_key());
+  if (!freed.ok()) return Finish(kMethod, freed.status());
+  response->set_freed_bytes(*freed);
+  return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::Attach(grpc::ServerContext*, const ddo::v1::AttachRequest*,
-                                ddo::v1::AttachResponse*) {
-  return NotYet("Attach", "sessions and GPU streaming");
+grpc::Status DdoService::Attach(grpc::ServerContext*, const ddo::v1::AttachRequest* request,
+                                ddo::v1::AttachResponse* response) {
+  constexpr char kMethod[] = "Attach";
+  if (!request->device_uuid().empty()) {
+    if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+    return Finish(kMethod, absl::UnimplementedError(absl::StrCat(
+                               "Attach to a device is not implemented in ddod ", kVersion,
+                               " yet (GPU streaming); attach on the host with an empty "
+                               "device_uuid")));
+  }
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
+  if (!lease.ok()) return Finish(kMethod, lease.status());
+  absl::StatusOr<HostAttachment> attached = store_.AttachHost(*lease, request->cache_key());
+  if (!attached.ok()) return Finish(kMethod, attached.status());
+  response->set_session_id(attached->session_id);
+  ToProto(attached->component, /*with_layout=*/true, response->mutable_component());
+  return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::Detach(grpc::ServerContext*, const ddo::v1::DetachRequest*,
+grpc::Status DdoService::Detach(grpc::ServerContext*, const ddo::v1::DetachRequest* request,
                                 ddo::v1::DetachResponse*) {
-  return NotYet("Detach", "sessions and GPU streaming");
+  constexpr char kMethod[] = "Detach";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  return Finish(kMethod, store_.Detach(request->session_id()));
 }
 
 grpc::Status DdoService::SetSchedule(grpc::ServerContext*, const ddo::v1::SetScheduleRequest*,
@@ -196,6 +308,7 @@ grpc::Status DdoService::ListSessions(grpc::ServerContext*, const ddo::v1::ListS
   if (absl::Status serving = EnterCall(); !serving.ok()) {
     return Finish("ListSessions", serving);
   }
+  std::map<std::string, int64_t> pids;
   for (const Lease& lease : leases_.List()) {
     auto* info = response->add_leases();
     // The full id is its holder's capability; others see a prefix that tells leases apart.
@@ -203,6 +316,15 @@ grpc::Status DdoService::ListSessions(grpc::ServerContext*, const ddo::v1::ListS
     info->set_client_pid(lease.client_pid);
     info->set_client_name(lease.client_name);
     info->set_connected_unix_ms(absl::ToUnixMillis(lease.connected));
+    pids[lease.id] = lease.client_pid;
+  }
+  // Ids are capabilities: others see prefixes only.
+  for (const SessionSnapshot& session : store_.Sessions()) {
+    auto* info = response->add_sessions();
+    info->set_session_id(session.session_id.substr(0, 8));
+    info->set_lease_id(session.lease_id.substr(0, 8));
+    info->set_client_pid(pids[session.lease_id]);
+    info->set_cache_key(session.cache_key);
   }
   return Finish("ListSessions", absl::OkStatus());
 }

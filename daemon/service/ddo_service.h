@@ -14,6 +14,7 @@
 
 #include "daemon/service/daemon_context.h"
 #include "daemon/service/rpc_counters.h"
+#include "daemon/store/component_store.h"
 #include "daemon/session/lease_registry.h"
 #include "ddo/v1/ddo.grpc.pb.h"
 
@@ -21,7 +22,8 @@ namespace ddo {
 
 class DdoService final : public ddo::v1::Ddo::Service {
  public:
-  explicit DdoService(const DaemonContext& context) : context_(context) {}
+  DdoService(const DaemonContext& context, HostPool& pool, ComponentStore& store)
+      : context_(context), pool_(pool), store_(store) {}
 
   // From now on every new request is refused with UNAVAILABLE and every Connect stream is
   // sent a shutting_down event and ended.
@@ -93,6 +95,8 @@ class DdoService final : public ddo::v1::Ddo::Service {
   grpc::Status NotYet(const char* method, const char* capability);
 
   const DaemonContext& context_;
+  HostPool& pool_;
+  ComponentStore& store_;
   LeaseRegistry leases_;
   RpcCounters counters_;
   std::atomic<bool> shutting_down_{false};

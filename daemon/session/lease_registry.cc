@@ -45,6 +45,18 @@ absl::StatusOr<Lease> LeaseRegistry::Open(int64_t client_pid, std::string client
   return lease;
 }
 
+absl::StatusOr<Lease> LeaseRegistry::Find(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(id);
+  if (it == leases_.end()) {
+    return absl::FailedPreconditionError(
+        id.empty() ? std::string("lease_id is empty: open a lease with Connect first")
+                   : absl::StrCat("no open lease ", id.substr(0, 8),
+                                  "...: it ended, or was never granted (Connect first)"));
+  }
+  return it->second;
+}
+
 void LeaseRegistry::Close(const std::string& id) {
   Lease closed;
   {

@@ -36,7 +36,10 @@ class LeaseRegistry {
   // Opens a lease. Unavailable once shutdown has begun.
   absl::StatusOr<Lease> Open(int64_t client_pid, std::string client_name);
 
-  // Closes a lease and releases what it owns. Closing an unknown id does nothing.
+  // The open lease with this id; FAILED_PRECONDITION naming the problem otherwise.
+  absl::StatusOr<Lease> Find(const std::string& id) const;
+
+  // Closes a lease. Closing an unknown id does nothing.
   void Close(const std::string& id);
 
   // Waits up to `timeout` for shutdown to begin; returns true if it has.

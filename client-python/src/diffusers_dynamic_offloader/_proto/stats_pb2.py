@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x64\x64o/v1/stats.proto\x12\x06\x64\x64o.v1\"\x89\x01\n\tPoolStats\x12\x14\n\x0c\x62udget_bytes\x18\x01 \x01(\x04\x12\x16\n\x0ereserved_bytes\x18\x02 \x01(\x04\x12\x14\n\x0cpinned_bytes\x18\x03 \x01(\x04\x12\x12\n\nused_bytes\x18\x04 \x01(\x04\x12\x10\n\x08segments\x18\x05 \x01(\r\x12\x12\n\ncomponents\x18\x06 \x01(\r\"6\n\x08RpcCount\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\n\n\x02ok\x18\x02 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x03 \x01(\x04\"\x11\n\x0fGetStatsRequest\"\x82\x01\n\x05Stats\x12\x16\n\x0euptime_seconds\x18\x01 \x01(\x01\x12\x0e\n\x06leases\x18\x02 \x01(\r\x12\x10\n\x08sessions\x18\x03 \x01(\r\x12\x1f\n\x04pool\x18\x04 \x01(\x0b\x32\x11.ddo.v1.PoolStats\x12\x1e\n\x04rpcs\x18\x05 \x03(\x0b\x32\x10.ddo.v1.RpcCountb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x64\x64o/v1/stats.proto\x12\x06\x64\x64o.v1\"\xad\x01\n\tPoolStats\x12\x14\n\x0c\x62udget_bytes\x18\x01 \x01(\x04\x12\x16\n\x0ereserved_bytes\x18\x02 \x01(\x04\x12\x14\n\x0cpinned_bytes\x18\x03 \x01(\x04\x12\x12\n\nused_bytes\x18\x04 \x01(\x04\x12\x10\n\x08segments\x18\x05 \x01(\r\x12\x12\n\ncomponents\x18\x06 \x01(\r\x12\x11\n\tevictions\x18\x07 \x01(\x04\x12\x0f\n\x07\x61\x64opted\x18\x08 \x01(\r\"6\n\x08RpcCount\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\n\n\x02ok\x18\x02 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x03 \x01(\x04\"\x11\n\x0fGetStatsRequest\"\x82\x01\n\x05Stats\x12\x16\n\x0euptime_seconds\x18\x01 \x01(\x01\x12\x0e\n\x06leases\x18\x02 \x01(\r\x12\x10\n\x08sessions\x18\x03 \x01(\r\x12\x1f\n\x04pool\x18\x04 \x01(\x0b\x32\x11.ddo.v1.PoolStats\x12\x1e\n\x04rpcs\x18\x05 \x03(\x0b\x32\x10.ddo.v1.RpcCountb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ddo.v1.stats_pb2', globals())
@@ -21,11 +21,11 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   _POOLSTATS._serialized_start=31
-  _POOLSTATS._serialized_end=168
-  _RPCCOUNT._serialized_start=170
-  _RPCCOUNT._serialized_end=224
-  _GETSTATSREQUEST._serialized_start=226
-  _GETSTATSREQUEST._serialized_end=243
-  _STATS._serialized_start=246
-  _STATS._serialized_end=376
+  _POOLSTATS._serialized_end=204
+  _RPCCOUNT._serialized_start=206
+  _RPCCOUNT._serialized_end=260
+  _GETSTATSREQUEST._serialized_start=262
+  _GETSTATSREQUEST._serialized_end=279
+  _STATS._serialized_start=282
+  _STATS._serialized_end=412
 # @@protoc_insertion_point(module_scope)

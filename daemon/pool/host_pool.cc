@@ -1,0 +1,120 @@
+#include "daemon/pool/host_pool.h"
+
+#include <dirent.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/common/format_bytes.h"
+#include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/pool/host_pinning.h"
+#include "daemon/session/lease_registry.h"
+
+namespace ddo {
+std::string PoolNamespace(const std::string& socket_path) {
+  return absl::StrFormat("%012x",
+                         XXH3_64bits(socket_path.data(), socket_path.size()) & 0xffffffffffffULL);
+}
+
+HostPool::HostPool(PoolOptions options)
+    : options_(std::move(options)),
+      name_prefix_(absl::StrCat("/ddo-", ::geteuid(), "-", options_.name_namespace, "-")) {}
+
+absl::Status HostPool::Reserve(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (reserved_bytes_ + bytes > options_.budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the host pool cannot hold ", FormatBytes(bytes), " more: budget ", FormatBytes(options_.budget_bytes),
+        ", reserved ", FormatBytes(reserved_bytes_), ", free ",
+        FormatBytes(options_.budget_bytes - std::min(reserved_bytes_, options_.budget_bytes)),
+        " (raise --ram-budget-gb or evict components)"));
+  }
+  reserved_bytes_ += bytes;
+  ++segments_;
+  return absl::OkStatus();
+}
+
+void HostPool::Release(uint64_t bytes, bool was_pinned) {
+  absl::MutexLock lock(&mu_);
+  reserved_bytes_ -= bytes;
+  --segments_;
+  if (was_pinned) {
+    pinned_bytes_ -= bytes;
+  }
+}
+
+void HostPool::CountPinned(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  pinned_bytes_ += bytes;
+}
+
+bool HostPool::Fits(uint64_t bytes) const {
+  absl::MutexLock lock(&mu_);
+  return reserved_bytes_ + Footprint(bytes) <= options_.budget_bytes;
+}
+
+PoolUsage HostPool::Usage() const {
+  absl::MutexLock lock(&mu_);
+  return {options_.budget_bytes, reserved_bytes_, pinned_bytes_, segments_};
+}
+
+absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes) {
+  const uint64_t size = Footprint(bytes);
+  DDO_RETURN_IF_ERROR(Reserve(size));
+  auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size);
+  if (!segment.ok()) {
+    Release(size, false);
+    return segment.status();
+  }
+  return std::shared_ptr<PoolSegment>(new PoolSegment(*this, *std::move(segment)));
+}
+
+absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Adopt(const std::string& name) {
+  DDO_ASSIGN_OR_RETURN(SharedSegment segment, SharedSegment::Open(name));
+  DDO_RETURN_IF_ERROR(Reserve(segment.size()));
+  return std::shared_ptr<PoolSegment>(new PoolSegment(*this, std::move(segment)));
+}
+
+std::vector<std::string> HostPool::ListSegmentNames() const {
+  std::vector<std::string> names;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) {
+    return names;
+  }
+  const std::string prefix = name_prefix_.substr(1);  // without the leading '/'
+  while (const dirent* entry = ::readdir(dir)) {
+    if (absl::StartsWith(entry->d_name, prefix)) {
+      names.push_back(absl::StrCat("/", entry->d_name));
+    }
+  }
+  ::closedir(dir);
+  return names;
+}
+
+absl::Status PoolSegment::Pin() {
+  if (pinned_ || !pool_.options().pin) {
+    return absl::OkStatus();
+  }
+  PreTouchPages(data(), size(), pool_.options().pretouch_threads);
+  DDO_RETURN_IF_ERROR(PinHostRange(data(), size()));
+  pinned_ = true;
+  pool_.CountPinned(size());
+  return absl::OkStatus();
+}
+
+PoolSegment::~PoolSegment() {
+  if (pinned_) {
+    UnpinHostRange(data(), size());
+  }
+  if (discard_.load()) {
+    if (absl::Status unlinked = segment_.Unlink(); !unlinked.ok()) {
+      Logger("pool")->warn("{}", unlinked.message());
+    }
+  }
+  pool_.Release(size(), pinned_);
+}
+
+}  // namespace ddo

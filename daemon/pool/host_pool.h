@@ -1,0 +1,126 @@
+// File: daemon/pool/host_pool.h
+//
+// The host pool: ddod's shared-memory segments and their RAM budget. The pool hands out
+// segments (new, or adopted from a previous ddod), pins them when CUDA is usable, and keeps
+// exact accounting of reserved and pinned bytes. It does not decide what to evict: when a
+// segment does not fit, Allocate says so (RESOURCE_EXHAUSTED with the sizes) and the store
+// chooses what to give up.
+//
+// Segment names are "/ddo-<uid>-<namespace>-<16 random hex>": unguessable, and scoped by a
+// namespace (derived from ddod's socket) so that two daemons of one user never touch each
+// other's segments.
+//
+// Thread-safety: all methods may be called from any thread; accounting is guarded by mu_.
+// PoolSegment objects must not outlive their pool.
+#ifndef DDO_DAEMON_POOL_HOST_POOL_H_
+#define DDO_DAEMON_POOL_HOST_POOL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/pool/shared_segment.h"
+
+namespace ddo {
+
+class HostPool;
+
+// A segment owned by the pool. Releasing the last reference unpins and unmaps it, returns
+// its bytes to the budget and, when marked discarded, removes it from /dev/shm.
+class PoolSegment {
+ public:
+  PoolSegment(const PoolSegment&) = delete;
+  PoolSegment& operator=(const PoolSegment&) = delete;
+  ~PoolSegment();
+
+  const std::string& name() const { return segment_.name(); }
+  char* data() const { return segment_.data(); }
+  uint64_t size() const { return segment_.size(); }
+  bool pinned() const { return pinned_; }
+
+  // Page-locks the segment when the pool pins (idempotent). Errors leave it unpinned.
+  absl::Status Pin();
+
+  // Remove the segment from /dev/shm when the last reference goes (eviction, failed upload,
+  // --discard). Without this, the segment survives ddod for the next one to adopt.
+  void MarkDiscarded() { discard_.store(true); }
+
+ private:
+  friend class HostPool;
+  PoolSegment(HostPool& pool, SharedSegment segment) : pool_(pool), segment_(std::move(segment)) {}
+
+  HostPool& pool_;
+  SharedSegment segment_;
+  bool pinned_ = false;  // written only by Pin(), which the store calls before publishing
+  std::atomic<bool> discard_{false};
+};
+
+struct PoolOptions {
+  uint64_t budget_bytes = 0;
+  // Part of every segment name; see the file comment.
+  std::string name_namespace;
+  // Pin segments with cudaHostRegister (only when CUDA is usable).
+  bool pin = false;
+  int pretouch_threads = 4;
+};
+
+struct PoolUsage {
+  uint64_t budget_bytes = 0;
+  uint64_t reserved_bytes = 0;
+  uint64_t pinned_bytes = 0;
+  uint32_t segments = 0;
+};
+
+class HostPool {
+ public:
+  explicit HostPool(PoolOptions options);
+  HostPool(const HostPool&) = delete;
+  HostPool& operator=(const HostPool&) = delete;
+
+  // A new segment of at least `bytes` (rounded up to 2 MiB). RESOURCE_EXHAUSTED when it does
+  // not fit in what is left of the budget; the message gives the sizes.
+  absl::StatusOr<std::shared_ptr<PoolSegment>> Allocate(uint64_t bytes);
+
+  // Maps a segment a previous ddod left behind. Counted against the budget like any other;
+  // RESOURCE_EXHAUSTED when it no longer fits (a smaller budget this time).
+  absl::StatusOr<std::shared_ptr<PoolSegment>> Adopt(const std::string& name);
+
+  // The bytes a new allocation of `bytes` would take.
+  static uint64_t Footprint(uint64_t bytes) { return RoundUpToSegmentGranularity(bytes); }
+  // Whether an allocation of `bytes` would fit now.
+  bool Fits(uint64_t bytes) const;
+
+  PoolUsage Usage() const;
+  const PoolOptions& options() const { return options_; }
+  // "/ddo-<uid>-<namespace>-": every segment of this pool starts with it.
+  const std::string& name_prefix() const { return name_prefix_; }
+
+  // Names in /dev/shm with this pool's prefix (leftovers to adopt or remove).
+  std::vector<std::string> ListSegmentNames() const;
+
+ private:
+  friend class PoolSegment;
+
+  absl::Status Reserve(uint64_t bytes);
+  void Release(uint64_t bytes, bool was_pinned);
+  void CountPinned(uint64_t bytes);
+
+  const PoolOptions options_;
+  const std::string name_prefix_;
+  mutable absl::Mutex mu_;
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t segments_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A stable 12-hex-digit namespace for the pool of the daemon serving `socket_path`.
+std::string PoolNamespace(const std::string& socket_path);
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_POOL_HOST_POOL_H_

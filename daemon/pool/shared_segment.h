@@ -1,0 +1,61 @@
+// File: daemon/pool/shared_segment.h
+//
+// One POSIX shared-memory segment of the host pool, mapped read-write into ddod. Clients open
+// the same name (/dev/shm/<name>) to upload into it or to attach read-only. The segment is
+// created owner-only (0600) with O_EXCL, so a name can never be taken over by someone else.
+//
+// Thread-safety: the object is immutable after construction; the bytes it maps are shared
+// with other processes and are synchronised by the store's protocol, not here.
+#ifndef DDO_DAEMON_POOL_SHARED_SEGMENT_H_
+#define DDO_DAEMON_POOL_SHARED_SEGMENT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace ddo {
+
+// Segment sizes are multiples of 2 MiB: friendly to transparent huge pages and to DMA.
+inline constexpr uint64_t kSegmentGranularity = 2ull << 20;
+
+uint64_t RoundUpToSegmentGranularity(uint64_t bytes);
+
+class SharedSegment {
+ public:
+  // Creates and maps a new segment of `size` bytes (a multiple of kSegmentGranularity).
+  // AlreadyExists when the name is taken.
+  static absl::StatusOr<SharedSegment> Create(const std::string& name, uint64_t size);
+
+  // Maps an existing segment (adoption after a restart); its size is whatever the file has.
+  static absl::StatusOr<SharedSegment> Open(const std::string& name);
+
+  SharedSegment(SharedSegment&& other) noexcept;
+  SharedSegment& operator=(SharedSegment&& other) noexcept;
+  SharedSegment(const SharedSegment&) = delete;
+  SharedSegment& operator=(const SharedSegment&) = delete;
+  // Unmaps; the segment itself stays until Unlink().
+  ~SharedSegment();
+
+  // Removes the name from /dev/shm; the mapping stays valid until destruction.
+  absl::Status Unlink() const;
+
+  const std::string& name() const { return name_; }
+  char* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  SharedSegment(std::string name, char* data, uint64_t size)
+      : name_(std::move(name)), data_(data), size_(size) {}
+
+  std::string name_;
+  char* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// The file behind a segment name ("/ddo-x" -> "/dev/shm/ddo-x").
+std::string SegmentPath(const std::string& name);
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_POOL_SHARED_SEGMENT_H_

@@ -1,0 +1,262 @@
+#include "daemon/store/component_store.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "daemon/common/temp_dir_for_test.h"
+#include "daemon/pool/shared_segment.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddo {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+// A table of `count` bf16 tensors of `bytes` each, one unit per tensor.
+std::vector<TensorEntry> Table(int count, uint64_t bytes) {
+  std::vector<TensorEntry> tensors;
+  for (int i = 0; i < count; ++i) {
+    TensorEntry tensor;
+    tensor.name = "blocks." + std::to_string(i) + ".weight";
+    tensor.dtype = DType::kBF16;
+    tensor.shape = {static_cast<int64_t>(bytes / 2)};
+    tensor.byte_size = bytes;
+    tensor.unit = static_cast<uint32_t>(i);
+    tensors.push_back(tensor);
+  }
+  return tensors;
+}
+
+class ComponentStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pool_options_.budget_bytes = 6 * kMiB;  // three components of Upload's default size
+    pool_options_.name_namespace = PoolNamespace(dir_.Join("sock"));
+    Restart();
+  }
+  void TearDown() override {
+    store_->Close(/*discard=*/true);
+    store_.reset();
+  }
+
+  // A new pool and store over the same segments and manifest, as a restarted ddod.
+  void Restart() {
+    store_.reset();
+    pool_ = std::make_unique<HostPool>(pool_options_);
+    store_ = std::make_unique<ComponentStore>(
+        *pool_, StoreOptions{dir_.Join("manifest.json"), 2});
+    store_->AdoptPrevious();
+  }
+
+  // Registers, writes a recognisable pattern, commits.
+  ComponentSnapshot Upload(const std::string& key, int tensors = 2, uint64_t bytes = kMiB,
+                           const Lease* lease = nullptr) {
+    const Lease& owner = lease != nullptr ? *lease : lease_;
+    auto registered = store_->Register(owner, key, Table(tensors, bytes), "");
+    EXPECT_TRUE(registered.ok()) << registered.status();
+    EXPECT_FALSE(registered->warm_hit);
+    Fill(registered->component, key);
+    auto ready = store_->Commit(owner.id, registered->upload_id);
+    EXPECT_TRUE(ready.ok()) << ready.status();
+    return *ready;
+  }
+
+  // Writes through a second mapping, as a client does.
+  static void Fill(const ComponentSnapshot& component, const std::string& pattern) {
+    auto mapping = SharedSegment::Open(component.segment_name);
+    ASSERT_TRUE(mapping.ok()) << mapping.status();
+    for (const TensorEntry& tensor : component.tensors) {
+      for (uint64_t i = 0; i < tensor.byte_size; ++i) {
+        mapping->data()[tensor.offset + i] = pattern[i % pattern.size()];
+      }
+    }
+  }
+
+  static bool InShm(const std::string& name) {
+    return std::filesystem::exists(SegmentPath(name));
+  }
+
+  TempDirForTest dir_;
+  PoolOptions pool_options_;
+  std::unique_ptr<HostPool> pool_;
+  std::unique_ptr<ComponentStore> store_;
+  Lease lease_{RandomId(), 1234, "test", absl::Now()};
+};
+
+TEST_F(ComponentStoreTest, UploadCommitThenWarmHit) {
+  const ComponentSnapshot ready = Upload("model-a");
+  EXPECT_EQ(ready.state, ComponentState::kReady);
+  EXPECT_EQ(ready.total_bytes, 2 * kMiB);
+  EXPECT_EQ(ready.unit_count, 2u);
+  EXPECT_EQ(store_->Stats().components, 1u);
+  EXPECT_EQ(store_->Stats().used_bytes, 2 * kMiB);
+
+  auto again = store_->Register(lease_, "model-a", Table(2, kMiB), "");
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->warm_hit);
+  EXPECT_TRUE(again->upload_id.empty());
+  EXPECT_EQ(again->component.segment_name, ready.segment_name);
+  EXPECT_EQ(pool_->Usage().segments, 1u) << "no second copy";
+}
+
+TEST_F(ComponentStoreTest, NothingIsServedBeforeCommit) {
+  auto registered = store_->Register(lease_, "model-a", Table(1, kMiB), "");
+  ASSERT_TRUE(registered.ok());
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("model-a").status()));
+  EXPECT_TRUE(absl::IsNotFound(store_->AttachHost(lease_, "model-a").status()));
+  Lease other{RandomId(), 99, "other", absl::Now()};
+  auto concurrent = store_->Register(other, "model-a", Table(1, kMiB), "");
+  EXPECT_TRUE(absl::IsAborted(concurrent.status()));
+  EXPECT_THAT(std::string(concurrent.status().message()), HasSubstr("pid 1234"));
+  EXPECT_TRUE(absl::IsPermissionDenied(store_->Commit(other.id, registered->upload_id).status()));
+}
+
+TEST_F(ComponentStoreTest, AClientThatGoesAwayLosesItsUploadAndItsSpace) {
+  auto registered = store_->Register(lease_, "model-a", Table(2, kMiB), "");
+  ASSERT_TRUE(registered.ok());
+  const std::string segment = registered->component.segment_name;
+  EXPECT_TRUE(InShm(segment));
+  store_->ReleaseLease(lease_.id);
+  EXPECT_FALSE(InShm(segment));
+  EXPECT_EQ(pool_->Usage().reserved_bytes, 0u);
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("model-a").status()));
+  EXPECT_FALSE(store_->Commit(lease_.id, registered->upload_id).ok());
+}
+
+TEST_F(ComponentStoreTest, ContentHashIsVerifiedAtCommit) {
+  auto tensors = Table(1, kMiB);
+  auto registered = store_->Register(lease_, "model-a", tensors, "xxh3-64:0000000000000000");
+  ASSERT_TRUE(registered.ok());
+  Fill(registered->component, "abc");
+  auto wrong = store_->Commit(lease_.id, registered->upload_id);
+  EXPECT_TRUE(absl::IsInvalidArgument(wrong.status()));
+  EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("content hash mismatch"));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("model-a").status()));
+  EXPECT_EQ(pool_->Usage().reserved_bytes, 0u);
+
+  // The right hash: computed over the same bytes.
+  auto again = store_->Register(lease_, "model-a", tensors, "placeholder");
+  ASSERT_TRUE(again.ok());
+  Fill(again->component, "abc");
+  auto mapping = SharedSegment::Open(again->component.segment_name);
+  const std::string right = ContentHash(again->component.tensors, mapping->data());
+  ASSERT_TRUE(store_->Abort(lease_.id, again->upload_id).ok());
+  auto third = store_->Register(lease_, "model-a", tensors, right);
+  Fill(third->component, "abc");
+  EXPECT_TRUE(store_->Commit(lease_.id, third->upload_id).ok());
+}
+
+TEST_F(ComponentStoreTest, LeastRecentlyUsedUnusedComponentsAreEvictedFirst) {
+  Upload("a");  // a 2 MiB segment each: three fit
+  Upload("b");
+  Upload("c");
+  // Use "a" again, so "b" is now the least recently used.
+  auto session = store_->AttachHost(lease_, "a");
+  ASSERT_TRUE(store_->Detach(session->session_id).ok());
+  Upload("d");
+  Upload("e");  // needs room again: "c" goes
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("b").status()));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("c").status()));
+  EXPECT_TRUE(store_->Get("a").ok());
+  EXPECT_TRUE(store_->Get("d").ok());
+  EXPECT_TRUE(store_->Get("e").ok());
+  EXPECT_EQ(store_->Stats().evictions, 2u);
+}
+
+TEST_F(ComponentStoreTest, ComponentsInUseAreNeverEvicted) {
+  Upload("a");
+  Upload("b");
+  auto a = store_->AttachHost(lease_, "a");
+  auto b = store_->AttachHost(lease_, "b");
+  Upload("c");
+  auto c = store_->AttachHost(lease_, "c");
+  auto too_big = store_->Register(lease_, "d", Table(2, kMiB), "");
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(too_big.status()));
+  EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("'d' needs 2.0 MiB"));
+  EXPECT_TRUE(store_->Get("a").ok());
+  EXPECT_TRUE(store_->Get("b").ok());
+  auto evict = store_->Evict("a");
+  EXPECT_TRUE(absl::IsFailedPrecondition(evict.status()));
+  // When the lease ends, its sessions end with it.
+  store_->ReleaseLease(lease_.id);
+  EXPECT_TRUE(store_->Evict("a").ok());
+  EXPECT_TRUE(absl::IsNotFound(store_->Evict("a").status()));
+}
+
+TEST_F(ComponentStoreTest, ASmallerBudgetIsAnErrorWithSizes) {
+  auto huge = store_->Register(lease_, "huge", Table(10, kMiB), "");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(huge.status()));
+  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("budget"));
+}
+
+TEST_F(ComponentStoreTest, ADifferentStructureReplacesAnUnusedComponent) {
+  const ComponentSnapshot first = Upload("model");
+  auto session = store_->AttachHost(lease_, "model");
+  auto blocked = store_->Register(lease_, "model", Table(3, kMiB / 2), "");
+  EXPECT_TRUE(absl::IsFailedPrecondition(blocked.status()));
+  ASSERT_TRUE(store_->Detach(session->session_id).ok());
+  auto replaced = store_->Register(lease_, "model", Table(3, kMiB / 2), "");
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_FALSE(replaced->warm_hit);
+  EXPECT_FALSE(InShm(first.segment_name));
+}
+
+TEST_F(ComponentStoreTest, ARestartAdoptsReadyComponentsAndDropsUploads) {
+  const ComponentSnapshot ready = Upload("kept");
+  auto unfinished = store_->Register(lease_, "unfinished", Table(1, kMiB), "");
+  ASSERT_TRUE(unfinished.ok());
+  // A crash: the objects go away without Close (a SIGKILLed ddod runs no code at all; here
+  // the segments stay because nothing marks them discarded).
+  Restart();
+  EXPECT_EQ(store_->Stats().adopted, 1u);
+  auto adopted = store_->Get("kept");
+  ASSERT_TRUE(adopted.ok());
+  EXPECT_EQ(adopted->segment_name, ready.segment_name);
+  auto mapping = SharedSegment::Open(adopted->segment_name);
+  EXPECT_EQ(std::string(mapping->data() + adopted->tensors[0].offset, 4), "kept");
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("unfinished").status()));
+  EXPECT_FALSE(InShm(unfinished->component.segment_name)) << "leftover upload removed";
+  auto warm = store_->Register(lease_, "kept", Table(2, kMiB), "");
+  EXPECT_TRUE(warm->warm_hit);
+}
+
+TEST_F(ComponentStoreTest, ATruncatedSegmentIsNotAdopted) {
+  const ComponentSnapshot ready = Upload("kept");
+  const ComponentSnapshot other = Upload("other");
+  store_.reset();  // crash-like: manifest and segments stay
+  ASSERT_EQ(::truncate(SegmentPath(ready.segment_name).c_str(), kMiB), 0);
+  Restart();
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("kept").status()));
+  EXPECT_FALSE(InShm(ready.segment_name));
+  EXPECT_TRUE(store_->Get("other").ok());
+}
+
+TEST_F(ComponentStoreTest, ACorruptManifestDiscardsThePool) {
+  const ComponentSnapshot ready = Upload("kept");
+  store_.reset();
+  std::ofstream(dir_.Join("manifest.json"), std::ios::app) << "garbage";
+  Restart();
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("kept").status()));
+  EXPECT_FALSE(InShm(ready.segment_name));
+  EXPECT_EQ(pool_->Usage().reserved_bytes, 0u);
+}
+
+TEST_F(ComponentStoreTest, CloseWithDiscardLeavesNothing) {
+  const ComponentSnapshot ready = Upload("a");
+  store_->Close(/*discard=*/true);
+  EXPECT_FALSE(InShm(ready.segment_name));
+  EXPECT_FALSE(std::filesystem::exists(dir_.Join("manifest.json")));
+  EXPECT_TRUE(pool_->ListSegmentNames().empty());
+}
+
+}  // namespace
+}  // namespace ddo

@@ -1,0 +1,113 @@
+#include "daemon/store/dtype.h"
+
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ddo {
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  const char* safetensors_name;
+  size_t size;
+  ddo::v1::DType proto;
+};
+
+// Indexed by the enum's value (checked below), so lookups by DType need no search.
+constexpr DTypeInfo kDTypes[] = {
+    {DType::kF64, "F64", 8, ddo::v1::DTYPE_F64},
+    {DType::kF32, "F32", 4, ddo::v1::DTYPE_F32},
+    {DType::kF16, "F16", 2, ddo::v1::DTYPE_F16},
+    {DType::kBF16, "BF16", 2, ddo::v1::DTYPE_BF16},
+    {DType::kF8E4M3, "F8_E4M3", 1, ddo::v1::DTYPE_F8_E4M3},
+    {DType::kF8E5M2, "F8_E5M2", 1, ddo::v1::DTYPE_F8_E5M2},
+    {DType::kI64, "I64", 8, ddo::v1::DTYPE_I64},
+    {DType::kI32, "I32", 4, ddo::v1::DTYPE_I32},
+    {DType::kI16, "I16", 2, ddo::v1::DTYPE_I16},
+    {DType::kI8, "I8", 1, ddo::v1::DTYPE_I8},
+    {DType::kU8, "U8", 1, ddo::v1::DTYPE_U8},
+    {DType::kBool, "BOOL", 1, ddo::v1::DTYPE_BOOL},
+    {DType::kU16, "U16", 2, ddo::v1::DTYPE_U16},
+    {DType::kU32, "U32", 4, ddo::v1::DTYPE_U32},
+    {DType::kU64, "U64", 8, ddo::v1::DTYPE_U64},
+};
+
+constexpr bool TableIsIndexedByEnum() {
+  size_t i = 0;
+  for (const DTypeInfo& info : kDTypes) {
+    if (static_cast<size_t>(info.dtype) != i++) {
+      return false;
+    }
+  }
+  return i == static_cast<size_t>(DType::kU64) + 1;
+}
+static_assert(TableIsIndexedByEnum(), "kDTypes must list every DType in enum order");
+
+const DTypeInfo& Info(DType dtype) { return kDTypes[static_cast<size_t>(dtype)]; }
+
+}  // namespace
+
+absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name) {
+  for (const DTypeInfo& info : kDTypes) {
+    if (name == info.safetensors_name) {
+      return info.dtype;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype \"", name, "\" (valid: ",
+                   absl::StrJoin(kDTypes, ", ",
+                                 [](std::string* out, const DTypeInfo& info) {
+                                   out->append(info.safetensors_name);
+                                 }),
+                   ")"));
+}
+
+const char* SafetensorsDTypeName(DType dtype) { return Info(dtype).safetensors_name; }
+
+size_t DTypeSize(DType dtype) { return Info(dtype).size; }
+
+absl::StatusOr<DType> FromProto(ddo::v1::DType dtype) {
+  for (const DTypeInfo& info : kDTypes) {
+    if (dtype == info.proto) {
+      return info.dtype;
+    }
+  }
+  if (dtype == ddo::v1::DTYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("dtype is not set (DTYPE_UNSPECIFIED)");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype value ", static_cast<int>(dtype)));
+}
+
+ddo::v1::DType ToProto(DType dtype) { return Info(dtype).proto; }
+
+absl::StatusOr<uint64_t> TensorByteSize(DType dtype, const std::vector<int64_t>& shape) {
+  bool empty = false;
+  for (const int64_t dim : shape) {
+    if (dim < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shape [", absl::StrJoin(shape, ", "), "] has a negative dimension"));
+    }
+    empty = empty || dim == 0;
+  }
+  if (empty) {
+    return uint64_t{0};
+  }
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  uint64_t bytes = DTypeSize(dtype);
+  for (const int64_t dim : shape) {
+    const uint64_t factor = static_cast<uint64_t>(dim);
+    if (bytes > kMax / factor) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape [", absl::StrJoin(shape, ", "), "] of ", SafetensorsDTypeName(dtype),
+                       " is too large (more than 2^64 - 1 bytes)"));
+    }
+    bytes *= factor;
+  }
+  return bytes;
+}
+
+}  // namespace ddo

@@ -1,0 +1,161 @@
+#include "daemon/store/manifest.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/common/posix_error.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/common/unique_fd.h"
+#include "daemon/server/runtime_dir.h"
+#include "nlohmann/json.hpp"
+
+namespace ddo {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kFormat[] = "ddo-pool-manifest";
+constexpr int kVersion = 1;
+
+std::string Checksum(const json& components) {
+  const std::string text = components.dump();
+  return absl::StrFormat("xxh3-64:%016x", XXH3_64bits(text.data(), text.size()));
+}
+
+json TensorToJson(const TensorEntry& tensor) {
+  return json{{"name", tensor.name},
+              {"dtype", SafetensorsDTypeName(tensor.dtype)},
+              {"shape", tensor.shape},
+              {"byte_size", tensor.byte_size},
+              {"module_path", tensor.module_path},
+              {"module_class", tensor.module_class},
+              {"unit", tensor.unit},
+              {"is_buffer", tensor.is_buffer},
+              {"offset", tensor.offset}};
+}
+
+absl::StatusOr<TensorEntry> TensorFromJson(const json& value) {
+  TensorEntry tensor;
+  try {
+    tensor.name = value.at("name").get<std::string>();
+    auto dtype = ParseSafetensorsDType(value.at("dtype").get<std::string>());
+    if (!dtype.ok()) return dtype.status();
+    tensor.dtype = *dtype;
+    tensor.shape = value.at("shape").get<std::vector<int64_t>>();
+    tensor.byte_size = value.at("byte_size").get<uint64_t>();
+    tensor.module_path = value.at("module_path").get<std::string>();
+    tensor.module_class = value.at("module_class").get<std::string>();
+    tensor.unit = value.at("unit").get<uint32_t>();
+    tensor.is_buffer = value.at("is_buffer").get<bool>();
+    tensor.offset = value.at("offset").get<uint64_t>();
+  } catch (const json::exception& error) {
+    return absl::DataLossError(absl::StrCat("bad tensor entry: ", error.what()));
+  }
+  return tensor;
+}
+
+// fsync of the directory makes the rename itself durable.
+absl::Status SyncDirectory(const std::string& directory) {
+  UniqueFd fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid() || ::fsync(fd.get()) != 0) {
+    return PosixError(absl::StrCat("fsync ", directory), errno);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteManifest(const std::string& path,
+                           const std::vector<ManifestComponent>& components) {
+  json list = json::array();
+  for (const ManifestComponent& component : components) {
+    json tensors = json::array();
+    for (const TensorEntry& tensor : component.tensors) tensors.push_back(TensorToJson(tensor));
+    list.push_back(json{{"cache_key", component.cache_key},
+                        {"component_id", component.component_id},
+                        {"structure_hash", component.structure_hash},
+                        {"content_hash", component.content_hash},
+                        {"segment_name", component.segment_name},
+                        {"segment_size", component.segment_size},
+                        {"tensors", std::move(tensors)}});
+  }
+  const json document{{"format", kFormat},
+                      {"version", kVersion},
+                      {"checksum", Checksum(list)},
+                      {"components", list}};
+  const std::string text = document.dump(1);
+
+  const std::string temporary = path + ".tmp";
+  UniqueFd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid()) {
+    return PosixError(absl::StrCat("open ", temporary), errno);
+  }
+  for (size_t written = 0; written < text.size();) {
+    const ssize_t n = ::write(fd.get(), text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return PosixError(absl::StrCat("write ", temporary), errno);
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) {
+    return PosixError(absl::StrCat("fsync ", temporary), errno);
+  }
+  fd.Reset();
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    return PosixError(absl::StrCat("rename ", temporary, " to ", path), errno);
+  }
+  return SyncDirectory(ParentDirectory(path));
+}
+
+absl::StatusOr<std::vector<ManifestComponent>> ReadManifest(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("no manifest at ", path));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  const json document = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded() || !document.is_object()) {
+    return absl::DataLossError(absl::StrCat(path, " is not valid JSON"));
+  }
+  if (document.value("format", "") != kFormat || document.value("version", 0) != kVersion) {
+    return absl::DataLossError(absl::StrCat(path, " is not a version ", kVersion, " ", kFormat));
+  }
+  const auto components = document.find("components");
+  const auto checksum = document.find("checksum");
+  if (components == document.end() || !components->is_array() || checksum == document.end() ||
+      !checksum->is_string()) {
+    return absl::DataLossError(absl::StrCat(path, " has no component list or checksum"));
+  }
+  if (Checksum(*components) != checksum->get<std::string>()) {
+    return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (torn or edited file)"));
+  }
+  std::vector<ManifestComponent> result;
+  for (const json& entry : *components) {
+    ManifestComponent component;
+    try {
+      component.cache_key = entry.at("cache_key").get<std::string>();
+      component.component_id = entry.at("component_id").get<std::string>();
+      component.structure_hash = entry.at("structure_hash").get<std::string>();
+      component.content_hash = entry.at("content_hash").get<std::string>();
+      component.segment_name = entry.at("segment_name").get<std::string>();
+      component.segment_size = entry.at("segment_size").get<uint64_t>();
+      for (const json& tensor : entry.at("tensors")) {
+        DDO_ASSIGN_OR_RETURN(TensorEntry parsed, TensorFromJson(tensor));
+        component.tensors.push_back(std::move(parsed));
+      }
+    } catch (const json::exception& error) {
+      return absl::DataLossError(absl::StrCat(path, ": bad component entry: ", error.what()));
+    }
+    result.push_back(std::move(component));
+  }
+  return result;
+}
+
+}  // namespace ddo

@@ -1,0 +1,38 @@
+// File: daemon/store/manifest.h
+//
+// The pool manifest: what a later ddod needs to adopt the segments this one leaves behind
+// (after a restart or a crash). One JSON file per pool, replaced atomically (write a temporary
+// file, fsync, rename) after every change, and protected by a checksum over its component list
+// so that a torn or edited file is recognised and not trusted.
+#ifndef DDO_DAEMON_STORE_MANIFEST_H_
+#define DDO_DAEMON_STORE_MANIFEST_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/store/tensor_table.h"
+
+namespace ddo {
+
+struct ManifestComponent {
+  std::string cache_key;
+  std::string component_id;
+  std::string structure_hash;
+  std::string content_hash;  // "" when the client gave none
+  std::string segment_name;
+  uint64_t segment_size = 0;
+  std::vector<TensorEntry> tensors;  // with offsets
+};
+
+// Replaces the manifest at `path` atomically.
+absl::Status WriteManifest(const std::string& path, const std::vector<ManifestComponent>& components);
+
+// NotFound when there is no manifest; DataLoss when it cannot be trusted (syntax, fields,
+// checksum), with the reason.
+absl::StatusOr<std::vector<ManifestComponent>> ReadManifest(const std::string& path);
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_STORE_MANIFEST_H_

@@ -1,0 +1,195 @@
+#include "daemon/store/parallel_reader.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <limits>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/posix_error.h"
+
+namespace ddo {
+namespace {
+
+// Linux transfers at most 0x7ffff000 bytes per read; stay well under it.
+constexpr uint64_t kMaxBytesPerSyscall = uint64_t{1} << 30;
+constexpr uint64_t kMaxOffset = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
+constexpr auto kProgressInterval = std::chrono::milliseconds(50);
+
+std::string Describe(absl::string_view path, int fd) {
+  return path.empty() ? absl::StrCat("fd ", fd) : std::string(path);
+}
+
+struct Chunk {
+  size_t job;
+  uint64_t offset_in_job;
+  uint64_t bytes;
+};
+
+// What the worker threads share.
+class ReadRun {
+ public:
+  ReadRun(const std::vector<ReadJob>& jobs, std::vector<Chunk> chunks,
+          const std::function<void(uint64_t)>& progress, const std::function<bool()>& cancelled)
+      : jobs_(jobs),
+        chunks_(std::move(chunks)),
+        progress_(progress),
+        cancelled_(cancelled),
+        last_report_(std::chrono::steady_clock::now()) {}
+
+  void Work() {
+    while (!stop_.load(std::memory_order_relaxed)) {
+      const size_t index = next_chunk_.fetch_add(1, std::memory_order_relaxed);
+      if (index >= chunks_.size()) {
+        return;
+      }
+      if (cancelled_ && cancelled_()) {
+        Fail(absl::CancelledError("reading was cancelled"));
+        return;
+      }
+      const Chunk& chunk = chunks_[index];
+      const ReadJob& job = jobs_[chunk.job];
+      absl::Status status = ReadFully(job.fd, job.file_offset + chunk.offset_in_job,
+                                      job.destination + chunk.offset_in_job, chunk.bytes,
+                                      job.path);
+      if (!status.ok()) {
+        Fail(std::move(status));
+        return;
+      }
+      bytes_done_.fetch_add(chunk.bytes, std::memory_order_relaxed);
+      MaybeReportProgress();
+    }
+  }
+
+  absl::Status result() {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    return first_error_;
+  }
+  uint64_t bytes_done() const { return bytes_done_.load(); }
+
+ private:
+  void Fail(absl::Status status) {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    if (first_error_.ok()) {
+      first_error_ = std::move(status);
+    }
+    stop_.store(true);
+  }
+
+  // Whoever finds the interval over reports; the others carry on reading rather than wait.
+  void MaybeReportProgress() {
+    if (!progress_) {
+      return;
+    }
+    std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_report_ < kProgressInterval) {
+      return;
+    }
+    last_report_ = now;
+    // Read under the lock so that reports never go backwards.
+    progress_(bytes_done_.load());
+  }
+
+  const std::vector<ReadJob>& jobs_;
+  const std::vector<Chunk> chunks_;
+  const std::function<void(uint64_t)>& progress_;
+  const std::function<bool()>& cancelled_;
+
+  std::atomic<size_t> next_chunk_{0};
+  std::atomic<uint64_t> bytes_done_{0};
+  std::atomic<bool> stop_{false};
+
+  std::mutex progress_mu_;
+  std::chrono::steady_clock::time_point last_report_;  // guarded by progress_mu_
+
+  std::mutex error_mu_;
+  absl::Status first_error_;  // guarded by error_mu_
+};
+
+}  // namespace
+
+absl::Status ReadFully(int fd, uint64_t file_offset, char* destination, uint64_t bytes,
+                       absl::string_view path) {
+  if (bytes == 0) {
+    return absl::OkStatus();
+  }
+  if (destination == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("read of ", Describe(path, fd), ": no destination"));
+  }
+  if (file_offset > kMaxOffset || bytes > kMaxOffset - file_offset) {
+    return absl::InvalidArgumentError(absl::StrCat("read of ", Describe(path, fd), ": range ",
+                                                   file_offset, "+", bytes, " is too large"));
+  }
+  uint64_t done = 0;
+  while (done < bytes) {
+    const size_t want = static_cast<size_t>(std::min(bytes - done, kMaxBytesPerSyscall));
+    const ssize_t got =
+        ::pread(fd, destination + done, want, static_cast<off_t>(file_offset + done));
+    if (got < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return PosixError(
+          absl::StrCat("read ", Describe(path, fd), " at offset ", file_offset + done), errno);
+    }
+    if (got == 0) {
+      return absl::DataLossError(absl::StrCat(
+          Describe(path, fd), " shrank while reading: it ends before offset ", file_offset + done,
+          " (wanted ", bytes, " bytes from offset ", file_offset, ")"));
+    }
+    done += static_cast<uint64_t>(got);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadInParallel(const std::vector<ReadJob>& jobs, int threads,
+                            const std::function<void(uint64_t)>& progress,
+                            const std::function<bool()>& cancelled, uint64_t chunk_bytes) {
+  if (chunk_bytes == 0) {
+    return absl::InvalidArgumentError("ReadInParallel: chunk_bytes must be > 0");
+  }
+  std::vector<Chunk> chunks;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const ReadJob& job = jobs[i];
+    for (uint64_t offset = 0; offset < job.bytes; offset += chunk_bytes) {
+      chunks.push_back(Chunk{i, offset, std::min(chunk_bytes, job.bytes - offset)});
+    }
+  }
+  const size_t worker_count =
+      std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(threads, 1)),
+                                           chunks.size()));
+
+  ReadRun run(jobs, std::move(chunks), progress, cancelled);
+  std::vector<std::thread> workers;
+  workers.reserve(worker_count - 1);
+  for (size_t i = 1; i < worker_count; ++i) {
+    try {
+      workers.emplace_back([&run] { run.Work(); });
+    } catch (const std::system_error&) {
+      break;  // Out of threads: the ones we have (at least this one) still finish the job.
+    }
+  }
+  run.Work();
+  for (std::thread& worker : workers) {
+    worker.join();
+  }
+
+  absl::Status status = run.result();
+  if (status.ok() && progress) {
+    progress(run.bytes_done());
+  }
+  return status;
+}
+
+}  // namespace ddo

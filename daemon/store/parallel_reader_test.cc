@@ -1,0 +1,156 @@
+#include "daemon/store/parallel_reader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "daemon/common/temp_dir_for_test.h"
+#include "daemon/common/unique_fd.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddo {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string RandomBytes(size_t size, uint32_t seed) {
+  std::mt19937 random(seed);
+  std::string bytes(size, '\0');
+  for (char& c : bytes) {
+    c = static_cast<char>(random() & 0xff);
+  }
+  return bytes;
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good());
+}
+
+class ParallelReaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.Join("data.bin");
+    // A few MiB and an odd tail so that chunks do not line up with the jobs.
+    contents_ = RandomBytes((3 << 20) + 12345, 42);
+    WriteFile(path_, contents_);
+    fd_ = UniqueFd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(fd_.valid());
+  }
+
+  // The whole file as jobs of uneven sizes (one empty), in an order other than the file's.
+  std::vector<ReadJob> JobsFor(std::string* destination) const {
+    destination->assign(contents_.size(), '\0');
+    const uint64_t a = 1000;
+    const uint64_t b = (1 << 20) + 7;
+    std::vector<ReadJob> jobs;
+    jobs.push_back({fd_.get(), a, destination->data() + a, b - a, path_});
+    jobs.push_back({fd_.get(), 0, destination->data(), a, path_});
+    jobs.push_back({fd_.get(), b, destination->data() + b, 0, path_});
+    jobs.push_back({fd_.get(), b, destination->data() + b, contents_.size() - b, path_});
+    return jobs;
+  }
+
+  TempDirForTest dir_;
+  std::string path_;
+  std::string contents_;
+  UniqueFd fd_;
+};
+
+TEST_F(ParallelReaderTest, ReadsEveryByteWithManySmallChunks) {
+  std::string destination;
+  const std::vector<ReadJob> jobs = JobsFor(&destination);
+  std::vector<uint64_t> reports;  // progress calls never overlap
+  const absl::Status status = ReadInParallel(
+      jobs, 4, [&](uint64_t done) { reports.push_back(done); }, [] { return false; },
+      /*chunk_bytes=*/4096);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(destination == contents_);
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.back(), contents_.size());
+  for (size_t i = 1; i < reports.size(); ++i) {
+    EXPECT_LE(reports[i - 1], reports[i]);
+  }
+}
+
+TEST_F(ParallelReaderTest, DefaultChunksAndEmptyCallbacks) {
+  std::string destination;
+  ASSERT_TRUE(ReadInParallel(JobsFor(&destination), 3, nullptr, nullptr).ok());
+  EXPECT_TRUE(destination == contents_);
+}
+
+TEST_F(ParallelReaderTest, NoJobsIsFine) {
+  uint64_t reported = 1;
+  EXPECT_TRUE(ReadInParallel({}, 4, [&](uint64_t done) { reported = done; }, nullptr).ok());
+  EXPECT_EQ(reported, 0u);
+}
+
+TEST_F(ParallelReaderTest, CancellationStopsTheRead) {
+  std::string destination;
+  std::atomic<int> asked{0};
+  uint64_t last_report = 0;
+  const absl::Status status = ReadInParallel(
+      JobsFor(&destination), 4, [&](uint64_t done) { last_report = done; },
+      [&] { return asked.fetch_add(1) >= 20; }, /*chunk_bytes=*/4096);
+  EXPECT_TRUE(absl::IsCancelled(status)) << status;
+  EXPECT_LT(last_report, contents_.size());  // no final report after a failure
+}
+
+TEST_F(ParallelReaderTest, CancelledBeforeStarting) {
+  std::string destination;
+  EXPECT_TRUE(absl::IsCancelled(
+      ReadInParallel(JobsFor(&destination), 2, nullptr, [] { return true; }, 4096)));
+}
+
+TEST_F(ParallelReaderTest, AFileShorterThanTheRangeIsDataLoss) {
+  std::string destination(8192, '\0');
+  const uint64_t offset = contents_.size() - 100;
+  const std::vector<ReadJob> jobs = {
+      {fd_.get(), 0, destination.data(), 4096, path_},
+      {fd_.get(), offset, destination.data() + 4096, 4096, path_},
+  };
+  const absl::Status status = ReadInParallel(jobs, 4, nullptr, nullptr, 1024);
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr(path_));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("shrank"));
+}
+
+TEST_F(ParallelReaderTest, ReadErrorsNameTheFile) {
+  char buffer[16];
+  const absl::Status status =
+      ReadInParallel({{-1, 0, buffer, sizeof(buffer), "/no/such.safetensors"}}, 1, nullptr,
+                     nullptr);
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()), HasSubstr("/no/such.safetensors"));
+}
+
+TEST_F(ParallelReaderTest, BadArguments) {
+  std::string destination;
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ReadInParallel(JobsFor(&destination), 2, nullptr, nullptr, /*chunk_bytes=*/0)));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ReadInParallel({{fd_.get(), 0, nullptr, 10, path_}}, 1, nullptr, nullptr)));
+  char buffer[16];
+  EXPECT_TRUE(absl::IsInvalidArgument(ReadInParallel(
+      {{fd_.get(), ~uint64_t{0} - 4, buffer, sizeof(buffer), path_}}, 1, nullptr, nullptr)));
+  // threads < 1 still reads, on the calling thread.
+  EXPECT_TRUE(ReadInParallel(JobsFor(&destination), 0, nullptr, nullptr, 65536).ok());
+  EXPECT_TRUE(destination == contents_);
+}
+
+TEST_F(ParallelReaderTest, ReadFullyReadsAnExactRange) {
+  std::string destination(5000, '\0');
+  ASSERT_TRUE(ReadFully(fd_.get(), 777, destination.data(), destination.size(), path_).ok());
+  EXPECT_TRUE(destination == contents_.substr(777, 5000));
+}
+
+}  // namespace
+}  // namespace ddo

@@ -1,0 +1,153 @@
+#include "daemon/store/tensor_table.h"
+
+#include <xxhash.h>
+
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "daemon/common/status_macros.h"
+
+namespace ddo {
+namespace {
+
+uint64_t AlignUp(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+// Streaming XXH3-64, owned.
+class Xxh3Hasher {
+ public:
+  Xxh3Hasher() : state_(XXH3_createState()) { XXH3_64bits_reset(state_); }
+  Xxh3Hasher(const Xxh3Hasher&) = delete;
+  Xxh3Hasher& operator=(const Xxh3Hasher&) = delete;
+  ~Xxh3Hasher() { XXH3_freeState(state_); }
+
+  void Update(const void* data, size_t size) { XXH3_64bits_update(state_, data, size); }
+  std::string Digest() const {
+    return absl::StrFormat("xxh3-64:%016x", XXH3_64bits_digest(state_));
+  }
+
+ private:
+  XXH3_state_t* state_;
+};
+
+// Field separator: NUL-separated fields cannot run into each other.
+constexpr absl::string_view kSeparator("\0", 1);
+
+}  // namespace
+
+absl::StatusOr<std::vector<TensorEntry>> TensorTableFromProto(
+    const google::protobuf::RepeatedPtrField<ddo::v1::TensorSpec>& specs) {
+  if (specs.empty()) {
+    return absl::InvalidArgumentError("the tensor table is empty");
+  }
+  std::vector<TensorEntry> tensors;
+  tensors.reserve(specs.size());
+  std::set<std::string> names;
+  for (const ddo::v1::TensorSpec& spec : specs) {
+    if (spec.name().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor #", tensors.size(), " of the table has no name"));
+    }
+    if (!names.insert(spec.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", spec.name(), "' appears twice in the table"));
+    }
+    TensorEntry entry;
+    entry.name = spec.name();
+    auto dtype = FromProto(spec.dtype());
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", spec.name(), "': ", dtype.status().message()));
+    }
+    entry.dtype = *dtype;
+    entry.shape.assign(spec.shape().begin(), spec.shape().end());
+    auto bytes = TensorByteSize(entry.dtype, entry.shape);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", spec.name(), "': ", bytes.status().message()));
+    }
+    if (*bytes != spec.byte_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", spec.name(), "': byte_size ", spec.byte_size(), " does not match its shape ",
+          "and dtype (", *bytes, " bytes)"));
+    }
+    entry.byte_size = spec.byte_size();
+    entry.module_path = spec.module_path();
+    entry.module_class = spec.module_class();
+    entry.unit = spec.unit();
+    entry.is_buffer = spec.is_buffer();
+    tensors.push_back(std::move(entry));
+  }
+  return tensors;
+}
+
+uint64_t LayOut(std::vector<TensorEntry>& tensors) {
+  // Units in order of first appearance; tensors of a unit in table order.
+  std::vector<uint32_t> unit_order;
+  std::map<uint32_t, std::vector<TensorEntry*>> members;
+  for (TensorEntry& tensor : tensors) {
+    auto& list = members[tensor.unit];
+    if (list.empty()) {
+      unit_order.push_back(tensor.unit);
+    }
+    list.push_back(&tensor);
+  }
+  uint64_t cursor = 0;
+  for (uint32_t unit : unit_order) {
+    cursor = AlignUp(cursor, kUnitAlignment);
+    for (TensorEntry* tensor : members[unit]) {
+      cursor = AlignUp(cursor, kTensorAlignment);
+      tensor->offset = cursor;
+      cursor += tensor->byte_size;
+    }
+  }
+  return cursor;
+}
+
+uint64_t TotalTensorBytes(const std::vector<TensorEntry>& tensors) {
+  uint64_t total = 0;
+  for (const TensorEntry& tensor : tensors) total += tensor.byte_size;
+  return total;
+}
+
+uint32_t CountUnits(const std::vector<TensorEntry>& tensors) {
+  std::set<uint32_t> units;
+  for (const TensorEntry& tensor : tensors) units.insert(tensor.unit);
+  return static_cast<uint32_t>(units.size());
+}
+
+std::string StructureHash(const std::vector<TensorEntry>& tensors) {
+  Xxh3Hasher hasher;
+  for (const TensorEntry& tensor : tensors) {
+    const std::string record =
+        absl::StrCat(tensor.name, kSeparator, SafetensorsDTypeName(tensor.dtype), kSeparator,
+                     absl::StrJoin(tensor.shape, ","), kSeparator, tensor.unit, "\n");
+    hasher.Update(record.data(), record.size());
+  }
+  return hasher.Digest();
+}
+
+std::string ContentHash(const std::vector<TensorEntry>& tensors, const char* base) {
+  Xxh3Hasher hasher;
+  for (const TensorEntry& tensor : tensors) {
+    hasher.Update(base + tensor.offset, tensor.byte_size);
+  }
+  return hasher.Digest();
+}
+
+void ToProto(const TensorEntry& tensor, ddo::v1::TensorSpec* spec) {
+  spec->set_name(tensor.name);
+  spec->set_dtype(ToProto(tensor.dtype));
+  for (int64_t dim : tensor.shape) spec->add_shape(dim);
+  spec->set_byte_size(tensor.byte_size);
+  spec->set_module_path(tensor.module_path);
+  spec->set_module_class(tensor.module_class);
+  spec->set_unit(tensor.unit);
+  spec->set_is_buffer(tensor.is_buffer);
+}
+
+}  // namespace ddo

@@ -1,0 +1,62 @@
+// File: daemon/store/tensor_table.h
+//
+// A component's tensor table: what each tensor is, which streaming unit it belongs to and
+// where it lives in the component's segment. The layout puts units contiguously, in the order
+// of their first appearance, so that one unit is one DMA; within a unit tensors keep their
+// order. Units start on 4 KiB boundaries and tensors on 256-byte boundaries (aligned for any
+// dtype and for vectorised copies).
+#ifndef DDO_DAEMON_STORE_TENSOR_TABLE_H_
+#define DDO_DAEMON_STORE_TENSOR_TABLE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/store/dtype.h"
+#include "ddo/v1/components.pb.h"
+#include "google/protobuf/repeated_field.h"
+
+namespace ddo {
+
+struct TensorEntry {
+  std::string name;
+  DType dtype = DType::kU8;
+  std::vector<int64_t> shape;
+  uint64_t byte_size = 0;
+  std::string module_path;
+  std::string module_class;
+  uint32_t unit = 0;
+  bool is_buffer = false;
+  // Offset in the component's segment (assigned by LayOut).
+  uint64_t offset = 0;
+};
+
+inline constexpr uint64_t kUnitAlignment = 4096;
+inline constexpr uint64_t kTensorAlignment = 256;
+
+// Validates a table from a request: names non-empty and unique, dtypes known, dimensions
+// non-negative, byte_size == product(shape) * dtype size. InvalidArgument names the tensor.
+absl::StatusOr<std::vector<TensorEntry>> TensorTableFromProto(
+    const google::protobuf::RepeatedPtrField<ddo::v1::TensorSpec>& specs);
+
+// Assigns offsets (see the file comment) and returns the bytes the layout spans.
+uint64_t LayOut(std::vector<TensorEntry>& tensors);
+
+// Sum of byte sizes.
+uint64_t TotalTensorBytes(const std::vector<TensorEntry>& tensors);
+
+// Number of distinct units.
+uint32_t CountUnits(const std::vector<TensorEntry>& tensors);
+
+// "xxh3-64:<16 hex>" of names, dtypes, shapes and units, in table order.
+std::string StructureHash(const std::vector<TensorEntry>& tensors);
+
+// "xxh3-64:<16 hex>" of the tensors' bytes, read from `base + offset`, in table order.
+std::string ContentHash(const std::vector<TensorEntry>& tensors, const char* base);
+
+void ToProto(const TensorEntry& tensor, ddo::v1::TensorSpec* spec);
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_STORE_TENSOR_TABLE_H_
