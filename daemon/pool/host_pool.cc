@@ -64,7 +64,8 @@ PoolUsage HostPool::Usage() const {
 absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes) {
   const uint64_t size = Footprint(bytes);
   DDO_RETURN_IF_ERROR(Reserve(size));
-  auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size);
+  auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size,
+                                       options_.populate_threads);
   if (!segment.ok()) {
     Release(size, false);
     return segment.status();

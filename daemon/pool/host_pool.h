@@ -67,6 +67,8 @@ struct PoolOptions {
   // Pin segments with cudaHostRegister (only when CUDA is usable).
   bool pin = false;
   int pretouch_threads = 4;
+  // Threads that allocate a new segment's pages.
+  int populate_threads = 4;
 };
 
 struct PoolUsage {

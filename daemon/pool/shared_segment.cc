@@ -5,8 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/posix_error.h"
@@ -26,6 +30,40 @@ absl::StatusOr<char*> MapShared(int fd, uint64_t size, const std::string& name) 
   return static_cast<char*>(data);
 }
 
+// Allocates and maps every page of the segment. MADV_POPULATE_WRITE (Linux 5.14) does it from
+// several threads at once and reports a full tmpfs as an error instead of a SIGBUS; older
+// kernels get one posix_fallocate, which does the same in one thread.
+absl::Status PopulatePages(char* data, uint64_t size, int threads, int fd) {
+  std::atomic<int> first_error{0};
+  const uint64_t chunks = std::max<uint64_t>(1, size / kSegmentGranularity);
+  threads = static_cast<int>(std::clamp<uint64_t>(threads, 1, chunks));
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      const uint64_t first = chunks * t / threads * kSegmentGranularity;
+      const uint64_t last = std::min(size, chunks * (t + 1) / threads * kSegmentGranularity);
+      if (last > first && ::madvise(data + first, last - first, MADV_POPULATE_WRITE) != 0) {
+        int expected = 0;
+        first_error.compare_exchange_strong(expected, errno);
+      }
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  int error = first_error.load();
+  if (error == EINVAL) {  // a kernel without MADV_POPULATE_WRITE
+    error = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+  }
+  if (error == EFAULT || error == ENOMEM || error == ENOSPC) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "/dev/shm has no room for ", size, " more bytes (see df /dev/shm; the pool budget is "
+        "larger than the tmpfs)"));
+  }
+  if (error != 0) {
+    return PosixError(absl::StrCat("allocate ", size, " bytes of shared memory"), error);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 uint64_t RoundUpToSegmentGranularity(uint64_t bytes) {
@@ -37,23 +75,31 @@ std::string SegmentPath(const std::string& name) {
   return absl::StrCat("/dev/shm/", name.substr(name.find_first_not_of('/')));
 }
 
-absl::StatusOr<SharedSegment> SharedSegment::Create(const std::string& name, uint64_t size) {
+absl::StatusOr<SharedSegment> SharedSegment::Create(const std::string& name, uint64_t size,
+                                                    int threads) {
   UniqueFd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd.valid()) {
     return PosixError(absl::StrCat("shm_open ", name), errno);
   }
-  // fallocate reserves the pages now, so running out of /dev/shm is an error here rather than
-  // a SIGBUS later in whoever touches the page first.
-  if (int error = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(size)); error != 0) {
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
+    const int error = errno;
     ::shm_unlink(name.c_str());
-    return PosixError(absl::StrCat("reserve ", size, " bytes for ", name, " in /dev/shm"), error);
+    return PosixError(absl::StrCat("size ", name, " to ", size, " bytes"), error);
   }
   auto data = MapShared(fd.get(), size, name);
   if (!data.ok()) {
     ::shm_unlink(name.c_str());
     return data.status();
   }
-  return SharedSegment(name, *data, size);
+  SharedSegment segment(name, *data, size);
+  // Allocate every page now, so that a full /dev/shm is an error here rather than a SIGBUS
+  // later in whoever touches the page first.
+  if (absl::Status allocated = PopulatePages(segment.data(), size, threads, fd.get());
+      !allocated.ok()) {
+    ::shm_unlink(name.c_str());
+    return allocated;
+  }
+  return segment;
 }
 
 absl::StatusOr<SharedSegment> SharedSegment::Open(const std::string& name) {

@@ -23,9 +23,11 @@ uint64_t RoundUpToSegmentGranularity(uint64_t bytes);
 
 class SharedSegment {
  public:
-  // Creates and maps a new segment of `size` bytes (a multiple of kSegmentGranularity).
-  // AlreadyExists when the name is taken.
-  static absl::StatusOr<SharedSegment> Create(const std::string& name, uint64_t size);
+  // Creates and maps a new segment of `size` bytes (a multiple of kSegmentGranularity), its
+  // pages allocated up front by `threads` threads. AlreadyExists when the name is taken;
+  // ResourceExhausted when /dev/shm has no room (never a SIGBUS later).
+  static absl::StatusOr<SharedSegment> Create(const std::string& name, uint64_t size,
+                                              int threads = 1);
 
   // Maps an existing segment (adoption after a restart); its size is whatever the file has.
   static absl::StatusOr<SharedSegment> Open(const std::string& name);

@@ -102,6 +102,7 @@ absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
   pool.pin = options.pin_cpu_memory && !wsl_forbids &&
              context_.gpus.backend == ComputeBackend::kCuda && HostPinningAvailable();
   pool.pretouch_threads = options.pin_workers;
+  pool.populate_threads = static_cast<int>(std::clamp(system.cpu_count, 2u, 16u));
   const std::string pool_dir =
       absl::StrCat(options.state_dir, "/pool-", pool.name_namespace);
   DDO_RETURN_IF_ERROR(EnsurePrivateDirectory(pool_dir));

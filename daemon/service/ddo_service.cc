@@ -26,6 +26,15 @@ void DdoService::BeginShutdown(const std::string& reason) {
   leases_.BeginShutdown(reason);
 }
 
+absl::Status DdoService::ReleaseIfLeaseEnded(const Lease& lease) {
+  if (leases_.Find(lease.id).ok()) {
+    return absl::OkStatus();
+  }
+  // The lease ended while the request ran: what the request created belongs to nobody.
+  store_.ReleaseLease(lease.id);
+  return absl::AbortedError(absl::StrCat("lease ", lease.id.substr(0, 8), " ended meanwhile"));
+}
+
 absl::Status DdoService::EnterCall() {
   in_flight_.fetch_add(1);
   if (shutting_down_.load()) {
@@ -162,6 +171,7 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext*,
   absl::StatusOr<RegisterResult> result = store_.Register(
       *lease, request->cache_key(), *std::move(tensors), request->content_hash());
   if (!result.ok()) return Finish(kMethod, result.status());
+  if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
   ToProto(result->component, response->mutable_component());
   response->set_warm_hit(result->warm_hit);
   if (!result->warm_hit) {
@@ -286,6 +296,7 @@ grpc::Status DdoService::Attach(grpc::ServerContext*, const ddo::v1::AttachReque
   if (!lease.ok()) return Finish(kMethod, lease.status());
   absl::StatusOr<HostAttachment> attached = store_.AttachHost(*lease, request->cache_key());
   if (!attached.ok()) return Finish(kMethod, attached.status());
+  if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
   response->set_session_id(attached->session_id);
   ToProto(attached->component, /*with_layout=*/true, response->mutable_component());
   return Finish(kMethod, absl::OkStatus());

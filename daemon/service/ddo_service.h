@@ -91,6 +91,9 @@ class DdoService final : public ddo::v1::Ddo::Service {
   absl::Status EnterCall();
   // Counts the outcome of `method` and converts it for gRPC.
   grpc::Status Finish(const char* method, const absl::Status& status);
+  // After a call created something for `lease`: when the lease ended meanwhile (its client
+  // died), releases what it owns and returns ABORTED.
+  absl::Status ReleaseIfLeaseEnded(const Lease& lease);
   // The answer of an RPC whose capability is not built yet.
   grpc::Status NotYet(const char* method, const char* capability);
 

@@ -56,13 +56,12 @@ absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name) {
       return info.dtype;
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype \"", name, "\" (valid: ",
-                   absl::StrJoin(kDTypes, ", ",
-                                 [](std::string* out, const DTypeInfo& info) {
-                                   out->append(info.safetensors_name);
-                                 }),
-                   ")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown dtype \"", name, "\" (valid: ",
+      absl::StrJoin(
+          kDTypes, ", ",
+          [](std::string* out, const DTypeInfo& info) { out->append(info.safetensors_name); }),
+      ")"));
 }
 
 const char* SafetensorsDTypeName(DType dtype) { return Info(dtype).safetensors_name; }
@@ -78,8 +77,7 @@ absl::StatusOr<DType> FromProto(ddo::v1::DType dtype) {
   if (dtype == ddo::v1::DTYPE_UNSPECIFIED) {
     return absl::InvalidArgumentError("dtype is not set (DTYPE_UNSPECIFIED)");
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype value ", static_cast<int>(dtype)));
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype value ", static_cast<int>(dtype)));
 }
 
 ddo::v1::DType ToProto(DType dtype) { return Info(dtype).proto; }
@@ -88,8 +86,8 @@ absl::StatusOr<uint64_t> TensorByteSize(DType dtype, const std::vector<int64_t>&
   bool empty = false;
   for (const int64_t dim : shape) {
     if (dim < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shape [", absl::StrJoin(shape, ", "), "] has a negative dimension"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape [", absl::StrJoin(shape, ", "), "] has a negative dimension"));
     }
     empty = empty || dim == 0;
   }
@@ -101,9 +99,9 @@ absl::StatusOr<uint64_t> TensorByteSize(DType dtype, const std::vector<int64_t>&
   for (const int64_t dim : shape) {
     const uint64_t factor = static_cast<uint64_t>(dim);
     if (bytes > kMax / factor) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shape [", absl::StrJoin(shape, ", "), "] of ", SafetensorsDTypeName(dtype),
-                       " is too large (more than 2^64 - 1 bytes)"));
+      return absl::InvalidArgumentError(absl::StrCat("shape [", absl::StrJoin(shape, ", "), "] of ",
+                                                     SafetensorsDTypeName(dtype),
+                                                     " is too large (more than 2^64 - 1 bytes)"));
     }
     bytes *= factor;
   }

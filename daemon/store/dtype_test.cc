@@ -12,9 +12,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr DType kAll[] = {DType::kF64,  DType::kF32, DType::kF16,    DType::kBF16, DType::kF8E4M3,
-                          DType::kF8E5M2, DType::kI64, DType::kI32,  DType::kI16,  DType::kI8,
-                          DType::kU8,   DType::kBool, DType::kU16,   DType::kU32,  DType::kU64};
+constexpr DType kAll[] = {DType::kF64,    DType::kF32,  DType::kF16, DType::kBF16, DType::kF8E4M3,
+                          DType::kF8E5M2, DType::kI64,  DType::kI32, DType::kI16,  DType::kI8,
+                          DType::kU8,     DType::kBool, DType::kU16, DType::kU32,  DType::kU64};
 
 TEST(DTypeTest, SafetensorsNamesAndSizes) {
   struct Expected {
@@ -23,11 +23,11 @@ TEST(DTypeTest, SafetensorsNamesAndSizes) {
     size_t size;
   };
   const Expected expected[] = {
-      {"F64", DType::kF64, 8},        {"F32", DType::kF32, 4},        {"F16", DType::kF16, 2},
-      {"BF16", DType::kBF16, 2},      {"F8_E4M3", DType::kF8E4M3, 1}, {"F8_E5M2", DType::kF8E5M2, 1},
-      {"I64", DType::kI64, 8},        {"I32", DType::kI32, 4},        {"I16", DType::kI16, 2},
-      {"I8", DType::kI8, 1},          {"U8", DType::kU8, 1},          {"BOOL", DType::kBool, 1},
-      {"U16", DType::kU16, 2},        {"U32", DType::kU32, 4},        {"U64", DType::kU64, 8},
+      {"F64", DType::kF64, 8},   {"F32", DType::kF32, 4},        {"F16", DType::kF16, 2},
+      {"BF16", DType::kBF16, 2}, {"F8_E4M3", DType::kF8E4M3, 1}, {"F8_E5M2", DType::kF8E5M2, 1},
+      {"I64", DType::kI64, 8},   {"I32", DType::kI32, 4},        {"I16", DType::kI16, 2},
+      {"I8", DType::kI8, 1},     {"U8", DType::kU8, 1},          {"BOOL", DType::kBool, 1},
+      {"U16", DType::kU16, 2},   {"U32", DType::kU32, 4},        {"U64", DType::kU64, 8},
   };
   for (const Expected& e : expected) {
     auto parsed = ParseSafetensorsDType(e.name);

@@ -56,8 +56,7 @@ class ReadRun {
       const Chunk& chunk = chunks_[index];
       const ReadJob& job = jobs_[chunk.job];
       absl::Status status = ReadFully(job.fd, job.file_offset + chunk.offset_in_job,
-                                      job.destination + chunk.offset_in_job, chunk.bytes,
-                                      job.path);
+                                      job.destination + chunk.offset_in_job, chunk.bytes, job.path);
       if (!status.ok()) {
         Fail(std::move(status));
         return;
@@ -166,9 +165,8 @@ absl::Status ReadInParallel(const std::vector<ReadJob>& jobs, int threads,
       chunks.push_back(Chunk{i, offset, std::min(chunk_bytes, job.bytes - offset)});
     }
   }
-  const size_t worker_count =
-      std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(threads, 1)),
-                                           chunks.size()));
+  const size_t worker_count = std::max<size_t>(
+      1, std::min<size_t>(static_cast<size_t>(std::max(threads, 1)), chunks.size()));
 
   ReadRun run(jobs, std::move(chunks), progress, cancelled);
   std::vector<std::thread> workers;

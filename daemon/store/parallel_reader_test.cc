@@ -89,7 +89,9 @@ TEST_F(ParallelReaderTest, DefaultChunksAndEmptyCallbacks) {
 
 TEST_F(ParallelReaderTest, NoJobsIsFine) {
   uint64_t reported = 1;
-  EXPECT_TRUE(ReadInParallel({}, 4, [&](uint64_t done) { reported = done; }, nullptr).ok());
+  EXPECT_TRUE(ReadInParallel(
+                  {}, 4, [&](uint64_t done) { reported = done; }, nullptr)
+                  .ok());
   EXPECT_EQ(reported, 0u);
 }
 
@@ -106,8 +108,8 @@ TEST_F(ParallelReaderTest, CancellationStopsTheRead) {
 
 TEST_F(ParallelReaderTest, CancelledBeforeStarting) {
   std::string destination;
-  EXPECT_TRUE(absl::IsCancelled(
-      ReadInParallel(JobsFor(&destination), 2, nullptr, [] { return true; }, 4096)));
+  EXPECT_TRUE(absl::IsCancelled(ReadInParallel(
+      JobsFor(&destination), 2, nullptr, [] { return true; }, 4096)));
 }
 
 TEST_F(ParallelReaderTest, AFileShorterThanTheRangeIsDataLoss) {
@@ -125,9 +127,8 @@ TEST_F(ParallelReaderTest, AFileShorterThanTheRangeIsDataLoss) {
 
 TEST_F(ParallelReaderTest, ReadErrorsNameTheFile) {
   char buffer[16];
-  const absl::Status status =
-      ReadInParallel({{-1, 0, buffer, sizeof(buffer), "/no/such.safetensors"}}, 1, nullptr,
-                     nullptr);
+  const absl::Status status = ReadInParallel(
+      {{-1, 0, buffer, sizeof(buffer), "/no/such.safetensors"}}, 1, nullptr, nullptr);
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(std::string(status.message()), HasSubstr("/no/such.safetensors"));
 }

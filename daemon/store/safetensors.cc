@@ -39,8 +39,7 @@ absl::Status FileError(absl::string_view path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
 }
 
-absl::Status TensorError(absl::string_view path, absl::string_view tensor,
-                         absl::string_view what) {
+absl::Status TensorError(absl::string_view path, absl::string_view tensor, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", tensor, "': ", what));
 }
 
@@ -123,9 +122,9 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-absl::StatusOr<SafetensorsTensor> ParseTensorEntry(const std::string& path,
-                                                   const std::string& name, const Json& entry,
-                                                   uint64_t data_start, uint64_t file_size) {
+absl::StatusOr<SafetensorsTensor> ParseTensorEntry(const std::string& path, const std::string& name,
+                                                   const Json& entry, uint64_t data_start,
+                                                   uint64_t file_size) {
   if (!entry.is_object()) {
     return TensorError(path, name, absl::StrCat("entry is ", Quote(entry), ", not an object"));
   }
@@ -169,8 +168,7 @@ absl::StatusOr<SafetensorsTensor> ParseTensorEntry(const std::string& path,
   }
   if (!offsets->is_array() || offsets->size() != 2) {
     return TensorError(path, name,
-                       absl::StrCat("\"data_offsets\" is ", Quote(*offsets),
-                                    ", not [begin, end]"));
+                       absl::StrCat("\"data_offsets\" is ", Quote(*offsets), ", not [begin, end]"));
   }
   auto begin = NonNegativeInteger((*offsets)[0], "data_offsets[0]");
   if (!begin.ok()) {
@@ -190,16 +188,16 @@ absl::StatusOr<SafetensorsTensor> ParseTensorEntry(const std::string& path,
     return TensorError(path, name, byte_size.status().message());
   }
   if (*byte_size != *end - *begin) {
-    return TensorError(path, name,
-                       absl::StrCat(SafetensorsDTypeName(tensor.dtype), " ",
-                                    ShapeText(tensor.shape), " needs ", *byte_size,
-                                    " bytes but ", offsets_text, " span ", *end - *begin));
+    return TensorError(
+        path, name,
+        absl::StrCat(SafetensorsDTypeName(tensor.dtype), " ", ShapeText(tensor.shape), " needs ",
+                     *byte_size, " bytes but ", offsets_text, " span ", *end - *begin));
   }
   const uint64_t data_bytes = file_size - data_start;  // the caller checked data_start
   if (*end > data_bytes) {
     return TensorError(path, name,
-                       absl::StrCat(offsets_text, " run past the end of the file (its data "
-                                    "section holds ", data_bytes, " bytes)"));
+                       absl::StrCat(offsets_text, " run past the end of the file (", data_bytes,
+                                    " bytes of data)"));
   }
   tensor.file_offset = data_start + *begin;
   tensor.byte_size = *byte_size;
@@ -265,10 +263,9 @@ absl::StatusOr<UniqueFd> OpenRegularFile(const std::string& path, uint64_t* size
 
 absl::Status RequireAbsolute(absl::string_view what, const std::string& path) {
   if (path.empty() || path[0] != '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " must be an absolute path (ddod's working directory is not the "
-                           "client's): \"",
-                     Printable(path), "\""));
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be an absolute path, not \"",
+                                                   Printable(path),
+                                                   "\" (ddod's working directory is not yours)"));
   }
   return absl::OkStatus();
 }
@@ -337,14 +334,14 @@ absl::StatusOr<std::string> ReadIndexText(const std::string& path) {
 }
 
 // `owner` maps every tensor name to the index of the file that holds it.
-absl::Status ValidateIndex(const std::string& index_path,
-                           const std::vector<SafetensorsFile>& files,
+absl::Status ValidateIndex(const std::string& index_path, const std::vector<SafetensorsFile>& files,
                            const std::map<FileId, size_t>& file_by_id,
                            const std::unordered_map<std::string, size_t>& owner) {
   DDO_ASSIGN_OR_RETURN(const std::string text, ReadIndexText(index_path));
   const Json index = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded()) {
-    return FileError(index_path, absl::StrCat("index is not valid JSON: ", DescribeJsonError(text)));
+    return FileError(index_path,
+                     absl::StrCat("index is not valid JSON: ", DescribeJsonError(text)));
   }
   if (!index.is_object()) {
     return FileError(index_path, absl::StrCat("index is ", Quote(index), ", not an object"));
@@ -368,9 +365,8 @@ absl::Status ValidateIndex(const std::string& index_path,
       auto info = Stat(absl::StrCat(index_folder, "/", shard));
       const auto file = info.ok() ? file_by_id.find(IdOf(*info)) : file_by_id.end();
       if (shard.empty() || file == file_by_id.end()) {
-        return FileError(index_path,
-                         absl::StrCat("weight_map lists shard '", Printable(shard),
-                                      "', which is not among the files being loaded"));
+        return FileError(index_path, absl::StrCat("weight_map lists shard '", Printable(shard),
+                                                  "', which is not among the files being loaded"));
       }
       known = file_by_shard_name.emplace(shard, file->second).first;
     }
@@ -378,9 +374,8 @@ absl::Status ValidateIndex(const std::string& index_path,
     listed_files.insert(shard_file);
     const auto holder = owner.find(tensor);
     if (holder == owner.end()) {
-      return FileError(index_path,
-                       absl::StrCat("weight_map lists tensor '", tensor, "' in shard '", shard,
-                                    "', but no file being loaded holds it"));
+      return FileError(index_path, absl::StrCat("weight_map lists tensor '", tensor, "' in shard '",
+                                                shard, "', but no file being loaded holds it"));
     }
     if (holder->second != shard_file) {
       return FileError(index_path,
@@ -390,15 +385,15 @@ absl::Status ValidateIndex(const std::string& index_path,
   }
   for (size_t i = 0; i < files.size(); ++i) {
     if (listed_files.count(i) == 0) {
-      return FileError(index_path, absl::StrCat("weight_map does not list shard ",
-                                                files[i].path, ", which is being loaded"));
+      return FileError(index_path, absl::StrCat("weight_map does not list shard ", files[i].path,
+                                                ", which is being loaded"));
     }
   }
   for (const SafetensorsFile& file : files) {
     for (const SafetensorsTensor& tensor : file.tensors) {
       if (!weight_map->contains(tensor.name)) {
-        return FileError(index_path, absl::StrCat("weight_map lacks tensor '", tensor.name,
-                                                  "' of ", file.path));
+        return FileError(
+            index_path, absl::StrCat("weight_map lacks tensor '", tensor.name, "' of ", file.path));
       }
     }
   }
@@ -415,9 +410,9 @@ absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(const std::string& path,
   file.file_size = file_size;
   file.data_start = kLengthPrefixBytes + header_json.size();
   if (file.data_start > file_size) {
-    return FileError(path, absl::StrCat("header (", header_json.size(),
-                                        " bytes) runs past the end of the file (", file_size,
-                                        " bytes)"));
+    return FileError(path,
+                     absl::StrCat("header (", header_json.size(),
+                                  " bytes) runs past the end of the file (", file_size, " bytes)"));
   }
 
   // JSON objects may repeat a key and nlohmann keeps the last: notice repeated tensor names.
@@ -434,8 +429,8 @@ absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(const std::string& path,
   const Json header = Json::parse(header_json.begin(), header_json.end(), note_repeats,
                                   /*allow_exceptions=*/false);
   if (header.is_discarded()) {
-    return FileError(path, absl::StrCat("header is not valid JSON: ",
-                                        DescribeJsonError(header_json)));
+    return FileError(path,
+                     absl::StrCat("header is not valid JSON: ", DescribeJsonError(header_json)));
   }
   if (!header.is_object()) {
     return FileError(path, absl::StrCat("header is ", Quote(header), ", not a JSON object"));
@@ -470,8 +465,8 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path) {
   uint64_t file_size = 0;
   DDO_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularFile(path, &file_size));
   if (file_size < kLengthPrefixBytes + kMinHeaderBytes) {
-    return FileError(path, absl::StrCat("file is ", file_size,
-                                        " bytes, too short for a safetensors header"));
+    return FileError(
+        path, absl::StrCat("file is ", file_size, " bytes, too short for a safetensors header"));
   }
   unsigned char prefix[kLengthPrefixBytes] = {};
   DDO_RETURN_IF_ERROR(
@@ -491,8 +486,7 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path) {
   }
   if (header_bytes > file_size - kLengthPrefixBytes) {
     return FileError(path, absl::StrCat("header length ", header_bytes,
-                                        " runs past the end of the file (", file_size,
-                                        " bytes)"));
+                                        " runs past the end of the file (", file_size, " bytes)"));
   }
   std::string header(header_bytes, '\0');
   DDO_RETURN_IF_ERROR(ReadFully(fd.get(), kLengthPrefixBytes, header.data(), header_bytes, path));

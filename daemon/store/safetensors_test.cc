@@ -61,8 +61,9 @@ void WriteModel(const std::string& path, const std::vector<TestTensor>& tensors,
     auto dtype = ParseSafetensorsDType(tensor.dtype);
     ASSERT_TRUE(dtype.ok());
     const uint64_t bytes = *TensorByteSize(*dtype, tensor.shape);
-    header[tensor.name] = {
-        {"dtype", tensor.dtype}, {"shape", tensor.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[tensor.name] = {{"dtype", tensor.dtype},
+                           {"shape", tensor.shape},
+                           {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   if (!metadata.empty()) {
@@ -222,29 +223,29 @@ TEST(SafetensorsFileTest, BadHeaders) {
        8, "w", "more than once"},
       {"missing dtype", R"({"w": {"shape": [1], "data_offsets": [0, 4]}})", 8, "w",
        "\"dtype\" is missing"},
-      {"dtype not a string", R"({"w": {"dtype": 4, "shape": [1], "data_offsets": [0, 4]}})", 8,
-       "w", "\"dtype\" is 4, not a string"},
-      {"unknown dtype", R"({"w": {"dtype": "F12", "shape": [1], "data_offsets": [0, 4]}})", 8,
-       "w", "unknown dtype \"F12\""},
+      {"dtype not a string", R"({"w": {"dtype": 4, "shape": [1], "data_offsets": [0, 4]}})", 8, "w",
+       "\"dtype\" is 4, not a string"},
+      {"unknown dtype", R"({"w": {"dtype": "F12", "shape": [1], "data_offsets": [0, 4]}})", 8, "w",
+       "unknown dtype \"F12\""},
       {"missing shape", R"({"w": {"dtype": "F32", "data_offsets": [0, 4]}})", 8, "w",
        "\"shape\" is missing"},
       {"shape not an array", R"({"w": {"dtype": "F32", "shape": 1, "data_offsets": [0, 4]}})", 8,
        "w", "\"shape\" is 1, not an array"},
-      {"negative dimension", R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})",
-       8, "w", "shape[0] is negative"},
+      {"negative dimension", R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 8,
+       "w", "shape[0] is negative"},
       {"fractional dimension",
        R"({"w": {"dtype": "F32", "shape": [1, 1.5], "data_offsets": [0, 4]}})", 8, "w",
        "shape[1] is not a non-negative integer"},
       {"float dimension", R"({"w": {"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]}})", 8,
        "w", "shape[0] is not a non-negative integer"},
-      {"string dimension", R"({"w": {"dtype": "F32", "shape": ["1"], "data_offsets": [0, 4]}})",
-       8, "w", "shape[0] is not a non-negative integer"},
+      {"string dimension", R"({"w": {"dtype": "F32", "shape": ["1"], "data_offsets": [0, 4]}})", 8,
+       "w", "shape[0] is not a non-negative integer"},
       {"dimension past int64",
-       R"({"w": {"dtype": "U8", "shape": [9223372036854775808], "data_offsets": [0, 4]}})", 8,
-       "w", "shape[0] = 9223372036854775808 is too large"},
+       R"({"w": {"dtype": "U8", "shape": [9223372036854775808], "data_offsets": [0, 4]}})", 8, "w",
+       "shape[0] = 9223372036854775808 is too large"},
       {"size overflow",
-       R"({"w": {"dtype": "U64", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})",
-       8, "w", "too large"},
+       R"({"w": {"dtype": "U64", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})", 8,
+       "w", "too large"},
       {"missing data_offsets", R"({"w": {"dtype": "F32", "shape": [1]}})", 8, "w",
        "\"data_offsets\" is missing"},
       {"data_offsets not an array",
@@ -256,15 +257,15 @@ TEST(SafetensorsFileTest, BadHeaders) {
        "w", "not [begin, end]"},
       {"negative offset", R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}})", 8,
        "w", "data_offsets[0] is negative"},
-      {"float offset", R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4.0]}})", 8,
-       "w", "data_offsets[1] is not a non-negative integer"},
+      {"float offset", R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4.0]}})", 8, "w",
+       "data_offsets[1] is not a non-negative integer"},
       {"offset past uint64",
-       R"({"w": {"dtype": "U8", "shape": [0], "data_offsets": [0, 18446744073709551616]}})", 8,
-       "w", "data_offsets[1] is not a non-negative integer"},
+       R"({"w": {"dtype": "U8", "shape": [0], "data_offsets": [0, 18446744073709551616]}})", 8, "w",
+       "data_offsets[1] is not a non-negative integer"},
       {"end before begin", R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}})", 8,
        "w", "end before they begin"},
-      {"size mismatch", R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", 8,
-       "w", "F32 [2] needs 8 bytes but data_offsets [0, 4] span 4"},
+      {"size mismatch", R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", 8, "w",
+       "F32 [2] needs 8 bytes but data_offsets [0, 4] span 4"},
       {"past the end of the file",
        R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 4, "w",
        "run past the end of the file"},
@@ -347,8 +348,7 @@ TEST_F(SafetensorsSetTest, ExplicitIndexWithFileInputsAndDuplicatesLoadedOnce) {
   const std::string folder = MakeShardedFolder("unet");
   const std::string shard1 = folder + "/model-00001-of-00002.safetensors";
   const std::string shard2 = folder + "/./model-00002-of-00002.safetensors";
-  auto set = OpenSafetensorsSet({shard2, shard1, folder},
-                                folder + "/model.safetensors.index.json");
+  auto set = OpenSafetensorsSet({shard2, shard1, folder}, folder + "/model.safetensors.index.json");
   ASSERT_TRUE(set.ok()) << set.status();
   ASSERT_EQ(set->files.size(), 2u);
   EXPECT_EQ(set->files[0].path, folder + "/model-00002-of-00002.safetensors");

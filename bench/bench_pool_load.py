@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Cold load of a large safetensors file into ddod's host pool, against the anchor.
+
+Measured in one run, on one file (page cache warm):
+  * ddod: LoadSafetensors (parallel positional reads straight into the shared-memory pool,
+    then page-locking when CUDA is usable), as a client sees it;
+  * anchor: safetensors.torch.load_file() followed by pin_memory() of every tensor (the pin
+    only where CUDA is available), which is what a runner does today;
+  * bound: one large in-memory copy (torch), the speed of moving bytes at all;
+  * warm attach: a fresh Python process that imports the client, connects and attaches the
+    component (zero-copy views of every tensor), from process start to done.
+
+    bench/bench_pool_load.py --ddod build/bin/ddod [--size-gb 4] [--dir /tmp/ddo-bench]
+
+Prints a table and writes the figures as JSON (--json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "client-python" / "src"))
+
+from diffusers_dynamic_offloader import DdoClient  # noqa: E402
+
+TENSOR_BYTES = 64 << 20  # 64 MiB per tensor, bf16
+
+
+def write_safetensors(path: Path, size_bytes: int) -> int:
+    """Writes a bf16 safetensors file of about size_bytes; returns the tensor bytes."""
+    count = max(1, size_bytes // TENSOR_BYTES)
+    elements = TENSOR_BYTES // 2
+    header = {}
+    offset = 0
+    for i in range(count):
+        header[f"blocks.{i}.weight"] = {
+            "dtype": "BF16",
+            "shape": [elements // 4096, 4096],
+            "data_offsets": [offset, offset + TENSOR_BYTES],
+        }
+        offset += TENSOR_BYTES
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    generator = torch.Generator().manual_seed(0)
+    with open(path, "wb") as out:
+        out.write(struct.pack("<Q", len(text)))
+        out.write(text)
+        for _ in range(count):
+            chunk = torch.randint(0, 256, (TENSOR_BYTES,), dtype=torch.uint8, generator=generator)
+            out.write(chunk.numpy().tobytes())
+    return offset
+
+
+def warm_page_cache(path: Path) -> None:
+    with open(path, "rb") as source:
+        while source.read(64 << 20):
+            pass
+
+
+def copy_bound_gbps(size_bytes: int) -> float:
+    source = torch.empty(size_bytes, dtype=torch.uint8).fill_(1)
+    target = torch.empty_like(source)
+    target.copy_(source)  # fault the pages in first
+    started = time.perf_counter()
+    target.copy_(source)
+    return size_bytes / (time.perf_counter() - started) / 1e9
+
+
+def anchor(path: Path) -> dict:
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        return {"available": False, "why": "the safetensors package is not installed here"}
+    started = time.perf_counter()
+    state = load_file(str(path))
+    loaded = time.perf_counter()
+    pinned = False
+    if torch.cuda.is_available():
+        state = {name: tensor.pin_memory() for name, tensor in state.items()}
+        pinned = True
+    done = time.perf_counter()
+    del state
+    return {
+        "available": True,
+        "load_s": loaded - started,
+        "pin_s": done - loaded,
+        "total_s": done - started,
+        "pinned": pinned,
+    }
+
+
+ATTACH_CHILD = r"""
+import time
+started = time.perf_counter()
+import json, sys
+import torch
+torch_imported = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+from diffusers_dynamic_offloader import DdoClient
+imported = time.perf_counter()
+client = DdoClient.connect()
+connected = time.perf_counter()
+attached = client.attach(sys.argv[2])
+checksum = sum(float(t.view(-1)[0].float()) for t in attached.tensors.values())
+done = time.perf_counter()
+print(json.dumps({"torch_import_s": torch_imported - started,
+                  "import_s": imported - torch_imported, "connect_s": connected - imported,
+                  "attach_s": done - connected, "tensors": len(attached.tensors)}))
+attached.close()
+client.close()
+"""
+
+
+def warm_attach(address: str, key: str, runs: int) -> dict:
+    results = []
+    env = dict(os.environ, DDO_DAEMON=address)
+    for _ in range(runs):
+        started = time.perf_counter()
+        child = subprocess.run(
+            [sys.executable, "-c", ATTACH_CHILD, str(REPO / "client-python" / "src"), key],
+            env=env, check=True, capture_output=True, text=True)
+        wall = time.perf_counter() - started
+        figures = json.loads(child.stdout.strip().splitlines()[-1])
+        figures["process_wall_s"] = wall
+        results.append(figures)
+    return {name: statistics.median(r[name] for r in results) for name in results[0]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ddod", required=True, help="the ddod binary")
+    parser.add_argument("--size-gb", type=float, default=4.0, help="file size in GiB (4)")
+    parser.add_argument("--dir", default="", help="where the file and socket go (a temp dir)")
+    parser.add_argument("--runs", type=int, default=3, help="warm attach runs (median)")
+    parser.add_argument("--json", default="", help="also write the figures here")
+    args = parser.parse_args()
+
+    work = Path(args.dir or tempfile.mkdtemp(prefix="ddo-bench-", dir="/tmp"))
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "model.safetensors"
+    size = int(args.size_gb * (1 << 30))
+    if not path.exists() or path.stat().st_size < size:
+        print(f"writing {path} ({args.size_gb:g} GiB)...", flush=True)
+        write_safetensors(path, size)
+    tensor_bytes = path.stat().st_size
+    warm_page_cache(path)
+
+    socket = work / "ddod.sock"
+    budget = 2 * args.size_gb + 2
+    ddod = subprocess.Popen([args.ddod, "--preset", "warm_process", "--socket", str(socket),
+                             "--state-dir", str(work / "state"), "--discard",
+                             "--ram-budget-gb", f"{budget:g}", "--log-level", "warn"])
+    try:
+        for _ in range(200):
+            if socket.exists():
+                break
+            time.sleep(0.05)
+        address = f"unix:{socket}"
+        client = DdoClient.connect(address, timeout=600)
+        info = client.info()
+        started = time.perf_counter()
+        component = client.load_safetensors("bench/model", [path], progress=False)
+        ddo_s = time.perf_counter() - started
+        pinned = client.stats().pool.pinned_bytes > 0
+        attach = warm_attach(address, "bench/model", args.runs)
+        client.close()
+    finally:
+        ddod.terminate()
+        ddod.wait(30)
+
+    anchor_figures = anchor(path)
+    bound = copy_bound_gbps(min(tensor_bytes, 2 << 30))
+    gb = tensor_bytes / 1e9
+    figures = {
+        "machine": {"cpus": os.cpu_count(), "backend": info.backend_detail,
+                    "torch": torch.__version__, "python": sys.version.split()[0]},
+        "file_bytes": tensor_bytes,
+        "ddo": {"seconds": ddo_s, "gbps": gb / ddo_s, "pinned": pinned},
+        "anchor": anchor_figures,
+        "copy_bound_gbps": bound,
+        "warm_attach": attach,
+    }
+    print()
+    print(f"file: {tensor_bytes / (1 << 30):.2f} GiB, page cache warm; {info.backend_detail}")
+    print(f"{'':34} {'seconds':>8} {'GB/s':>7}")
+    print(f"{'ddod LoadSafetensors':34} {ddo_s:8.2f} {gb / ddo_s:7.2f}"
+          f"   {'pinned' if pinned else 'not pinned (no CUDA)'}")
+    if anchor_figures["available"]:
+        a = anchor_figures
+        label = "safetensors load_file + pin_memory" if a["pinned"] else "safetensors load_file"
+        print(f"{label:34} {a['total_s']:8.2f} {gb / a['total_s']:7.2f}"
+              f"   (load {a['load_s']:.2f} s, pin {a['pin_s']:.2f} s)")
+        print(f"{'ratio (anchor / ddod time)':34} {a['total_s'] / ddo_s:8.2f}x")
+    else:
+        print(f"anchor: {anchor_figures['why']}")
+    print(f"{'bound: in-memory copy (torch)':34} {'':8} {bound:7.2f}")
+    print(f"warm attach, fresh process (median of {args.runs}): "
+          f"{attach['process_wall_s']:.3f} s wall: import torch {attach['torch_import_s']:.3f} s, "
+          f"import ddo {attach['import_s']:.3f} s, connect {attach['connect_s']:.3f} s, attach "
+          f"{attach['attach_s']:.3f} s ({attach['tensors']} tensors)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
