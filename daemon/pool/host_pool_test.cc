@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "daemon/pool/host_pinning.h"
 #include "daemon/session/lease_registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -78,6 +79,35 @@ TEST(HostPoolTest, TwoPoolsNeverShareNames) {
   HostPool a(Options(4 << 20));
   HostPool b(Options(4 << 20));
   EXPECT_NE(a.name_prefix(), b.name_prefix());
+}
+
+}  // namespace
+}  // namespace ddo
+
+namespace ddo {
+namespace {
+
+// Runs everywhere: on the GPU machine it pins for real, elsewhere it checks the refusal.
+TEST(HostPoolTest, PinningFollowsTheMachine) {
+  PoolOptions options = Options(8ull << 20);
+  options.pin = true;
+  HostPool pool(options);
+  auto segment = pool.Allocate(3 << 20);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  (*segment)->MarkDiscarded();
+  const absl::Status pinned = (*segment)->Pin();
+  if (!HostPinningAvailable()) {
+    EXPECT_FALSE(pinned.ok());
+    EXPECT_FALSE((*segment)->pinned());
+    EXPECT_EQ(pool.Usage().pinned_bytes, 0u);
+    return;
+  }
+  ASSERT_TRUE(pinned.ok()) << pinned;
+  EXPECT_TRUE((*segment)->pinned());
+  EXPECT_EQ(pool.Usage().pinned_bytes, 4u << 20);
+  EXPECT_TRUE((*segment)->Pin().ok()) << "idempotent";
+  segment->reset();
+  EXPECT_EQ(pool.Usage().pinned_bytes, 0u);
 }
 
 }  // namespace
