@@ -5,7 +5,9 @@
 #include <map>
 #include "absl/strings/string_view.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
@@ -138,12 +140,13 @@ absl::Status ApplyDisablePinOnWsl(absl::string_view, absl::string_view value, Da
 }
 
 absl::Status ApplyPinWorkers(absl::string_view what, absl::string_view value, DaemonOptions& o) {
-  DDO_ASSIGN_OR_RETURN(double workers, ParseNonNegativeNumber(what, value));
-  if (workers < 1 || workers > 256 || workers != static_cast<int>(workers)) {
+  int workers = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(value), &workers) || workers < 1 ||
+      workers > 256) {
     return absl::InvalidArgumentError(absl::StrCat("invalid value '", value, "' for ", what,
                                                    ": expected a whole number from 1 to 256"));
   }
-  o.pin_workers = static_cast<int>(workers);
+  o.pin_workers = workers;
   return absl::OkStatus();
 }
 

@@ -39,8 +39,22 @@ TEST(DaemonOptionsTest, Defaults) {
   EXPECT_EQ(options->log_level, spdlog::level::info);
   EXPECT_FALSE(options->ram_budget_gb.has_value());
   EXPECT_FALSE(options->parent_pid.has_value());
-  // one_shot_fast (what auto resolves to) sets the RAM headroom to 8 GiB.
+  // one_shot_fast (what auto resolves to) sets the RAM headroom to 8 GiB and pins.
   EXPECT_DOUBLE_EQ(options->system_ram_headroom_gb, 8);
+  EXPECT_TRUE(options->pin_cpu_memory);
+  EXPECT_TRUE(options->disable_pin_on_wsl);
+  EXPECT_EQ(options->pin_workers, 4);
+  EXPECT_FALSE(options->discard_pool);
+}
+
+TEST(DaemonOptionsTest, PoolSwitches) {
+  EXPECT_TRUE(Resolve({"--discard"})->discard_pool);
+  EXPECT_TRUE(Resolve({"--parent-pid", "99"})->discard_pool) << "embedded daemons discard";
+  EXPECT_FALSE(Resolve({"--preset", "low_ram_safe"})->pin_cpu_memory);
+  auto pinned = Resolve({"--preset", "low_ram_safe"}, {{"DDO_PIN_CPU_MEMORY", "yes"},
+                                                      {"DDO_PIN_CPU_WORKERS", "8"}});
+  EXPECT_TRUE(pinned->pin_cpu_memory) << "the environment beats the preset";
+  EXPECT_EQ(pinned->pin_workers, 8);
 }
 
 TEST(DaemonOptionsTest, PresetWithoutHeadroomKeepsTheBuiltInDefault) {
@@ -125,6 +139,7 @@ TEST(DaemonOptionsTest, InvalidValuesNameTheSettingTheValueAndTheChoices) {
   EXPECT_THAT(ErrorOf({"--state-dir", "state"}), HasSubstr("absolute"));
   EXPECT_THAT(ErrorOf({"--parent-pid", "abc"}), HasSubstr("--parent-pid"));
   EXPECT_THAT(ErrorOf({"--bogus"}), HasSubstr("unknown argument '--bogus'"));
+  EXPECT_THAT(ErrorOf({}, {{"DDO_PIN_CPU_WORKERS", "abc"}}), HasSubstr("whole number"));
   EXPECT_THAT(ErrorOf({"--socket"}), HasSubstr("--socket needs a value"));
 }
 

@@ -113,6 +113,7 @@ absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
   pool_ = std::make_unique<HostPool>(pool);
   StoreOptions store;
   store.manifest_path = absl::StrCat(pool_dir, "/manifest.json");
+  store_manifest_path_ = store.manifest_path;
   store.read_threads = static_cast<int>(std::clamp(system.cpu_count, 2u, 16u));
   store_ = std::make_unique<ComponentStore>(*pool_, store);
   store_->AdoptPrevious();
@@ -230,6 +231,9 @@ void DaemonServer::Shutdown(const std::string& reason) {
   }
   if (store_ != nullptr) {
     store_->Close(context_.options.discard_pool);
+    if (context_.options.discard_pool) {
+      ::rmdir(ParentDirectory(store_manifest_path_).c_str());  // empty once the manifest is gone
+    }
     log->info(context_.options.discard_pool ? "pool discarded"
                                             : "pool kept for the next ddod (--discard removes it)");
   }

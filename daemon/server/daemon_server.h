@@ -57,6 +57,7 @@ class DaemonServer {
   std::unique_ptr<DdoService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::optional<InstanceLock> lock_;
+  std::string store_manifest_path_;
   bool stopped_ = false;
 };
 

@@ -53,6 +53,17 @@ absl::StatusOr<std::vector<TensorEntry>> TableOfSafetensors(
   return tensors;
 }
 
+bool IsContentHash(absl::string_view text) {
+  constexpr absl::string_view kPrefix = "xxh3-64:";
+  if (text.size() != kPrefix.size() + 16 || text.substr(0, kPrefix.size()) != kPrefix) {
+    return false;
+  }
+  for (char c : text.substr(kPrefix.size())) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string ComponentId(const std::string& cache_key, const std::string& structure_hash) {
@@ -109,6 +120,13 @@ void ComponentStore::PersistLocked() {
 
 absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t bytes) {
   auto log = Logger("store");
+  if (HostPool::Footprint(bytes) > pool_.options().budget_bytes) {
+    // Evicting would empty the cache for nothing.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "component '", for_key, "' needs ", FormatBytes(HostPool::Footprint(bytes)),
+        " of host pool, more than the whole budget of ",
+        FormatBytes(pool_.options().budget_bytes), "; raise --ram-budget-gb"));
+  }
   while (!pool_.Fits(bytes)) {
     auto victim = components_.end();
     for (auto it = components_.begin(); it != components_.end(); ++it) {
@@ -146,6 +164,10 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(const Lease& lease,
   if (cache_key.empty()) {
     return absl::InvalidArgumentError("cache_key is empty");
   }
+  if (!content_hash.empty() && !IsContentHash(content_hash)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "content_hash '", content_hash, "' is not of the form xxh3-64:<16 lowercase hex digits>"));
+  }
   const uint64_t span = LayOut(tensors);
   const std::string structure_hash = StructureHash(tensors);
   const std::string upload_id = RandomId();
@@ -167,8 +189,9 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(const Lease& lease,
       }
       if (existing.info.sessions > 0) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "'", cache_key, "' holds a different component (", existing.info.structure_hash,
-            ") that ", existing.info.sessions, " session(s) use; detach them or use another key"));
+            "'", cache_key, "' holds a component with another structure or content hash (",
+            existing.info.structure_hash, ") that ", existing.info.sessions,
+            " session(s) use; detach them or use another key"));
       }
       Logger("store")->info("replacing '{}': new structure or content", cache_key);
       DiscardLocked(it);

@@ -141,8 +141,12 @@ TEST_F(ComponentStoreTest, ContentHashIsVerifiedAtCommit) {
   EXPECT_TRUE(absl::IsNotFound(store_->Get("model-a").status()));
   EXPECT_EQ(pool_->Usage().reserved_bytes, 0u);
 
+  auto malformed = store_->Register(lease_, "model-a", tensors, "md5:abc");
+  EXPECT_TRUE(absl::IsInvalidArgument(malformed.status()));
+  EXPECT_THAT(std::string(malformed.status().message()), HasSubstr("xxh3-64:"));
+
   // The right hash: computed over the same bytes.
-  auto again = store_->Register(lease_, "model-a", tensors, "placeholder");
+  auto again = store_->Register(lease_, "model-a", tensors, "");
   ASSERT_TRUE(again.ok());
   Fill(again->component, "abc");
   auto mapping = SharedSegment::Open(again->component.segment_name);
@@ -191,11 +195,14 @@ TEST_F(ComponentStoreTest, ComponentsInUseAreNeverEvicted) {
   EXPECT_TRUE(absl::IsNotFound(store_->Evict("a").status()));
 }
 
-TEST_F(ComponentStoreTest, ASmallerBudgetIsAnErrorWithSizes) {
+TEST_F(ComponentStoreTest, ARequestLargerThanTheBudgetEvictsNothing) {
+  Upload("a");
   auto huge = store_->Register(lease_, "huge", Table(10, kMiB), "");
   ASSERT_FALSE(huge.ok());
   EXPECT_TRUE(absl::IsResourceExhausted(huge.status()));
-  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("budget"));
+  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("more than the whole budget"));
+  EXPECT_TRUE(store_->Get("a").ok());
+  EXPECT_EQ(store_->Stats().evictions, 0u);
 }
 
 TEST_F(ComponentStoreTest, ADifferentStructureReplacesAnUnusedComponent) {

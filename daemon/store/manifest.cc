@@ -124,7 +124,10 @@ absl::StatusOr<std::vector<ManifestComponent>> ReadManifest(const std::string& p
   if (document.is_discarded() || !document.is_object()) {
     return absl::DataLossError(absl::StrCat(path, " is not valid JSON"));
   }
-  if (document.value("format", "") != kFormat || document.value("version", 0) != kVersion) {
+  const auto format = document.find("format");
+  const auto version = document.find("version");
+  if (format == document.end() || *format != kFormat || version == document.end() ||
+      *version != kVersion) {
     return absl::DataLossError(absl::StrCat(path, " is not a version ", kVersion, " ", kFormat));
   }
   const auto components = document.find("components");

@@ -70,6 +70,11 @@ TEST(ManifestTest, AnEditedOrTornFileIsNotTrusted) {
   auto read = ReadManifest(path);
   EXPECT_TRUE(absl::IsDataLoss(read.status()));
   EXPECT_THAT(std::string(read.status().message()), HasSubstr("checksum"));
+  // Fields of the wrong type.
+  std::string wrong_type = text;
+  wrong_type.replace(wrong_type.find("\"ddo-pool-manifest\""), 19, "1");
+  std::ofstream(path) << wrong_type;
+  EXPECT_TRUE(absl::IsDataLoss(ReadManifest(path).status()));
   // A torn write.
   std::ofstream(path) << text.substr(0, text.size() / 2);
   EXPECT_TRUE(absl::IsDataLoss(ReadManifest(path).status()));

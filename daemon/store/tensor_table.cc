@@ -47,6 +47,7 @@ absl::StatusOr<std::vector<TensorEntry>> TensorTableFromProto(
   std::vector<TensorEntry> tensors;
   tensors.reserve(specs.size());
   std::set<std::string> names;
+  uint64_t total = 0;
   for (const ddo::v1::TensorSpec& spec : specs) {
     if (spec.name().empty()) {
       return absl::InvalidArgumentError(
@@ -76,6 +77,12 @@ absl::StatusOr<std::vector<TensorEntry>> TensorTableFromProto(
           "and dtype (", *bytes, " bytes)"));
     }
     entry.byte_size = spec.byte_size();
+    if (entry.byte_size > kMaxComponentBytes - total) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", spec.name(), "' takes the table past ", kMaxComponentBytes,
+          " bytes, the largest component ddod holds"));
+    }
+    total += entry.byte_size;
     entry.module_path = spec.module_path();
     entry.module_class = spec.module_class();
     entry.unit = spec.unit();

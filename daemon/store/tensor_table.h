@@ -33,10 +33,13 @@ struct TensorEntry {
 };
 
 inline constexpr uint64_t kUnitAlignment = 4096;
+// No component is larger (1 PiB): keeps every offset computation far from overflow.
+inline constexpr uint64_t kMaxComponentBytes = 1ull << 50;
 inline constexpr uint64_t kTensorAlignment = 256;
 
 // Validates a table from a request: names non-empty and unique, dtypes known, dimensions
-// non-negative, byte_size == product(shape) * dtype size. InvalidArgument names the tensor.
+// non-negative, byte_size == product(shape) * dtype size, the total at most kMaxComponentBytes.
+// InvalidArgument names the tensor.
 absl::StatusOr<std::vector<TensorEntry>> TensorTableFromProto(
     const google::protobuf::RepeatedPtrField<ddo::v1::TensorSpec>& specs);
 

@@ -57,6 +57,10 @@ TEST(TensorTableTest, RejectsBadTablesNamingTheTensor) {
   auto no_dtype = Spec("d", {2}, 0);
   no_dtype.set_dtype(ddo::v1::DTYPE_UNSPECIFIED);
   expect_error({no_dtype}, "'d'");
+  // 2^64 - 1 bytes: a valid shape whose size would overflow every offset after it.
+  auto enormous = Spec("huge", {4294967295, 4294967297}, 0, ddo::v1::DTYPE_U8);
+  enormous.set_byte_size(UINT64_MAX);
+  expect_error({enormous}, "'huge' takes the table past");
   auto negative = Spec("n", {2}, 0);
   negative.set_shape(0, -2);
   expect_error({negative}, "'n'");

@@ -8,6 +8,7 @@ developer runs is never touched.
 
 from __future__ import annotations
 
+import glob
 import itertools
 import os
 import shutil
@@ -16,6 +17,8 @@ from typing import Callable, Iterator, List
 
 import pytest
 
+from diffusers_dynamic_offloader import DdoClient
+from store_support import SHM_DIR, pool_namespaces
 from support import Daemon, start_ddod
 
 # Settings that would change where a client, or a ddod it starts, looks or listens.
@@ -48,6 +51,22 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch, short_dir: str) -> Non
     binary = os.environ.get("DDO_DDOD_BINARY")
     if binary:
         monkeypatch.setenv("DDO_DDOD_BINARY", os.path.abspath(binary))
+
+
+@pytest.fixture(autouse=True)
+def remove_test_segments(short_dir: str) -> Iterator[None]:
+    """After the test (and after its daemons stopped), removes the shared-memory segments of
+    the pools whose state lives in this test's state directory: a ddod without --discard
+    leaves its segments for the next one to adopt."""
+    yield
+    state_dir = os.path.join(short_dir, "state")
+    for namespace in pool_namespaces(state_dir):
+        pattern = os.path.join(SHM_DIR, f"ddo-{os.getuid()}-{namespace}-*")
+        for path in glob.glob(pattern):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
 
 @pytest.fixture(scope="session")
@@ -90,3 +109,10 @@ def daemon_factory(ddod_binary: str, short_dir: str) -> Iterator[Callable[..., D
 def daemon(daemon_factory: Callable[..., Daemon], short_dir: str) -> Daemon:
     """A ddod on ``<short_dir>/run/ddod.sock``; ddod has to create ``run/`` itself."""
     return daemon_factory(os.path.join(short_dir, "run", "ddod.sock"))
+
+
+@pytest.fixture
+def client(daemon: Daemon) -> Iterator[DdoClient]:
+    """A client of ``daemon``, closed after the test."""
+    with DdoClient.connect(daemon.address, timeout=10) as connected:
+        yield connected

@@ -15,7 +15,7 @@ from diffusers_dynamic_offloader import (
     DdoClient,
     DdoError,
 )
-from diffusers_dynamic_offloader._proto import components_pb2, info_pb2, stats_pb2
+from diffusers_dynamic_offloader._proto import info_pb2, profiles_pb2, stats_pb2
 from support import ddo_stub, live_children, python_env, wait_until
 
 
@@ -121,16 +121,15 @@ def test_fixed_address_without_daemon(kind, short_dir, monkeypatch, ddod_binary)
 
 
 def test_unimplemented_rpc_is_reported_and_harmless(daemon):
-    request = components_pb2.RegisterComponentRequest(lease_id="none", cache_key="k")
+    # Capacity profiles are not built yet.
+    request = profiles_pb2.ListProfilesRequest()
     with ddo_stub(daemon.address) as stub:
         with pytest.raises(grpc.RpcError) as raised:
-            stub.RegisterComponent(request, timeout=5)
+            stub.ListProfiles(request, timeout=5)
         assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert "RegisterComponent" in raised.value.details()
-        error = DaemonError("RegisterComponent", raised.value)
-        assert str(error) == (
-            f"ddod RegisterComponent failed: UNIMPLEMENTED: {raised.value.details()}"
-        )
+        assert "ListProfiles" in raised.value.details()
+        error = DaemonError("ListProfiles", raised.value)
+        assert str(error) == f"ddod ListProfiles failed: UNIMPLEMENTED: {raised.value.details()}"
         assert error.code == grpc.StatusCode.UNIMPLEMENTED
         assert stub.GetInfo(info_pb2.GetInfoRequest(), timeout=5).pid == daemon.proc.pid
 

@@ -1,25 +1,50 @@
 """diffusers_dynamic_offloader: run Diffusers models larger than VRAM, with weights served by ddod.
 
 This package is the Python client of ddod, the DDO daemon. Importing it is cheap: it loads
-gRPC and the protocol stubs, never torch.
+gRPC and the protocol stubs, never torch. ``AttachedComponent`` and ``BindResult`` (and the
+component store methods of :class:`DdoClient`) load torch when first used.
 """
+
+from typing import Any
 
 from ._version import __version__
 from .client import DdoClient
+from .component_info import Component
 from .errors import (
+    BindError,
     ConfigurationError,
     DaemonError,
     DaemonUnavailableError,
     DdoError,
     EmbeddedDaemonError,
+    MissingDependencyError,
+    TensorTableError,
 )
 
 __all__ = [
     "__version__",
     "DdoClient",
+    "Component",
+    "AttachedComponent",
+    "BindResult",
     "DdoError",
     "ConfigurationError",
     "DaemonError",
     "DaemonUnavailableError",
     "EmbeddedDaemonError",
+    "TensorTableError",
+    "BindError",
+    "MissingDependencyError",
 ]
+
+_LAZY = {"AttachedComponent": "attached", "BindResult": "attached"}
+
+
+def __getattr__(name: str) -> Any:
+    """Loads the torch-dependent names on first use."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -21,9 +21,16 @@ from .addresses import DaemonAddress
 
 __all__ = ["health_pb2", "health_pb2_grpc", "open_channel", "check_health"]
 
+#: ddod's message size limit, in both directions.
+MAX_MESSAGE_BYTES = 64 << 20
+
 _CHANNEL_OPTIONS: Tuple[Tuple[str, int], ...] = (
     # ddod listens on a Unix socket or on loopback: never route through an HTTP proxy.
     ("grpc.enable_http_proxy", 0),
+    # Tensor tables of large models (Attach, GetComponent with layout) exceed gRPC's 4 MiB
+    # default; ddod's own limit is 64 MiB both ways.
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 )
 
 

@@ -3,6 +3,9 @@
 :meth:`DdoClient.connect` finds the daemon (``DDO_DAEMON``, the default sockets, or a private
 ddod started for this process), then opens the client's lease, which it holds until
 :meth:`DdoClient.close`.
+
+The component store methods (``register_state_dict``, ``attach``, ...) are thin wrappers of
+:mod:`diffusers_dynamic_offloader.store`, which is imported (with torch) on first use.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import stat
 import sys
 import weakref
 from types import TracebackType
-from typing import Any, List, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import grpc
 from google.protobuf.message import Message
@@ -31,6 +34,15 @@ from .errors import (
     describe_attempts,
 )
 from .lease import Lease
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from .attached import AttachedComponent
+    from .component_info import Component
+    from .progress import LogFunction
+    from .store import PathArgument, UnitsArgument
 
 #: How this client introduces itself in ConnectRequest.client_name.
 CLIENT_NAME = (
@@ -163,6 +175,11 @@ class DdoClient:
         return self._lease.lease_id
 
     @property
+    def timeout(self) -> float:
+        """The deadline in seconds of every RPC."""
+        return self._timeout
+
+    @property
     def daemon_info(self) -> Optional[info_pb2.DaemonInfo]:
         """What ddod reported about itself when it granted the lease (see :meth:`info`)."""
         return self._lease.daemon_info
@@ -209,6 +226,113 @@ class DdoClient:
         except grpc.RpcError as error:
             raise DaemonError("Health.Check", error) from error
 
+    # Component store (see diffusers_dynamic_offloader.store for the details).
+
+    def register_state_dict(
+        self,
+        cache_key: str,
+        state_dict: Mapping[str, "torch.Tensor"],
+        *,
+        units: "UnitsArgument" = "tensor",
+        content_hash: Union[bool, str] = False,
+        progress: Optional[bool] = None,
+        wait: Optional[float] = None,
+        log: Optional["LogFunction"] = None,
+    ) -> "Component":
+        """Uploads a state dict into ddod's pool under ``cache_key`` (a warm hit when it is
+        already there); see :func:`diffusers_dynamic_offloader.store.register_state_dict`."""
+        from . import store
+
+        return store.register_state_dict(
+            self,
+            cache_key,
+            state_dict,
+            units=units,
+            content_hash=content_hash,
+            progress=progress,
+            wait=wait,
+            log=log,
+        )
+
+    def register_module(
+        self,
+        cache_key: str,
+        module: "nn.Module",
+        *,
+        units: "UnitsArgument" = "tensor",
+        content_hash: Union[bool, str] = False,
+        progress: Optional[bool] = None,
+        wait: Optional[float] = None,
+        log: Optional["LogFunction"] = None,
+    ) -> "Component":
+        """Uploads a module's parameters and persistent buffers under ``cache_key``; see
+        :func:`diffusers_dynamic_offloader.store.register_module`."""
+        from . import store
+
+        return store.register_module(
+            self,
+            cache_key,
+            module,
+            units=units,
+            content_hash=content_hash,
+            progress=progress,
+            wait=wait,
+            log=log,
+        )
+
+    def load_safetensors(
+        self,
+        cache_key: str,
+        paths: Union["PathArgument", Sequence["PathArgument"]],
+        *,
+        index_file: Optional["PathArgument"] = None,
+        units: Optional[Mapping[str, int]] = None,
+        content_hash: str = "",
+        progress: Optional[bool] = None,
+        log: Optional["LogFunction"] = None,
+        stall_timeout: Optional[float] = None,
+    ) -> "Component":
+        """Has ddod read safetensors files (or a model folder) into its pool; see
+        :func:`diffusers_dynamic_offloader.store.load_safetensors`."""
+        from . import store
+
+        return store.load_safetensors(
+            self,
+            cache_key,
+            paths,
+            index_file=index_file,
+            units=units,
+            content_hash=content_hash,
+            progress=progress,
+            log=log,
+            stall_timeout=stall_timeout,
+        )
+
+    def attach(self, cache_key: str) -> "AttachedComponent":
+        """Maps a READY component read-only into this process (zero-copy tensors, inference
+        only); see :func:`diffusers_dynamic_offloader.store.attach`."""
+        from . import store
+
+        return store.attach(self, cache_key)
+
+    def component(self, cache_key: str, *, with_layout: bool = False) -> "Component":
+        """The READY component under ``cache_key``; DaemonError NOT_FOUND otherwise."""
+        from . import store
+
+        return store.get_component(self, cache_key, with_layout=with_layout)
+
+    def components(self) -> "List[Component]":
+        """Every component in ddod's store, uploads in progress included."""
+        from . import store
+
+        return store.components(self)
+
+    def evict(self, cache_key: str) -> int:
+        """Evicts an unused component; returns the bytes freed."""
+        from . import store
+
+        return store.evict(self, cache_key)
+
     # Lifetime.
 
     @property
@@ -235,12 +359,21 @@ class DdoClient:
         state = "closed" if self.closed else f"lease_id={self.lease_id!r}"
         return f"DdoClient(address={self.address!r}, {state}, embedded={self.embedded})"
 
-    def _unary(self, rpc: str, request: Message) -> Any:
+    def _unary(self, rpc: str, request: Message, *, timeout: Optional[float] = None) -> Any:
+        """Calls a unary RPC; failures become DaemonError."""
         self._ensure_open()
         try:
-            return getattr(self._stub, rpc)(request, timeout=self._timeout, wait_for_ready=False)
+            return getattr(self._stub, rpc)(
+                request, timeout=timeout or self._timeout, wait_for_ready=False
+            )
         except grpc.RpcError as error:
             raise DaemonError(rpc, error) from error
+
+    def _server_stream(self, rpc: str, request: Message, *, timeout: Optional[float] = None) -> Any:
+        """Starts a server-streaming RPC (no deadline unless ``timeout``); the caller iterates
+        it and turns grpc.RpcError into DaemonError."""
+        self._ensure_open()
+        return getattr(self._stub, rpc)(request, timeout=timeout, wait_for_ready=False)
 
     def _ensure_open(self) -> None:
         if self.closed:

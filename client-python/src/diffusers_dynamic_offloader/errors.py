@@ -7,11 +7,15 @@ type. The subclasses say what went wrong:
 - :class:`DaemonUnavailableError`: no daemon answered at any address that was tried.
 - :class:`EmbeddedDaemonError`: a private ddod could not be started.
 - :class:`DaemonError`: the daemon answered an RPC with an error status.
+- :class:`TensorTableError`: tensors given to the client cannot be registered as they are
+  (not a tensor, a dtype the protocol has no code for, a sparse or quantized tensor).
+- :class:`BindError`: an attached component does not fit the module it is bound to.
+- :class:`MissingDependencyError`: an optional package (``xxhash``) is needed and absent.
 """
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Iterable, Sequence, Tuple
 
 import grpc
 
@@ -61,9 +65,49 @@ class DaemonError(DdoError):
         super().__init__(f"ddod {rpc} failed: {self.code.name}: {self.details}")
 
 
+class TensorTableError(DdoError, ValueError):
+    """Tensors cannot be registered as given; the message names the tensor and the reason."""
+
+
+class BindError(DdoError, ValueError):
+    """A component does not fit a module: names missing or unexpected, or shapes or dtypes differ.
+
+    Attributes:
+        missing: Names the module has and the component lacks.
+        unexpected: Names the component has and the module lacks.
+        mismatched: ``"name: component float16 [4, 4], module float32 [4, 4]"`` lines.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        missing: Sequence[str] = (),
+        unexpected: Sequence[str] = (),
+        mismatched: Sequence[str] = (),
+    ) -> None:
+        self.missing: Tuple[str, ...] = tuple(missing)
+        self.unexpected: Tuple[str, ...] = tuple(unexpected)
+        self.mismatched: Tuple[str, ...] = tuple(mismatched)
+        super().__init__(message)
+
+
+class MissingDependencyError(DdoError, ImportError):
+    """An optional package that the requested feature needs is not installed."""
+
+
 def describe_attempts(attempts: Sequence[Tuple[str, str]]) -> str:
     """``"unix:/a.sock (no socket file); unix:/b.sock (UNAVAILABLE: ...)"``."""
     return "; ".join(f"{address} ({reason})" for address, reason in attempts) or "no address"
+
+
+def describe_names(names: Iterable[str], limit: int = 20) -> str:
+    """``"'a', 'b', ... (3 more)"``: at most ``limit`` names, quoted; ``"none"`` for none."""
+    names = list(names)
+    shown = ", ".join(repr(name) for name in names[:limit])
+    if len(names) > limit:
+        shown += f", ... ({len(names) - limit} more)"
+    return shown or "none"
 
 
 def _status_code(error: grpc.RpcError) -> grpc.StatusCode:

@@ -1,0 +1,77 @@
+"""Component: what ddod reports about one component of its store (no torch needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ._proto import components_pb2
+
+
+@dataclass(frozen=True)
+class Component:
+    """A component in ddod's store, as a register, load, get or list call reported it.
+
+    Attributes:
+        cache_key: The client's name for it.
+        component_id: ddod's id (16 hex digits).
+        structure_hash: ``"xxh3-64:..."`` of the tensor table.
+        content_hash: ``"xxh3-64:..."`` of the bytes when one was given, else ``""``.
+        total_bytes: The tensors' bytes.
+        state: ``"READY"`` or ``"UPLOADING"``.
+        tensor_count: Tensors in the table.
+        unit_count: Streaming units.
+        sessions: Sessions attached now.
+        pinned: Whether its pages are page-locked for the GPU.
+        pinned_bytes: Bytes page-locked.
+        last_used_unix_ms: Last register, load or attach, in ms since the epoch.
+        warm_hit: For register and load results: True when nothing had to be transferred.
+        seconds: For register and load results: how long the call took.
+        info: ddod's ``ComponentInfo`` message itself.
+    """
+
+    cache_key: str
+    component_id: str
+    structure_hash: str
+    content_hash: str
+    total_bytes: int
+    state: str
+    tensor_count: int
+    unit_count: int
+    sessions: int
+    pinned: bool
+    pinned_bytes: int
+    last_used_unix_ms: int
+    warm_hit: bool = False
+    seconds: float = 0.0
+    info: components_pb2.ComponentInfo = field(
+        default_factory=components_pb2.ComponentInfo, repr=False, compare=False
+    )
+
+    @classmethod
+    def from_proto(
+        cls, info: components_pb2.ComponentInfo, *, warm_hit: bool = False, seconds: float = 0.0
+    ) -> "Component":
+        """Wraps a ``ComponentInfo``."""
+        state = components_pb2.ComponentState.Name(info.state).replace("COMPONENT_STATE_", "")
+        return cls(
+            cache_key=info.ref.cache_key,
+            component_id=info.ref.component_id,
+            structure_hash=info.ref.structure_hash,
+            content_hash=info.ref.content_hash,
+            total_bytes=info.ref.total_bytes,
+            state=state,
+            tensor_count=info.tensor_count,
+            unit_count=info.unit_count,
+            sessions=info.sessions,
+            pinned=info.pinned,
+            pinned_bytes=info.pinned_bytes,
+            last_used_unix_ms=info.last_used_unix_ms,
+            warm_hit=warm_hit,
+            seconds=seconds,
+            info=info,
+        )
+
+    @property
+    def ready(self) -> bool:
+        """True when the component is complete and can be attached."""
+        return self.state == "READY"

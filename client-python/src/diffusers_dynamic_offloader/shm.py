@@ -1,0 +1,207 @@
+"""ddod's shared-memory segments, mapped into this process.
+
+ddod names a segment with a POSIX shared-memory name (``"/ddo-1000-ab12cd34ef56-0123..."``); on
+Linux that is the file ``/dev/shm/ddo-1000-...``. A client maps a segment read-write while it
+holds an upload into it, and read-only (``PROT_READ``, ``MAP_SHARED``) to attach: every process
+that attaches shares the same physical pages, and the kernel refuses writes to them.
+
+Tensors made by :meth:`SegmentMapping.tensor` are views of the mapping, not copies. Each one
+keeps the mapping alive: :meth:`SegmentMapping.close` unmaps at once when no such tensor exists
+any more, and otherwise leaves the unmapping to the moment the last of them is released, so a
+view never points at unmapped memory.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+import sys
+import warnings
+from types import TracebackType
+from typing import Callable, Optional, Sequence, Type
+
+import torch
+
+from .errors import DdoError
+
+#: Where POSIX shared memory lives on Linux.
+SHM_DIR = "/dev/shm"
+
+#: Bytes copied per step of an upload (bounds the time between progress updates).
+WRITE_CHUNK_BYTES = 32 << 20
+
+
+def segment_path(shm_name: str) -> str:
+    """The file behind a shared-memory name: ``"/ddo-x"`` -> ``"/dev/shm/ddo-x"``.
+
+    Raises:
+        DdoError: the name is empty or has a ``/`` after its leading one.
+    """
+    bare = shm_name.lstrip("/")
+    if not bare or "/" in bare or bare in (".", ".."):
+        raise DdoError(f"ddod sent an invalid shared-memory name {shm_name!r}")
+    return os.path.join(SHM_DIR, bare)
+
+
+class SegmentMapping:
+    """One segment mapped into this process, read-only or read-write.
+
+    Use it as a context manager, or call :meth:`close`. Not thread-safe: one owner at a time.
+    """
+
+    def __init__(self, shm_name: str, size: int, *, writable: bool) -> None:
+        """Opens ``/dev/shm/<name>`` and maps its first ``size`` bytes (``MAP_SHARED``).
+
+        Raises:
+            DdoError: the segment does not exist, is not a regular file, is smaller than
+                ``size``, or cannot be mapped; the message names it.
+        """
+        self.name = shm_name
+        self.path = segment_path(shm_name)
+        self.size = int(size)
+        self.writable = writable
+        if self.size <= 0:
+            raise DdoError(f"ddod sent segment {shm_name!r} with size {size}")
+        flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            fd = os.open(self.path, flags)
+        except OSError as error:
+            raise DdoError(
+                f"cannot open shared-memory segment {self.path} "
+                f"{'read-write' if writable else 'read-only'}: {error.strerror}"
+            ) from error
+        try:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                raise DdoError(f"shared-memory segment {self.path} is not a regular file")
+            if status.st_size < self.size:
+                raise DdoError(
+                    f"shared-memory segment {self.path} holds {status.st_size} bytes, "
+                    f"but ddod said {self.size}"
+                )
+            protection = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+            try:
+                self._mmap: Optional[mmap.mmap] = mmap.mmap(
+                    fd, self.size, flags=mmap.MAP_SHARED, prot=protection
+                )
+            except (OSError, ValueError) as error:
+                raise DdoError(f"cannot map shared-memory segment {self.path}: {error}") from error
+        finally:
+            os.close(fd)
+        self._unshared_refcount = sys.getrefcount(self._mmap)
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._mmap is None
+
+    def write(
+        self,
+        offset: int,
+        data: torch.Tensor,
+        *,
+        on_bytes: Optional[Callable[[int], None]] = None,
+        chunk_bytes: int = WRITE_CHUNK_BYTES,
+    ) -> None:
+        """Copies the flat uint8 CPU tensor ``data`` to ``offset``, ``chunk_bytes`` at a time,
+        calling ``on_bytes(n)`` after each chunk.
+
+        Raises:
+            DdoError: the mapping is read-only or closed, or the bytes do not fit.
+        """
+        mapping = self._open_mapping()
+        if not self.writable:
+            raise DdoError(f"segment {self.name} is mapped read-only")
+        if data.dtype != torch.uint8 or data.dim() != 1 or data.device.type != "cpu":
+            raise TypeError("write() takes a flat uint8 CPU tensor")
+        size = data.numel()
+        self._check_range(offset, size)
+        for start in range(0, size, chunk_bytes):
+            length = min(chunk_bytes, size - start)
+            target = torch.frombuffer(
+                mapping, dtype=torch.uint8, count=length, offset=offset + start
+            )
+            target.copy_(data[start : start + length])
+            del target  # no view of a writable mapping outlives this call
+            if on_bytes is not None:
+                on_bytes(length)
+
+    def tensor(
+        self, offset: int, byte_size: int, dtype: torch.dtype, shape: Sequence[int]
+    ) -> torch.Tensor:
+        """A zero-copy tensor of ``dtype`` and ``shape`` over ``byte_size`` bytes at ``offset``.
+
+        On a read-only mapping the tensor is read-only too: writing to it kills the process
+        with SIGSEGV.
+
+        Raises:
+            DdoError: the range is outside the mapping, or ``byte_size`` does not match.
+        """
+        mapping = self._open_mapping()
+        self._check_range(offset, byte_size)
+        shape = tuple(int(d) for d in shape)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        count = 1
+        for dim in shape:
+            count *= dim
+        if count * itemsize != byte_size:
+            raise DdoError(
+                f"{byte_size} bytes at offset {offset} of {self.name} cannot hold "
+                f"{dtype} {list(shape)} ({count * itemsize} bytes)"
+            )
+        if byte_size == 0:
+            return torch.empty(shape, dtype=dtype)
+        with warnings.catch_warnings():
+            # torch warns that it cannot protect a non-writable buffer; the kernel does.
+            warnings.filterwarnings(
+                "ignore", message="The given buffer is not writable", category=UserWarning
+            )
+            raw = torch.frombuffer(mapping, dtype=torch.uint8, count=byte_size, offset=offset)
+        return raw.view(dtype).reshape(shape)
+
+    def close(self) -> bool:
+        """Gives up this object's hold on the mapping. Idempotent.
+
+        Returns:
+            True when the memory was unmapped now; False when tensors made by :meth:`tensor`
+            are still alive, in which case it is unmapped when the last of them is released.
+        """
+        if self._mmap is None:
+            return True
+        # Every tensor view holds a reference to the mmap object; compare with the count
+        # taken the same way when nothing else held it.
+        in_use = sys.getrefcount(self._mmap) > self._unshared_refcount
+        mapping, self._mmap = self._mmap, None
+        if in_use:
+            return False
+        mapping.close()
+        return True
+
+    def __enter__(self) -> "SegmentMapping":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "rw" if self.writable else "ro"
+        state = ", closed" if self.closed else ""
+        return f"SegmentMapping({self.path!r}, {self.size} bytes, {mode}{state})"
+
+    def _open_mapping(self) -> mmap.mmap:
+        if self._mmap is None:
+            raise DdoError(f"the mapping of {self.name} is closed")
+        return self._mmap
+
+    def _check_range(self, offset: int, size: int) -> None:
+        if offset < 0 or size < 0 or offset + size > self.size:
+            raise DdoError(
+                f"bytes [{offset}, {offset + size}) are outside segment {self.name} "
+                f"({self.size} bytes)"
+            )

@@ -1,0 +1,638 @@
+"""The component store: put a model component's weights into ddod's host pool once, and map them
+from any number of processes.
+
+A **component** is a table of named tensors (a state dict) stored by ddod under a **cache key**
+that the client chooses (model id, revision, subfolder, dtype...). It gets there in one of two
+ways, and tensor bytes never travel through gRPC in either:
+
+- **Upload** (:func:`register_state_dict`, :func:`register_module`): the client sends the
+  tensor table; ddod reserves a shared-memory segment and says where each tensor goes; the
+  client writes the bytes straight into the mapped segment and commits. When ddod already
+  holds the key with the same structure (and content hash, when given), nothing is written:
+  a *warm hit*. When another process is uploading the same key, the call waits until that
+  upload is committed (then it is a warm hit) or ``wait`` runs out.
+- **Load** (:func:`load_safetensors`): ddod reads ``*.safetensors`` files itself.
+
+:func:`attach` maps a component into this process: :class:`AttachedComponent` holds a session
+(which keeps ddod from evicting the component) and a zero-copy tensor for every entry.
+
+Attached tensors are read-only shared memory
+--------------------------------------------
+They are views of pages shared with ddod and every other process that attached the same
+component, mapped ``PROT_READ``. Use them for **inference only**: no optimizer, no in-place ops
+(``add_``, ``copy_``, ``x[...] = ...``), no ``load_state_dict`` into a bound module. torch cannot
+tell that the memory is read-only, so a write is not an exception: **the kernel kills the
+process with SIGSEGV**. ``bind()`` sets ``requires_grad=False`` on every parameter it creates.
+The tensors stay valid until ``close()``, and in fact for as long as any of them is referenced:
+the mapping is released only when the last of them goes. After ``close()`` the session is gone
+and ddod may evict the component (its RAM then returns when the last view is released).
+
+These functions take a connected :class:`~diffusers_dynamic_offloader.DdoClient`; the client
+has a method for each (``client.register_state_dict(...)``, ``client.attach(...)``, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Union,
+)
+
+import grpc
+import torch
+from torch import nn
+
+from . import dtypes
+from ._proto import components_pb2, sessions_pb2
+from .attached import AttachedComponent
+from .component_info import Component
+from .errors import (
+    ConfigurationError,
+    DaemonError,
+    DdoError,
+    TensorTableError,
+    describe_names,
+)
+from .hashing import content_hash as compute_content_hash
+from .hashing import is_hash, tensor_bytes
+from .module_tensors import module_tensors, unique
+from .progress import LogFunction, ProgressReporter, format_bytes
+from .shm import SegmentMapping
+
+if TYPE_CHECKING:
+    from .client import DdoClient
+
+__all__ = [
+    "AttachedComponent",
+    "Component",
+    "UnitsArgument",
+    "attach",
+    "components",
+    "evict",
+    "get_component",
+    "load_safetensors",
+    "register_module",
+    "register_state_dict",
+]
+
+#: ``"tensor"`` (one streaming unit per tensor), ``"module"`` (one per owning module), or an
+#: explicit unit number for every tensor name.
+UnitsArgument = Union[str, Mapping[str, int]]
+PathArgument = Union[str, "os.PathLike[str]"]
+
+# How often a register call retries while another process uploads the same key.
+_RETRY_INTERVAL_S = 0.1
+# A register waits for a concurrent upload this many client timeouts by default.
+_WAIT_TIMEOUTS = 6
+
+
+# Registering (upload).
+
+
+def register_state_dict(
+    client: "DdoClient",
+    cache_key: str,
+    state_dict: Mapping[str, torch.Tensor],
+    *,
+    units: UnitsArgument = "tensor",
+    content_hash: Union[bool, str] = False,
+    progress: Optional[bool] = None,
+    wait: Optional[float] = None,
+    log: Optional[LogFunction] = None,
+) -> Component:
+    """Puts the tensors of ``state_dict`` into ddod's pool under ``cache_key``.
+
+    Tensors may live on any device and need not be contiguous; they are copied to the segment
+    as contiguous CPU bytes. ``module_path`` is the name up to its last dot, ``module_class``
+    is empty.
+
+    Args:
+        client: A connected client.
+        cache_key: The component's name in the store.
+        state_dict: Names and tensors, in the order the table should have.
+        units: ``"tensor"`` (default), ``"module"`` (tensors of one owning module form one
+            unit) or a mapping from every name to a unit number.
+        content_hash: False (default): none. True: compute the XXH3 content hash and have ddod
+            verify it at commit (needs xxhash; costs one pass over the bytes). A string: that
+            hash, as given.
+        progress: True, False or None (auto: only for 1 GiB and more); see
+            :mod:`diffusers_dynamic_offloader.progress`.
+        wait: Seconds to keep retrying while another process uploads the same key (default:
+            six times the client's timeout).
+        log: Receives the summary line instead of stderr.
+
+    Returns:
+        The READY component; ``warm_hit`` says whether the upload was skipped.
+
+    Raises:
+        TensorTableError: a value is not a dense tensor, or has a dtype ddod cannot store.
+        DaemonError: ddod refused: INVALID_ARGUMENT (a bad table, a content hash mismatch),
+            RESOURCE_EXHAUSTED (the pool budget), FAILED_PRECONDITION (the key is held by
+            sessions with another structure), ABORTED (still being uploaded elsewhere when
+            ``wait`` ran out).
+    """
+    entries = []
+    for name, tensor in state_dict.items():
+        if not isinstance(name, str):
+            raise TensorTableError(f"state dict key {name!r} is not a string")
+        module_path = name.rpartition(".")[0]
+        entries.append(_Entry(name, tensor, module_path, "", False))
+    return _register(client, cache_key, entries, units, content_hash, progress, wait, log)
+
+
+def register_module(
+    client: "DdoClient",
+    cache_key: str,
+    module: nn.Module,
+    *,
+    units: UnitsArgument = "tensor",
+    content_hash: Union[bool, str] = False,
+    progress: Optional[bool] = None,
+    wait: Optional[float] = None,
+    log: Optional[LogFunction] = None,
+) -> Component:
+    """Puts a module's parameters and persistent buffers into ddod's pool under ``cache_key``.
+
+    Names are the module's ``state_dict()`` names; a tensor shared by several names (tied
+    weights) is stored once, under its first name, and :meth:`AttachedComponent.bind` binds it
+    to every name again. ``module_path``, ``module_class`` and ``is_buffer`` come from the
+    module. The other arguments are those of :func:`register_state_dict`.
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"register_module takes an nn.Module, not {type(module).__name__}")
+    entries = [
+        _Entry(found.name, found.tensor, found.module_path, found.module_class, found.is_buffer)
+        for found in unique(module_tensors(module))
+    ]
+    return _register(client, cache_key, entries, units, content_hash, progress, wait, log)
+
+
+class _Entry:
+    """One tensor to register, with its table metadata."""
+
+    __slots__ = ("name", "tensor", "module_path", "module_class", "is_buffer")
+
+    def __init__(
+        self, name: str, tensor: torch.Tensor, module_path: str, module_class: str, is_buffer: bool
+    ) -> None:
+        self.name = name
+        self.tensor = tensor
+        self.module_path = module_path
+        self.module_class = module_class
+        self.is_buffer = is_buffer
+
+
+def _register(
+    client: "DdoClient",
+    cache_key: str,
+    entries: List[_Entry],
+    units: UnitsArgument,
+    content_hash: Union[bool, str],
+    progress: Optional[bool],
+    wait: Optional[float],
+    log: Optional[LogFunction],
+) -> Component:
+    started = time.monotonic()
+    _check_key(cache_key)
+    specs = _tensor_table(entries, units)
+    tensors = [entry.tensor for entry in entries]
+    total = sum(spec.byte_size for spec in specs)
+    reporter = ProgressReporter(cache_key, progress=progress, log=log)
+    expected_hash = _content_hash_argument(content_hash, tensors)
+    request = components_pb2.RegisterComponentRequest(
+        lease_id=client.lease_id, cache_key=cache_key, tensors=specs, content_hash=expected_hash
+    )
+    response = _register_with_retry(client, request, wait)
+    if response.warm_hit:
+        reporter.start(total, bar=False)
+        seconds = time.monotonic() - started
+        reporter.message(
+            f"ddo: {cache_key!r} is already in the pool ({format_bytes(total)}): nothing to upload"
+        )
+        return _warm_component(client, response.component, specs, seconds)
+
+    with reporter:
+        reporter.start(total)
+        try:
+            _write_upload(response, specs, tensors, reporter)
+            info = client._unary(
+                "CommitUpload",
+                components_pb2.CommitUploadRequest(
+                    lease_id=client.lease_id, upload_id=response.upload_id
+                ),
+            )
+        except BaseException:
+            _abort_upload(client, response.upload_id)
+            raise
+        seconds = time.monotonic() - started
+        reporter.finish("registered", count=total, seconds=seconds)
+    return Component.from_proto(info, warm_hit=False, seconds=seconds)
+
+
+def _check_key(cache_key: str) -> None:
+    if not isinstance(cache_key, str) or not cache_key:
+        raise ConfigurationError(f"cache_key={cache_key!r} must be a non-empty string")
+
+
+def _tensor_table(entries: List[_Entry], units: UnitsArgument) -> List[components_pb2.TensorSpec]:
+    """The TensorSpecs of ``entries``; raises TensorTableError for what ddod cannot take."""
+    if not entries:
+        raise TensorTableError("there are no tensors to register")
+    unit_of = _unit_numbers(entries, units)
+    seen = set()
+    specs = []
+    for entry in entries:
+        name, tensor = entry.name, entry.tensor
+        if not name:
+            raise TensorTableError("a tensor has an empty name")
+        if name in seen:
+            raise TensorTableError(f"tensor name {name!r} appears twice")
+        seen.add(name)
+        if not isinstance(tensor, torch.Tensor):
+            raise TensorTableError(f"{name!r} is a {type(tensor).__name__}, not a torch.Tensor")
+        if tensor.layout != torch.strided:
+            raise TensorTableError(f"tensor {name!r} is {tensor.layout}; only dense tensors")
+        if tensor.is_quantized:
+            raise TensorTableError(f"tensor {name!r} is quantized; ddod stores plain dtypes")
+        if tensor.device.type == "meta":
+            raise TensorTableError(f"tensor {name!r} is on the meta device: it has no data")
+        code = dtypes.to_proto(tensor.dtype, tensor_name=name)
+        specs.append(
+            components_pb2.TensorSpec(
+                name=name,
+                dtype=code,
+                shape=list(tensor.shape),
+                byte_size=tensor.numel() * dtypes.itemsize(code),
+                module_path=entry.module_path,
+                module_class=entry.module_class,
+                unit=unit_of[name],
+                is_buffer=entry.is_buffer,
+            )
+        )
+    return specs
+
+
+def _unit_numbers(entries: List[_Entry], units: UnitsArgument) -> Dict[str, int]:
+    if isinstance(units, Mapping):
+        missing = [entry.name for entry in entries if entry.name not in units]
+        if missing:
+            raise TensorTableError(f"units has no unit for {describe_names(missing)}")
+        result = {}
+        for entry in entries:
+            unit = units[entry.name]
+            if not isinstance(unit, int) or isinstance(unit, bool) or not 0 <= unit < 2**32:
+                raise TensorTableError(f"units[{entry.name!r}]={unit!r} is not a uint32")
+            result[entry.name] = unit
+        return result
+    if units == "tensor":
+        return {entry.name: number for number, entry in enumerate(entries)}
+    if units == "module":
+        modules: Dict[str, int] = {}
+        return {
+            entry.name: modules.setdefault(entry.module_path, len(modules)) for entry in entries
+        }
+    raise ConfigurationError(
+        f"units={units!r} must be 'tensor', 'module' or a mapping from tensor names to units"
+    )
+
+
+def _content_hash_argument(content_hash: Union[bool, str], tensors: List[torch.Tensor]) -> str:
+    if content_hash is True:
+        return compute_content_hash(tensors)
+    if content_hash is False or content_hash is None:
+        return ""
+    if isinstance(content_hash, str):
+        if content_hash and not is_hash(content_hash):
+            raise ConfigurationError(
+                f"content_hash={content_hash!r} is not of the form 'xxh3-64:<16 lowercase hex>'"
+            )
+        return content_hash
+    raise ConfigurationError(f"content_hash={content_hash!r} must be a bool or a hash string")
+
+
+def _register_with_retry(
+    client: "DdoClient", request: components_pb2.RegisterComponentRequest, wait: Optional[float]
+) -> components_pb2.RegisterComponentResponse:
+    """RegisterComponent, retried every 100 ms while ddod answers ABORTED (someone else is
+    uploading the key), for up to ``wait`` seconds."""
+    if wait is None:
+        wait = client.timeout * _WAIT_TIMEOUTS
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return client._unary("RegisterComponent", request)
+        except DaemonError as error:
+            left = deadline - time.monotonic()
+            if error.code != grpc.StatusCode.ABORTED or left <= 0:
+                raise
+        time.sleep(min(_RETRY_INTERVAL_S, left))
+
+
+def _write_upload(
+    response: components_pb2.RegisterComponentResponse,
+    specs: List[components_pb2.TensorSpec],
+    tensors: List[torch.Tensor],
+    reporter: ProgressReporter,
+) -> None:
+    """Writes every tensor into the segments at the placements ddod chose."""
+    by_name = {spec.name: (spec, tensor) for spec, tensor in zip(specs, tensors)}
+    placements = list(response.placements)
+    placed = {placement.name for placement in placements}
+    if len(placed) != len(placements) or placed != set(by_name):
+        raise DdoError(
+            f"ddod's placements do not match the tensor table: missing "
+            f"{describe_names(sorted(set(by_name) - placed))}, unknown "
+            f"{describe_names(sorted(placed - set(by_name)))}"
+        )
+    mappings: List[SegmentMapping] = []
+    try:
+        for segment in response.segments:
+            mappings.append(SegmentMapping(segment.shm_name, segment.size_bytes, writable=True))
+        # Segment and offset order: the writes sweep each segment once, front to back.
+        for placement in sorted(placements, key=lambda p: (p.segment, p.offset)):
+            spec, tensor = by_name[placement.name]
+            if placement.byte_size != spec.byte_size or placement.segment >= len(mappings):
+                raise DdoError(
+                    f"ddod placed {placement.name!r} at segment {placement.segment} with "
+                    f"{placement.byte_size} bytes; the table says {spec.byte_size} bytes and "
+                    f"there are {len(mappings)} segments"
+                )
+            if spec.byte_size:
+                mappings[placement.segment].write(
+                    placement.offset, tensor_bytes(tensor), on_bytes=reporter.update
+                )
+    finally:
+        for mapping in mappings:
+            mapping.close()
+
+
+def _abort_upload(client: "DdoClient", upload_id: str) -> None:
+    """AbortUpload, ignoring its failure (the upload may already be gone)."""
+    try:
+        client._unary(
+            "AbortUpload",
+            components_pb2.AbortUploadRequest(lease_id=client.lease_id, upload_id=upload_id),
+        )
+    except DdoError:
+        pass
+
+
+def _warm_component(
+    client: "DdoClient",
+    ref: components_pb2.ComponentRef,
+    specs: List[components_pb2.TensorSpec],
+    seconds: float,
+) -> Component:
+    """The Component of a warm hit: ddod's current record of it, or, when it was evicted in
+    the meantime, what the RegisterComponent answer said."""
+    try:
+        info = client._unary(
+            "GetComponent", components_pb2.GetComponentRequest(cache_key=ref.cache_key)
+        )
+    except DaemonError as error:
+        if error.code != grpc.StatusCode.NOT_FOUND:
+            raise
+        info = components_pb2.ComponentInfo(
+            ref=ref,
+            state=components_pb2.COMPONENT_STATE_READY,
+            tensor_count=len(specs),
+            unit_count=len({spec.unit for spec in specs}),
+        )
+    return Component.from_proto(info, warm_hit=True, seconds=seconds)
+
+
+# Loading safetensors files (ddod reads them).
+
+
+def load_safetensors(
+    client: "DdoClient",
+    cache_key: str,
+    paths: Union[PathArgument, Sequence[PathArgument]],
+    *,
+    index_file: Optional[PathArgument] = None,
+    units: Optional[Mapping[str, int]] = None,
+    content_hash: str = "",
+    progress: Optional[bool] = None,
+    log: Optional[LogFunction] = None,
+    stall_timeout: Optional[float] = None,
+) -> Component:
+    """Has ddod read ``*.safetensors`` files into its pool under ``cache_key``.
+
+    ddod reads the files itself (they must be readable by ddod's user); the client only
+    follows the progress ddod streams back. Names, dtypes and shapes come from the files.
+
+    Args:
+        client: A connected client.
+        cache_key: The component's name in the store.
+        paths: A ``*.safetensors`` file, a list of them, or a model folder; relative paths are
+            made absolute here.
+        index_file: A ``*.safetensors.index.json`` whose shard list ddod checks against the
+            files.
+        units: Streaming unit per tensor name (default: one unit per tensor).
+        content_hash: ``"xxh3-64:..."`` of the bytes in table order, for ddod to verify.
+        progress: True, False or None (auto); see :mod:`diffusers_dynamic_offloader.progress`.
+        log: Receives the summary line instead of stderr.
+        stall_timeout: Give up when ddod sends no progress for this many seconds (default:
+            the larger of 60 s and 12 client timeouts).
+
+    Returns:
+        The READY component; ``warm_hit`` says whether it was already in the pool.
+
+    Raises:
+        DaemonError: INVALID_ARGUMENT for a malformed file (the message names the file and the
+            tensor), NOT_FOUND for a missing one, RESOURCE_EXHAUSTED for the pool budget.
+        DdoError: ddod stalled, or ended the stream without a result.
+    """
+    started = time.monotonic()
+    _check_key(cache_key)
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files = [os.path.abspath(os.fspath(path)) for path in paths]
+    if not files:
+        raise ConfigurationError("load_safetensors needs at least one file or folder")
+    if content_hash and not is_hash(content_hash):
+        raise ConfigurationError(
+            f"content_hash={content_hash!r} is not of the form 'xxh3-64:<16 lowercase hex>'"
+        )
+    request = components_pb2.LoadSafetensorsRequest(
+        lease_id=client.lease_id,
+        cache_key=cache_key,
+        files=files,
+        index_file=os.path.abspath(os.fspath(index_file)) if index_file is not None else "",
+        content_hash=content_hash,
+        units=dict(units or {}),
+    )
+    if stall_timeout is None:
+        stall_timeout = max(60.0, 12 * client.timeout)
+    call = client._server_stream("LoadSafetensors", request)
+    watchdog = _Watchdog(call.cancel, stall_timeout)
+    final: Optional[components_pb2.LoadProgress] = None
+    with ProgressReporter(cache_key, progress=progress, log=log) as reporter:
+        begun = False
+        try:
+            for message in call:
+                watchdog.reset()
+                if not begun and (message.bytes_total or message.done):
+                    # A warm hit answers at once with done: no bar for it.
+                    reporter.start(message.bytes_total, bar=not message.done)
+                    begun = True
+                reporter.update_to(message.bytes_done)
+                if message.done:
+                    final = message
+                    break
+        except grpc.RpcError as error:
+            if watchdog.fired:
+                raise DdoError(
+                    f"ddod sent no LoadSafetensors progress for {stall_timeout:g} s; gave up"
+                ) from error
+            raise DaemonError("LoadSafetensors", error) from error
+        finally:
+            watchdog.stop()
+            call.cancel()
+        if final is None:
+            raise DdoError("ddod ended the LoadSafetensors stream without a result")
+        seconds = time.monotonic() - started
+        total = final.component.ref.total_bytes or final.bytes_total
+        if final.warm_hit:
+            reporter.message(
+                f"ddo: {cache_key!r} is already in the pool ({format_bytes(total)}): "
+                "nothing to load"
+            )
+        else:
+            reporter.finish("loaded", count=total, seconds=final.seconds or seconds)
+    return Component.from_proto(final.component, warm_hit=final.warm_hit, seconds=seconds)
+
+
+class _Watchdog:
+    """Calls ``action`` once when :meth:`reset` has not been called for ``seconds``; one
+    background thread, until :meth:`stop`."""
+
+    def __init__(self, action: Callable[[], object], seconds: float) -> None:
+        self._action = action
+        self._seconds = seconds
+        self._last = time.monotonic()
+        self._stopped = threading.Event()
+        self.fired = False
+        self._thread = threading.Thread(target=self._run, name="ddo-load-watchdog", daemon=True)
+        self._thread.start()
+
+    def reset(self) -> None:
+        self._last = time.monotonic()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _run(self) -> None:
+        while True:
+            left = self._last + self._seconds - time.monotonic()
+            if left <= 0:
+                self.fired = True
+                self._action()
+                return
+            if self._stopped.wait(left):
+                return
+
+
+# Attaching and managing.
+
+
+def attach(client: "DdoClient", cache_key: str) -> AttachedComponent:
+    """Opens a host session on a READY component and maps it read-only into this process.
+
+    Returns:
+        The attached component; close it (or use it as a context manager) to end the session.
+        Its tensors are read-only shared memory: see the module documentation.
+
+    Raises:
+        DaemonError: NOT_FOUND (no READY component has the key), FAILED_PRECONDITION.
+        DdoError: the segment cannot be mapped, or ddod's layout is inconsistent.
+    """
+    _check_key(cache_key)
+    response = client._unary(
+        "Attach", sessions_pb2.AttachRequest(lease_id=client.lease_id, cache_key=cache_key)
+    )
+    info = response.component
+    mappings: List[SegmentMapping] = []
+    try:
+        for segment in info.segments:
+            mappings.append(SegmentMapping(segment.shm_name, segment.size_bytes, writable=False))
+        tensors = _views(info, mappings)
+    except BaseException:
+        for mapping in mappings:
+            mapping.close()
+        _detach(client, response.session_id)
+        raise
+    return AttachedComponent(
+        client, response.session_id, Component.from_proto(info), tensors, mappings
+    )
+
+
+def _views(
+    info: components_pb2.ComponentInfo, mappings: List[SegmentMapping]
+) -> Dict[str, torch.Tensor]:
+    """A zero-copy tensor per entry of the table, in table order."""
+    placements = {placement.name: placement for placement in info.placements}
+    tensors: Dict[str, torch.Tensor] = {}
+    for spec in info.tensors:
+        placement = placements.get(spec.name)
+        if placement is None or placement.segment >= len(mappings):
+            raise DdoError(
+                f"ddod gave no usable placement for {spec.name!r} of {info.ref.cache_key!r}"
+            )
+        if placement.byte_size != spec.byte_size:
+            raise DdoError(
+                f"ddod placed {placement.byte_size} bytes for {spec.name!r}, whose spec says "
+                f"{spec.byte_size}"
+            )
+        dtype = dtypes.to_torch(spec.dtype, tensor_name=spec.name)
+        tensors[spec.name] = mappings[placement.segment].tensor(
+            placement.offset, placement.byte_size, dtype, list(spec.shape)
+        )
+    return tensors
+
+
+def _detach(client: "DdoClient", session_id: str) -> None:
+    try:
+        client._unary("Detach", sessions_pb2.DetachRequest(session_id=session_id))
+    except DdoError:
+        pass
+
+
+def get_component(client: "DdoClient", cache_key: str, *, with_layout: bool = False) -> Component:
+    """The READY component stored under ``cache_key``.
+
+    Raises:
+        DaemonError: NOT_FOUND when no READY component has the key.
+    """
+    info = client._unary(
+        "GetComponent",
+        components_pb2.GetComponentRequest(cache_key=cache_key, with_layout=with_layout),
+    )
+    return Component.from_proto(info)
+
+
+def components(client: "DdoClient") -> List[Component]:
+    """Every component in ddod's store, uploads in progress included (state UPLOADING)."""
+    response = client._unary("ListComponents", components_pb2.ListComponentsRequest())
+    return [Component.from_proto(info) for info in response.components]
+
+
+def evict(client: "DdoClient", cache_key: str) -> int:
+    """Removes a component from the pool; returns the bytes freed.
+
+    Raises:
+        DaemonError: NOT_FOUND (unknown key), FAILED_PRECONDITION (sessions hold it).
+    """
+    response = client._unary(
+        "EvictComponent", components_pb2.EvictComponentRequest(cache_key=cache_key)
+    )
+    return response.freed_bytes
