@@ -159,9 +159,11 @@ def main() -> int:
 
     socket = work / "ddod.sock"
     budget = 2 * args.size_gb + 2
+    ddod_log = open(work / "ddod.log", "w")
     ddod = subprocess.Popen([args.ddod, "--preset", "warm_process", "--socket", str(socket),
                              "--state-dir", str(work / "state"), "--discard",
-                             "--ram-budget-gb", f"{budget:g}", "--log-level", "warn"])
+                             "--ram-budget-gb", f"{budget:g}"],
+                            stdout=ddod_log, stderr=subprocess.STDOUT)
     try:
         for _ in range(200):
             if socket.exists():
@@ -179,6 +181,11 @@ def main() -> int:
     finally:
         ddod.terminate()
         ddod.wait(30)
+        ddod_log.close()
+    # ddod's own account of the load: segment, read and pin times.
+    phases = [line.split(" store: ", 1)[1].strip()
+              for line in (work / "ddod.log").read_text().splitlines()
+              if " store: " in line and "bench/model" in line]
 
     anchor_figures = anchor(path)
     bound = copy_bound_gbps(min(tensor_bytes, 2 << 30))
@@ -191,6 +198,7 @@ def main() -> int:
         "anchor": anchor_figures,
         "copy_bound_gbps": bound,
         "warm_attach": attach,
+        "ddod_log": phases,
     }
     print()
     print(f"file: {tensor_bytes / (1 << 30):.2f} GiB, page cache warm; {info.backend_detail}")
@@ -206,6 +214,8 @@ def main() -> int:
     else:
         print(f"anchor: {anchor_figures['why']}")
     print(f"{'bound: in-memory copy (torch)':34} {'':8} {bound:7.2f}")
+    for line in phases:
+        print(f"  ddod: {line}")
     print(f"warm attach, fresh process (median of {args.runs}): "
           f"{attach['process_wall_s']:.3f} s wall: import torch {attach['torch_import_s']:.3f} s, "
           f"import ddo {attach['import_s']:.3f} s, connect {attach['connect_s']:.3f} s, attach "

@@ -215,7 +215,9 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(const Lease& lease,
   }
 
   // Creating the segment reserves its pages: slow for big components, so outside the lock.
+  const absl::Time allocating = absl::Now();
   absl::StatusOr<std::shared_ptr<PoolSegment>> segment = pool_.Allocate(span);
+  const double allocate_s = absl::ToDoubleSeconds(absl::Now() - allocating);
   absl::MutexLock lock(&mu_);
   auto it = FindUploadLocked(upload_id);
   if (it == components_.end()) {
@@ -228,9 +230,10 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(const Lease& lease,
     return segment.status();
   }
   it->second.segment = *std::move(segment);
-  Logger("store")->info("upload {} of '{}' started by pid {}: {} tensors, {}",
+  Logger("store")->info("upload {} of '{}' started by pid {}: {} tensors, {} (segment in {:.2f} s)",
                         upload_id.substr(0, 8), cache_key, lease.client_pid,
-                        it->second.info.tensors.size(), FormatBytes(it->second.info.total_bytes));
+                        it->second.info.tensors.size(), FormatBytes(it->second.info.total_bytes),
+                        allocate_s);
   return RegisterResult{SnapshotLocked(it->second), /*warm_hit=*/false, upload_id};
 }
 
@@ -275,9 +278,11 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
           actual, "; the upload was discarded"));
     }
   }
+  const absl::Time pinning = absl::Now();
   if (absl::Status pinned = segment->Pin(); !pinned.ok()) {
     Logger("store")->warn("serving {} unpinned: {}", segment->name(), pinned.message());
   }
+  const double pin_s = absl::ToDoubleSeconds(absl::Now() - pinning);
 
   absl::MutexLock lock(&mu_);
   auto it = FindUploadLocked(upload_id);
@@ -291,7 +296,7 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
   component.owner_lease.clear();
   Logger("store")->info("'{}' ready: {} in {}{}", component.info.cache_key,
                         FormatBytes(component.info.total_bytes), segment->name(),
-                        segment->pinned() ? ", pinned" : "");
+                        segment->pinned() ? absl::StrFormat(", pinned in %.2f s", pin_s) : "");
   PersistLocked();
   return SnapshotLocked(component);
 }
@@ -349,19 +354,23 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
     }
   }
   const uint64_t total = set.total_bytes;
+  const absl::Time reading = absl::Now();
   if (opened.ok()) {
     opened = ReadInParallel(
         jobs, options_.read_threads, [&](uint64_t done) { progress(done, total); }, cancelled);
   }
+  const double read_s = absl::ToDoubleSeconds(absl::Now() - reading);
   if (!opened.ok()) {
     (void)Abort(lease.id, begun.upload_id);
     return opened;
   }
   DDO_ASSIGN_OR_RETURN(ComponentSnapshot ready, Commit(lease.id, begun.upload_id));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
-  Logger("store")->info("loaded '{}' from {} file(s): {} in {:.2f} s ({:.2f} GB/s)",
-                        request.cache_key, set.files.size(), FormatBytes(total), seconds,
-                        seconds > 0 ? static_cast<double>(total) / seconds / 1e9 : 0.0);
+  Logger("store")->info(
+      "loaded '{}' from {} file(s): {} in {:.2f} s ({:.2f} GB/s; reading {:.2f} s on {} threads)",
+      request.cache_key, set.files.size(), FormatBytes(total), seconds,
+      seconds > 0 ? static_cast<double>(total) / seconds / 1e9 : 0.0, read_s,
+      options_.read_threads);
   return LoadResult{std::move(ready), false, seconds};
 }
 
