@@ -190,7 +190,7 @@ def main() -> int:
         client = DdoClient.connect(address, timeout=600)
         info = client.info()
         started = time.perf_counter()
-        component = client.load_safetensors("bench/model", [path], progress=False)
+        client.load_safetensors("bench/model", [path], progress=False)
         ddo_s = time.perf_counter() - started
         pinned = client.stats().pool.pinned_bytes > 0
         attach = warm_attach(address, "bench/model", args.runs)

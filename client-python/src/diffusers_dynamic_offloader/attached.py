@@ -7,8 +7,8 @@ The tensors are zero-copy, read-only views of shared memory: inference only. See
 from __future__ import annotations
 
 from collections import OrderedDict
-from types import MappingProxyType, TracebackType
-from typing import TYPE_CHECKING, Dict, List, Mapping, NamedTuple, Optional, Sequence, Type
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 import grpc
 import torch
@@ -19,6 +19,7 @@ from .component_info import Component
 from .errors import BindError, DaemonError, DdoError, describe_names
 from .module_tensors import alias_groups, module_tensors
 from .shm import SegmentMapping
+from ._closeable import Closeable
 
 if TYPE_CHECKING:
     from .client import DdoClient
@@ -33,7 +34,7 @@ class BindResult(NamedTuple):
     unexpected_keys: List[str]
 
 
-class AttachedComponent:
+class AttachedComponent(Closeable):
     """A host session on a component, with a read-only zero-copy tensor for every entry.
 
     Create it with ``client.attach(key)``. The session keeps ddod from evicting the component
@@ -159,17 +160,6 @@ class AttachedComponent:
                 # The lease may have ended (and taken the session with it) meanwhile.
                 if error.code != grpc.StatusCode.NOT_FOUND:
                     raise
-
-    def __enter__(self) -> "AttachedComponent":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        traceback: Optional[TracebackType],
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self.component.tensor_count} tensors"

@@ -14,8 +14,7 @@ import os
 import stat
 import sys
 import weakref
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 from google.protobuf.message import Message
@@ -34,6 +33,7 @@ from .errors import (
     describe_attempts,
 )
 from .lease import Lease
+from ._closeable import Closeable
 
 if TYPE_CHECKING:
     import torch
@@ -54,7 +54,7 @@ CLIENT_NAME = (
 _PROBE_TIMEOUT_S = 2.0
 
 
-class DdoClient:
+class DdoClient(Closeable):
     """A connection to ddod and the lease this client holds on it.
 
     Every RPC is bounded by the ``timeout`` given to :meth:`connect`, and a failed RPC raises
@@ -343,17 +343,6 @@ class DdoClient:
     def close(self) -> None:
         """Ends the lease, closes the channel and stops the private daemon, if any. Idempotent."""
         self._finalizer()
-
-    def __enter__(self) -> "DdoClient":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        traceback: Optional[TracebackType],
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"lease_id={self.lease_id!r}"

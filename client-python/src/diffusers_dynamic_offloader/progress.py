@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from types import TracebackType
-from typing import Any, Callable, Optional, Type
+from typing import Any, Callable, Optional
 
 from .errors import ConfigurationError
+from ._closeable import Closeable
 
 #: Transfers at least this large get a bar and a summary by default.
 AUTO_MIN_BYTES = 1 << 30
@@ -58,7 +58,7 @@ def auto_min_bytes() -> int:
     return value
 
 
-class ProgressReporter:
+class ProgressReporter(Closeable):
     """Reports one transfer. Call :meth:`start` once the total is known, :meth:`update` as
     bytes move, and :meth:`finish` (or leave the ``with`` block) at the end.
 
@@ -161,17 +161,6 @@ class ProgressReporter:
         bar, self._bar = self._bar, None
         if bar is not None:
             bar.close()
-
-    def __enter__(self) -> "ProgressReporter":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        traceback: Optional[TracebackType],
-    ) -> None:
-        self.close()
 
 
 def _make_bar(total: int, description: str) -> Any:

@@ -18,12 +18,12 @@ import os
 import stat
 import sys
 import warnings
-from types import TracebackType
-from typing import Callable, Optional, Sequence, Type
+from typing import Callable, Optional, Sequence
 
 import torch
 
 from .errors import DdoError
+from ._closeable import Closeable
 
 #: Where POSIX shared memory lives on Linux.
 SHM_DIR = "/dev/shm"
@@ -44,7 +44,7 @@ def segment_path(shm_name: str) -> str:
     return os.path.join(SHM_DIR, bare)
 
 
-class SegmentMapping:
+class SegmentMapping(Closeable):
     """One segment mapped into this process, read-only or read-write.
 
     Use it as a context manager, or call :meth:`close`. Not thread-safe: one owner at a time.
@@ -177,17 +177,6 @@ class SegmentMapping:
             return False
         mapping.close()
         return True
-
-    def __enter__(self) -> "SegmentMapping":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        traceback: Optional[TracebackType],
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         mode = "rw" if self.writable else "ro"
