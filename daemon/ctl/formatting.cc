@@ -85,6 +85,9 @@ std::string FormatStatus(const ddo::v1::DaemonInfo& info, const std::string& hea
                            FormatBytes(device.total_bytes()), FormatBytes(device.free_bytes()),
                            FormatBytes(device.vram_budget_bytes()), device.compute_capability(),
                            device.pci_bus_id());
+    if (device.h2d_gbps() > 0) {
+      out += absl::StrFormat("               pinned host-to-device %.1f GB/s\n", device.h2d_gbps());
+    }
   }
   return out;
 }

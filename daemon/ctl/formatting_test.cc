@@ -45,6 +45,7 @@ TEST(FormattingTest, StatusShowsWhatAnOperatorNeeds) {
   device->set_total_bytes(140ull << 30);
   device->set_free_bytes(139ull << 30);
   device->set_vram_budget_bytes(16ull << 30);
+  device->set_h2d_gbps(55.25);
 
   const std::string text = FormatStatus(info, "SERVING");
   EXPECT_THAT(text, HasSubstr("ddod 0.1.0 (ddo.v1), pid 42, up 5.0s: SERVING"));
@@ -54,6 +55,7 @@ TEST(FormattingTest, StatusShowsWhatAnOperatorNeeds) {
   EXPECT_THAT(text, HasSubstr("pool budget 100.0 GiB"));
   EXPECT_THAT(text, HasSubstr("NVIDIA H200  GPU-0123"));
   EXPECT_THAT(text, HasSubstr("140.0 GiB total, 139.0 GiB free, budget 16.0 GiB"));
+  EXPECT_THAT(text, HasSubstr("pinned host-to-device 55.2 GB/s"));
   EXPECT_THAT(text, Not(HasSubstr("embedded")));
 }
 

@@ -20,6 +20,7 @@
 #include "daemon/common/version.h"
 #include "daemon/config/budgets.h"
 #include "daemon/platform/system_info.h"
+#include "daemon/device/h2d_bandwidth.h"
 #include "daemon/pool/host_pinning.h"
 #include "daemon/server/runtime_dir.h"
 
@@ -89,7 +90,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
 
   DDO_RETURN_IF_ERROR(daemon->OpenPool(system));
   daemon->service_ = std::make_unique<DdoService>(context, *daemon->pool_, *daemon->store_);
+  context.bandwidth = &daemon->bandwidth_;
   DDO_RETURN_IF_ERROR(daemon->Listen());
+  daemon->StartBandwidthProbe();
   return daemon;
 }
 
@@ -165,6 +168,24 @@ absl::Status DaemonServer::Listen() {
   return absl::OkStatus();
 }
 
+void DaemonServer::StartBandwidthProbe() {
+  if (context_.gpus.devices.empty()) {
+    return;
+  }
+  bandwidth_probe_ = std::thread([this] {
+    for (const GpuDevice& gpu : context_.gpus.devices) {
+      absl::StatusOr<double> gbps = MeasurePinnedH2DGbps(gpu.ordinal);
+      if (!gbps.ok()) {
+        Logger("platform")->warn("could not measure {}: {}", gpu.uuid, gbps.status().message());
+        continue;
+      }
+      bandwidth_.Set(gpu.ordinal, *gbps);
+      Logger("platform")->info("device {}: pinned host-to-device {:.1f} GB/s", gpu.ordinal,
+                               *gbps);
+    }
+  });
+}
+
 absl::Status DaemonServer::SetSocketPermissions() const {
   const DaemonOptions& options = context_.options;
   if (options.socket_group.empty()) {
@@ -208,6 +229,9 @@ void DaemonServer::Shutdown(const std::string& reason) {
   stopped_ = true;
   auto log = Logger("server");
   log->info("shutting down: {}", reason);
+  if (bandwidth_probe_.joinable()) {
+    bandwidth_probe_.join();  // a few hundred milliseconds at most
+  }
   if (server_ != nullptr) {
     // Health first, so that watchers and load balancers stop sending work.
     server_->GetHealthCheckService()->Shutdown();

@@ -12,6 +12,7 @@
 #include <grpcpp/server.h>
 
 #include <memory>
+#include <thread>
 #include <optional>
 #include <string>
 
@@ -48,6 +49,8 @@ class DaemonServer {
 
   absl::Status OpenPool(const SystemInfo& system);
   absl::Status Listen();
+  // Measures each device's pinned H2D bandwidth on a background thread.
+  void StartBandwidthProbe();
   absl::Status SetSocketPermissions() const;
 
   // Destroyed in reverse order: the server, the service, the store, then the pool.
@@ -57,6 +60,8 @@ class DaemonServer {
   std::unique_ptr<DdoService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::optional<InstanceLock> lock_;
+  BandwidthBoard bandwidth_;
+  std::thread bandwidth_probe_;
   std::string store_manifest_path_;
   bool stopped_ = false;
 };

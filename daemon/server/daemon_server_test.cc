@@ -84,8 +84,18 @@ TEST_F(DaemonServerTest, ServesInfoAndHealthOnAnOwnerOnlySocket) {
   EXPECT_GT(daemon.platform().ram_total_bytes(), 0u);
   EXPECT_THAT(daemon.listen_addresses(), ::testing::Contains("unix:" + socket_path()));
   EXPECT_FALSE(daemon.embedded());
-  EXPECT_EQ(daemon.devices_size(),
-            daemon.backend() == ddo::v1::BACKEND_HOST ? 0 : daemon.devices_size());
+  if (daemon.backend() == ddo::v1::BACKEND_HOST) {
+    EXPECT_EQ(daemon.devices_size(), 0);
+    return;
+  }
+  // On a GPU machine: every device by UUID, and its pinned bandwidth measured soon after start.
+  ASSERT_GT(daemon.devices_size(), 0);
+  for (int attempt = 0; attempt < 200 && daemon.devices(0).h2d_gbps() == 0; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(stub->GetInfo(Deadline().get(), ddo::v1::GetInfoRequest(), &daemon).ok());
+  }
+  EXPECT_GT(daemon.devices(0).h2d_gbps(), 1.0);
+  EXPECT_THAT(daemon.devices(0).uuid(), ::testing::StartsWith("GPU-"));
 }
 
 TEST_F(DaemonServerTest, UnbuiltCapabilitiesAnswerUnimplementedByName) {

@@ -12,6 +12,7 @@
 
 #include "absl/time/time.h"
 #include "daemon/config/daemon_options.h"
+#include "daemon/platform/bandwidth_board.h"
 #include "daemon/platform/gpu_inventory.h"
 
 namespace ddo {
@@ -23,6 +24,8 @@ struct DaemonContext {
   std::vector<std::string> listen_addresses;
   uint64_t ram_budget_bytes = 0;
   absl::Time started;
+  // Filled in the background after start; thread-safe, owned by the server. May be null.
+  const BandwidthBoard* bandwidth = nullptr;
 };
 
 }  // namespace ddo

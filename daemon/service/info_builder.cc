@@ -52,6 +52,9 @@ ddo::v1::DaemonInfo BuildDaemonInfo(const DaemonContext& context, const SystemIn
     device->set_compute_capability(gpu.compute_capability);
     device->set_pci_bus_id(gpu.pci_bus_id);
     device->set_vram_budget_bytes(VramBudgetBytes(context.options, gpu.total_bytes));
+    if (context.bandwidth != nullptr) {
+      device->set_h2d_gbps(context.bandwidth->Get(gpu.ordinal));
+    }
     if (auto free_bytes = QueryFreeBytes(gpu.ordinal); free_bytes.ok()) {
       device->set_free_bytes(*free_bytes);
     } else {
