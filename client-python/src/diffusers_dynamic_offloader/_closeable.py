@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from types import TracebackType
 from typing import Optional, Type, TypeVar
 
 _Self = TypeVar("_Self", bound="Closeable")
 
 
-class Closeable:
+class Closeable(ABC):
     """Base for objects released by ``close()``: ``with obj: ...`` closes it on exit."""
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Releases what the object holds; safe to call more than once."""
 
     def __enter__(self: _Self) -> _Self:
         return self
