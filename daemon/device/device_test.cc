@@ -1,8 +1,11 @@
 // Tests of the CUDA object wrappers. They need a GPU: on a machine without one (CI) each test
 // says so and is skipped; tests/gpu runs them on the GPU machine.
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "daemon/device/cuda_check.h"
@@ -10,6 +13,7 @@
 #include "daemon/device/device_buffer.h"
 #include "daemon/device/h2d_bandwidth.h"
 #include "daemon/device/ipc_event.h"
+#include "daemon/device/ipc_memory.h"
 #include "daemon/platform/gpu_inventory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -90,6 +94,76 @@ TEST_F(DeviceTest, MeasuresPinnedBandwidth) {
   ASSERT_TRUE(gbps.ok()) << gbps.status();
   EXPECT_GT(*gbps, 1.0);
   EXPECT_LT(*gbps, 1000.0);
+}
+
+}  // namespace
+}  // namespace ddo
+
+namespace ddo {
+namespace {
+
+std::string Hex(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+std::string Unhex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  }
+  return out;
+}
+
+// The importing side, run in a child process by the test below (this same binary, re-executed
+// with the handles in its environment). Run on its own it has nothing to import.
+TEST(DeviceIpcChild, OpensWhatTheParentExported) {
+  const char* memory = std::getenv("DDO_TEST_IPC_MEMORY");
+  const char* event = std::getenv("DDO_TEST_IPC_EVENT");
+  if (memory == nullptr || event == nullptr) {
+    GTEST_SKIP() << "the importing half of DeviceTest.IpcHandlesWorkAcrossProcesses";
+  }
+  auto stream = CudaStream::Create(0);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  auto ready = IpcEvent::Open(0, Unhex(event));
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  auto mapped = IpcMemory::Open(0, Unhex(memory));
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  ASSERT_TRUE(ready->BlockStream(*stream).ok());
+  std::vector<unsigned char> back(1 << 20);
+  ASSERT_EQ(cudaMemcpyAsync(back.data(), mapped->data(), back.size(), cudaMemcpyDeviceToHost,
+                            stream->get()),
+            cudaSuccess);
+  ASSERT_TRUE(stream->Synchronize().ok());
+  for (size_t i = 0; i < back.size(); ++i) {
+    ASSERT_EQ(back[i], static_cast<unsigned char>(i * 13 + 5)) << "at byte " << i;
+  }
+}
+
+TEST_F(DeviceTest, IpcHandlesWorkAcrossProcesses) {
+  constexpr uint64_t kBytes = 1 << 20;
+  std::vector<unsigned char> host(kBytes);
+  for (uint64_t i = 0; i < kBytes; ++i) host[i] = static_cast<unsigned char>(i * 13 + 5);
+  auto buffer = DeviceBuffer::Allocate(0, kBytes);
+  auto stream = CudaStream::Create(0);
+  auto ready = IpcEvent::Create(0);
+  ASSERT_TRUE(buffer.ok() && stream.ok() && ready.ok());
+  ASSERT_TRUE(stream->CopyToDevice(buffer->data(), host.data(), kBytes).ok());
+  ASSERT_TRUE(ready->Record(*stream).ok());
+  auto memory = buffer->ExportIpcHandle();
+  auto event = ready->ExportIpcHandle();
+  ASSERT_TRUE(memory.ok() && event.ok());
+  const std::string command =
+      "DDO_TEST_IPC_MEMORY=" + Hex(*memory) + " DDO_TEST_IPC_EVENT=" + Hex(*event) +
+      " /proc/" + std::to_string(::getpid()) +
+      "/exe --gtest_filter=DeviceIpcChild.OpensWhatTheParentExported > /dev/null";
+  // The importer must be another process: CUDA refuses to open a handle in its exporter.
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
 }  // namespace
