@@ -11,7 +11,7 @@ tools/build.sh "$@"
 
 run_dir=$(mktemp -d /tmp/ddo-demo-XXXXXX)
 socket="$run_dir/ddod.sock"
-"$build/bin/ddod" --preset warm_process --socket "$socket" --state-dir "$run_dir/state" &
+"$build/bin/ddod" --preset warm_process --discard --socket "$socket" --state-dir "$run_dir/state" &
 ddod_pid=$!
 cleanup() {
   kill -TERM "$ddod_pid" 2>/dev/null && wait "$ddod_pid" || true

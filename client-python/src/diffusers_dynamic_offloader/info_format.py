@@ -17,8 +17,8 @@ def format_daemon_info(info: info_pb2.DaemonInfo) -> str:
         f"up {info.uptime_seconds:.1f} s",
         f"backend:   {_enum_label(info_pb2.Backend, info.backend, 'BACKEND_')}"
         + (f" ({info.backend_detail})" if info.backend_detail else ""),
-        f"preset:    {info.requested_preset or '(none)'} -> {info.effective_preset or '(none)'}",
-        f"platform:  {_enum_label(info_pb2.OsKind, platform.os, 'OS_KIND_')} "
+        f"preset:    {_preset(info)}",
+        f"platform:  {_OS_NAMES.get(platform.os, 'unknown OS')} "
         f"{platform.os_release}, host {platform.hostname or '?'}, {platform.cpu_count} CPUs",
         f"RAM:       {_gib(platform.ram_total_bytes)} total, "
         f"{_gib(platform.ram_available_bytes)} available"
@@ -64,3 +64,17 @@ def _enum_label(enum_type, value: int, prefix: str) -> str:
         return enum_type.Name(value).removeprefix(prefix)
     except ValueError:
         return str(value)
+
+
+_OS_NAMES = {
+    info_pb2.OS_KIND_LINUX: "Linux",
+    info_pb2.OS_KIND_WSL: "WSL",
+    info_pb2.OS_KIND_WINDOWS: "Windows",
+}
+
+
+def _preset(info: info_pb2.DaemonInfo) -> str:
+    """``auto -> one_shot_fast``, or the name alone when nothing was resolved."""
+    requested = info.requested_preset or "(none)"
+    effective = info.effective_preset or "(none)"
+    return effective if requested == effective else f"{requested} -> {effective}"
