@@ -47,6 +47,9 @@ step "Python suite against the bundled ddod"
 check env DDO_DDOD_BINARY="$bundle/bin/ddod" DDO_DDOCTL_BINARY="$bundle/bin/ddoctl" \
   python3 -m pytest -q -p no:cacheprovider tests/python
 
+step "GPU Python tests"
+check python3 -m pytest -q -p no:cacheprovider tests/gpu
+
 echo
 echo "run_foundation: $failures failure(s)"
 exit $(( failures > 0 ))
