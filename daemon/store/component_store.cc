@@ -506,6 +506,10 @@ void ComponentStore::AdoptPrevious() {
       reject("the segment is not this pool's");
       continue;
     }
+    if (components_.count(entry.cache_key) != 0) {
+      reject("the manifest lists the key twice");
+      continue;
+    }
     if (StructureHash(entry.tensors) != entry.structure_hash ||
         ComponentId(entry.cache_key, entry.structure_hash) != entry.component_id) {
       reject("its tensor table does not match its structure hash");
