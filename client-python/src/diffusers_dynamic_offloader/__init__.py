@@ -1,8 +1,9 @@
 """diffusers_dynamic_offloader: run Diffusers models larger than VRAM, with weights served by ddod.
 
 This package is the Python client of ddod, the DDO daemon. Importing it is cheap: it loads
-gRPC and the protocol stubs, never torch. ``AttachedComponent`` and ``BindResult`` (and the
-component store methods of :class:`DdoClient`) load torch when first used.
+gRPC and the protocol stubs, never torch. ``AttachedComponent``, ``BindResult`` and
+``StreamingSession`` (and the component store and streaming methods of :class:`DdoClient`) load
+torch when first used.
 """
 
 from typing import Any
@@ -14,10 +15,13 @@ from .errors import (
     BindError,
     ConfigurationError,
     DaemonError,
+    DaemonGoneError,
     DaemonUnavailableError,
     DdoError,
     EmbeddedDaemonError,
     MissingDependencyError,
+    SessionClosedError,
+    StreamingError,
     TensorTableError,
 )
 
@@ -35,9 +39,17 @@ __all__ = [
     "TensorTableError",
     "BindError",
     "MissingDependencyError",
+    "StreamingError",
+    "SessionClosedError",
+    "DaemonGoneError",
+    "StreamingSession",
 ]
 
-_LAZY = {"AttachedComponent": "attached", "BindResult": "attached"}
+_LAZY = {
+    "AttachedComponent": "attached",
+    "BindResult": "attached",
+    "StreamingSession": "streaming",
+}
 
 
 def __getattr__(name: str) -> Any:

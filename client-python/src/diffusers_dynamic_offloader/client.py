@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .component_info import Component
     from .progress import LogFunction
     from .store import PathArgument, UnitsArgument
+    from .streaming import StreamingSession
 
 #: How this client introduces itself in ConnectRequest.client_name.
 CLIENT_NAME = (
@@ -314,6 +315,21 @@ class DdoClient(Closeable):
         from . import store
 
         return store.attach(self, cache_key)
+
+    def stream(
+        self,
+        module: "nn.Module",
+        cache_key: str,
+        *,
+        device: Union[str, int, "torch.device"] = "cuda:0",
+        settings: Optional[Mapping[str, object]] = None,
+    ) -> "StreamingSession":
+        """Opens a streaming session: ``module`` runs on ``device`` ("cpu": the host backend)
+        with its large Linear weights streamed by ddod from the component ``cache_key``; see
+        :func:`diffusers_dynamic_offloader.streaming.stream`."""
+        from . import streaming
+
+        return streaming.stream(self, module, cache_key, device=device, settings=settings)
 
     def component(self, cache_key: str, *, with_layout: bool = False) -> "Component":
         """The READY component under ``cache_key``; DaemonError NOT_FOUND otherwise."""

@@ -11,6 +11,9 @@ type. The subclasses say what went wrong:
   (not a tensor, a dtype the protocol has no code for, a sparse or quantized tensor).
 - :class:`BindError`: an attached component does not fit the module it is bound to.
 - :class:`MissingDependencyError`: an optional package (``xxhash``) is needed and absent.
+- :class:`StreamingError`: a streaming session cannot go on; its subclasses
+  :class:`SessionClosedError` (ddod closed or failed the session) and :class:`DaemonGoneError`
+  (ddod's process is gone) say why.
 """
 
 from __future__ import annotations
@@ -94,6 +97,19 @@ class BindError(DdoError, ValueError):
 
 class MissingDependencyError(DdoError, ImportError):
     """An optional package that the requested feature needs is not installed."""
+
+
+class StreamingError(DdoError):
+    """A streaming session cannot serve a weight: the control block is inconsistent (a slot
+    holds another use than the one expected), ddod stopped producing, or the session ended."""
+
+
+class SessionClosedError(StreamingError):
+    """ddod closed the streaming session (detached, or ddod is stopping) or marked it failed."""
+
+
+class DaemonGoneError(StreamingError):
+    """ddod's process ended while a streaming session was waiting for it."""
 
 
 def describe_attempts(attempts: Sequence[Tuple[str, str]]) -> str:

@@ -1,0 +1,376 @@
+"""A streaming session's control block and its device's doorbell, mapped read-write.
+
+ddod and the runner coordinate a session through counters in a shared-memory segment, the
+*control block*, and wake ddod's copy worker through the device's *doorbell*; docs/streaming.md
+(section 3) gives both layouts. Each counter has one writer. This module maps both segments and
+exposes every field as a ctypes word over the mapping (``ctypes.c_uint64.from_buffer``): reading
+``block.ready.value`` is one load from shared memory, cheap enough for the hot path, which reads
+the counters once per Linear call.
+
+Waiting (:meth:`ControlBlock.wait_until`) spins for a few microseconds, then sleeps on the
+counter's futex in slices of about 2 ms. Between slices it checks the session's ``state`` and
+whether ddod's process still lives, so a runner never waits on a dead daemon or a closed
+session for more than about two seconds (:class:`DaemonGoneError`, :class:`SessionClosedError`),
+and it gives up when ddod makes no progress for ``stall_timeout`` seconds.
+
+The counters are read and written with plain loads and stores; the order that x86-64 keeps
+between them is what the protocol needs. On weaker machines a stale ``slot_use`` is re-read
+before it is reported (see :meth:`ControlBlock.check_slot`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import stat
+import time
+from typing import List, Optional
+
+from . import futex
+from ._closeable import Closeable
+from .errors import DaemonGoneError, DdoError, SessionClosedError, StreamingError
+from .shm import segment_path
+
+CONTROL_MAGIC = 0x434F4444  # "DDOC"
+CONTROL_VERSION = 1
+DOORBELL_MAGIC = 0x424F4444  # "DDOB"
+DOORBELL_BYTES = 4096
+
+#: Offsets of the control block's fields (docs/streaming.md, section 3).
+_MAGIC, _VERSION, _SLOTS, _UNITS, _DAEMON_PID, _SCHEDULE_LENGTH = 0, 4, 8, 12, 16, 24
+_READY, _CONSUMED, _STATE, _RUNNER_WAITING = 64, 128, 192, 196
+_SYNC_REQUEST, _SYNC_UNIT, _SYNC_DONE = 256, 264, 320
+_STAT_SKIPPED, _STAT_SYNC, _STAT_STREAMED = 384, 392, 400
+_SLOT_USE = 1024
+
+#: The doorbell's fields.
+_BELL_MAGIC, _BELL_SEQ, _BELL_SLEEPING = 0, 64, 128
+
+#: Values of ``state``.
+STATE_OPEN, STATE_CLOSED, STATE_FAILED = 0, 1, 2
+
+#: How long a wait polls before it sleeps on the futex.
+SPIN_NS = 20_000
+#: How long one futex sleep lasts at most; the liveness checks run between sleeps.
+SLICE_NS = 2_000_000
+#: How often, at most, a wait checks ddod's process.
+_PID_CHECK_NS = 100_000_000
+#: The default for ``stall_timeout``: seconds without progress before a wait gives up.
+DEFAULT_STALL_TIMEOUT_S = 120.0
+
+
+class _SharedSegment:
+    """A shared-memory segment mapped read-write, with ctypes words over it."""
+
+    def __init__(self, shm_name: str, size: int, what: str) -> None:
+        self.name = shm_name
+        self.path = segment_path(shm_name)
+        if size <= 0:
+            raise DdoError(f"ddod sent the {what} {shm_name!r} with size {size}")
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError as error:
+            raise DdoError(
+                f"cannot open the {what} {self.path} read-write: {error.strerror}"
+            ) from error
+        try:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                raise DdoError(f"the {what} {self.path} is not a regular file")
+            if status.st_size < size:
+                raise DdoError(
+                    f"the {what} {self.path} holds {status.st_size} bytes, but ddod said {size}"
+                )
+            try:
+                self.mmap: Optional[mmap.mmap] = mmap.mmap(
+                    fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE
+                )
+            except (OSError, ValueError) as error:
+                raise DdoError(f"cannot map the {what} {self.path}: {error}") from error
+        finally:
+            os.close(fd)
+        self.size = size
+
+    def u32(self, offset: int) -> ctypes.c_uint32:
+        return ctypes.c_uint32.from_buffer(self.mmap, offset)
+
+    def u64(self, offset: int) -> ctypes.c_uint64:
+        return ctypes.c_uint64.from_buffer(self.mmap, offset)
+
+    def i64(self, offset: int) -> ctypes.c_int64:
+        return ctypes.c_int64.from_buffer(self.mmap, offset)
+
+    def close(self) -> None:
+        """Unmaps, once the owner dropped its words (each export pins the mapping)."""
+        mapping, self.mmap = self.mmap, None
+        if mapping is not None:
+            try:
+                mapping.close()
+            except BufferError:
+                # Someone still holds a word: the mapping goes with the last of them.
+                pass
+
+
+class Doorbell(Closeable):
+    """The device's doorbell: ddod's copy worker sleeps on ``seq`` when no session has work.
+
+    Attributes:
+        seq: The futex word a runner increments to wake the worker.
+        daemon_sleeping: Nonzero while the worker sleeps (or is about to).
+    """
+
+    def __init__(self, shm_name: str) -> None:
+        """Maps the doorbell read-write and checks its magic.
+
+        Raises:
+            DdoError: the segment is missing, too small, or not a doorbell.
+        """
+        self._segment = _SharedSegment(shm_name, DOORBELL_BYTES, "doorbell")
+        try:
+            magic = self._segment.u32(_BELL_MAGIC).value
+            if magic != DOORBELL_MAGIC:
+                raise DdoError(
+                    f"the doorbell {self._segment.path} has magic {magic:#010x}, "
+                    f"not {DOORBELL_MAGIC:#010x}"
+                )
+        except BaseException:
+            self._segment.close()
+            raise
+        self.seq = self._segment.u32(_BELL_SEQ)
+        self.daemon_sleeping = self._segment.u32(_BELL_SLEEPING)
+        self._seq_address = ctypes.addressof(self.seq)
+
+    def ring(self) -> None:
+        """Increments ``seq`` and wakes the worker (a lost increment, when two runners ring at
+        once, is harmless: the wake is what counts)."""
+        self.seq.value = (self.seq.value + 1) & 0xFFFFFFFF
+        futex.wake(self._seq_address)
+
+    def ring_if_sleeping(self) -> None:
+        """Rings only when the worker sleeps: what a runner does after publishing ``consumed``."""
+        if self.daemon_sleeping.value:
+            self.ring()
+
+    @property
+    def closed(self) -> bool:
+        return self._segment.mmap is None
+
+    def close(self) -> None:
+        """Unmaps the doorbell. Idempotent."""
+        if self._segment.mmap is None:
+            return
+        del self.seq, self.daemon_sleeping
+        self._segment.close()
+
+
+class ControlBlock(Closeable):
+    """One session's control block, mapped read-write.
+
+    The counters are ctypes words: read and write their ``.value``. ddod writes ``ready``,
+    ``state``, ``sync_done`` and ``slot_use``; the runner writes ``consumed``,
+    ``runner_waiting``, ``sync_request``, ``sync_unit`` and the statistics words.
+
+    Attributes:
+        slots: K, the number of streaming slots (slot K serves out-of-schedule uses).
+        units: The number of units.
+        daemon_pid: ddod's process id.
+        slot_use: ``slot_use[s]`` for s in 0..K: the use (slot K: the request) it holds.
+    """
+
+    def __init__(
+        self,
+        shm_name: str,
+        size: int,
+        *,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT_S,
+    ) -> None:
+        """Maps the control block and checks its magic and version.
+
+        Args:
+            shm_name: DeviceResources.control_block_shm.
+            size: DeviceResources.control_block_bytes.
+            stall_timeout: Seconds a wait tolerates without any progress from ddod.
+
+        Raises:
+            DdoError: the segment is missing, too small for its K, or not a version 1 block.
+        """
+        self._segment = _SharedSegment(shm_name, size, "control block")
+        try:
+            self._check_header()
+        except BaseException:
+            self._segment.close()
+            raise
+        segment = self._segment
+        self.slots: int = segment.u32(_SLOTS).value
+        self.units: int = segment.u32(_UNITS).value
+        self.daemon_pid: int = segment.i64(_DAEMON_PID).value
+        self.schedule_length = segment.u32(_SCHEDULE_LENGTH)
+        self.ready = segment.u64(_READY)
+        self.consumed = segment.u64(_CONSUMED)
+        self.state = segment.u32(_STATE)
+        self.runner_waiting = segment.u32(_RUNNER_WAITING)
+        self.sync_request = segment.u64(_SYNC_REQUEST)
+        self.sync_unit = segment.u32(_SYNC_UNIT)
+        self.sync_done = segment.u64(_SYNC_DONE)
+        self.skipped_uses = segment.u64(_STAT_SKIPPED)
+        self.sync_uses = segment.u64(_STAT_SYNC)
+        self.streamed_uses = segment.u64(_STAT_STREAMED)
+        self.slot_use: List[ctypes.c_uint64] = [
+            segment.u64(_SLOT_USE + 8 * slot) for slot in range(self.slots + 1)
+        ]
+        self.stall_timeout_ns = int(stall_timeout * 1e9)
+        # A ddod in another pid namespace has a pid this process cannot see: then only
+        # `state` and the stall timeout end a wait.
+        self._check_pid = self.daemon_pid > 0 and _process_alive(self.daemon_pid)
+
+    def _check_header(self) -> None:
+        segment = self._segment
+        magic = segment.u32(_MAGIC).value
+        if magic != CONTROL_MAGIC:
+            raise DdoError(
+                f"the control block {segment.path} has magic {magic:#010x}, "
+                f"not {CONTROL_MAGIC:#010x}"
+            )
+        version = segment.u32(_VERSION).value
+        if version != CONTROL_VERSION:
+            raise DdoError(
+                f"the control block {segment.path} has layout version {version}; this client "
+                f"reads version {CONTROL_VERSION} (update the client or ddod)"
+            )
+        slots = segment.u32(_SLOTS).value
+        needed = _SLOT_USE + 8 * (slots + 1)
+        if slots < 1 or segment.size < needed:
+            raise DdoError(
+                f"the control block {segment.path} has {segment.size} bytes for K={slots} "
+                f"slots; it needs {needed}"
+            )
+
+    # Waiting.
+
+    def wait_until(self, word: ctypes.c_uint64, target: int, what: str) -> int:
+        """Waits until the counter ``word`` (``ready`` or ``sync_done``) reaches ``target``.
+
+        Returns:
+            The nanoseconds spent waiting (0 when it already had).
+
+        Raises:
+            SessionClosedError: ddod closed or failed the session.
+            DaemonGoneError: ddod's process ended.
+            StreamingError: the counter did not move for ``stall_timeout`` seconds.
+        """
+        if word.value >= target:
+            return 0
+        clock = time.perf_counter_ns
+        started = clock()
+        spin_until = started + SPIN_NS
+        while clock() < spin_until:
+            if word.value >= target:
+                return clock() - started
+        address = ctypes.addressof(word)
+        last_value = word.value
+        last_progress = last_pid_check = clock()
+        self.runner_waiting.value = 1
+        try:
+            while True:
+                value = word.value
+                if value >= target:
+                    return clock() - started
+                now = clock()
+                self.check_state()
+                if self._check_pid and now - last_pid_check >= _PID_CHECK_NS:
+                    self.check_daemon()
+                    last_pid_check = now
+                if value != last_value:
+                    last_value, last_progress = value, now
+                elif now - last_progress > self.stall_timeout_ns:
+                    raise StreamingError(
+                        f"ddod made no progress for {self.stall_timeout_ns / 1e9:g} s: "
+                        f"{what} is {value}, the runner waits for {target}"
+                    )
+                futex.wait(address, value, SLICE_NS)
+        finally:
+            self.runner_waiting.value = 0
+
+    def check_state(self) -> None:
+        """Raises SessionClosedError unless the session is open."""
+        state = self.state.value
+        if state == STATE_OPEN:
+            return
+        if state == STATE_CLOSED:
+            raise SessionClosedError(
+                "ddod closed this streaming session (it was detached, or ddod is stopping)"
+            )
+        if state == STATE_FAILED:
+            raise SessionClosedError(
+                "ddod marked this streaming session failed (see ddod's log for the reason)"
+            )
+        raise SessionClosedError(f"the session's control block has an unknown state {state}")
+
+    def check_daemon(self) -> None:
+        """Raises DaemonGoneError when ddod's process has ended."""
+        if self._check_pid and not _process_alive(self.daemon_pid):
+            raise DaemonGoneError(
+                f"ddod (pid {self.daemon_pid}) is gone: its streaming session ended with it"
+            )
+
+    def check_slot(self, slot: int, expected: int, what: str) -> None:
+        """Raises StreamingError unless ``slot_use[slot] == expected``; a mismatch is re-read
+        for up to a millisecond first, in case the store has not become visible yet."""
+        word = self.slot_use[slot]
+        if word.value == expected:
+            return
+        deadline = time.perf_counter_ns() + 1_000_000
+        while time.perf_counter_ns() < deadline:
+            if word.value == expected:
+                return
+        raise StreamingError(
+            f"slot {slot} of the ring holds {what} {word.value}, but {what} {expected} was "
+            f"published: refusing to compute with the wrong weights"
+        )
+
+    # Lifetime.
+
+    @property
+    def closed(self) -> bool:
+        return self._segment.mmap is None
+
+    def close(self) -> None:
+        """Unmaps the control block. Idempotent; the words must not be used afterwards."""
+        if self._segment.mmap is None:
+            return
+        for name in (
+            "schedule_length", "ready", "consumed", "state", "runner_waiting", "sync_request",
+            "sync_unit", "sync_done", "skipped_uses", "sync_uses", "streamed_uses",
+        ):
+            delattr(self, name)
+        self.slot_use = []
+        self._segment.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return f"ControlBlock({self._segment.path!r}, closed)"
+        return (
+            f"ControlBlock({self._segment.path!r}, K={self.slots}, units={self.units}, "
+            f"ready={self.ready.value}, consumed={self.consumed.value}, "
+            f"state={self.state.value})"
+        )
+
+
+def _process_alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (exited, not yet reaped by its parent) is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as status:
+            state = status.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

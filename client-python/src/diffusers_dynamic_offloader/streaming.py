@@ -1,0 +1,770 @@
+"""Streaming sessions: a module runs on a device whose memory ddod owns, and its large Linear
+weights stream through a ring of slots, one unit at a time, in the order the forward uses them.
+
+``client.stream(module, cache_key, device=...)`` (see :func:`stream`) opens a session on a
+component that is already in ddod's pool (``register_module`` or ``load_safetensors``):
+
+1. It finds the *streamable* weights: the 2-D floating ``weight`` of every module whose class
+   is exactly ``torch.nn.Linear`` (PEFT LoRA base layers included), and sends them with
+   ``Attach``; ddod's planner decides what streams and what stays resident
+   (``StreamingSession.plan`` says why).
+2. It maps what ddod returns: the component's host pool (read-only), the resident slab and the
+   ring (shared-memory segments on the host backend, CUDA IPC memory on a GPU), the ring's
+   CUDA events, and the control block and the device's doorbell (read-write).
+3. It binds the module: every resident tensor becomes a view of the slab (parameters as
+   ``nn.Parameter(view, requires_grad=False)``); each streamed weight becomes the read-only
+   host pool view, so ``linear.weight`` keeps its shape and dtype and costs no memory; on a
+   GPU, non-persistent buffers are moved to the device.
+4. It patches the ``forward`` of every streamed Linear (an instance attribute) to take its
+   weight from the ring (:mod:`diffusers_dynamic_offloader.ring_consumer`), casting weight and
+   bias to the input's dtype when they differ, and hooks the root module's forward to mark the
+   cycle's boundaries. The first forward teaches ddod the order of the units (unless ddod knew
+   it from an earlier session), every later one streams it.
+
+``close()`` (or leaving the ``with`` block) waits for the device, unpatches the forwards and
+rebinds every tensor to its read-only host pool view, so the module stays usable on the CPU,
+then releases the mappings and detaches.
+
+The module is for inference only, as with ``attach``: the tensors are read-only shared or
+device memory. One forward at a time: a session is not thread-safe, and two threads running
+the module at once would interleave their uses of the ring. Do not move the module
+(``module.to(...)``) or load a state dict into it while the session is open.
+"""
+
+from __future__ import annotations
+
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
+
+import grpc
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._closeable import Closeable
+from ._proto import components_pb2, sessions_pb2
+from . import dtypes
+from .control_block import DEFAULT_STALL_TIMEOUT_S, ControlBlock, Doorbell
+from .errors import BindError, ConfigurationError, DaemonError, DdoError, describe_names
+from .module_tensors import ModuleTensor, alias_groups, module_tensors
+from .ring_consumer import RingConsumer, RingEvents, UnitViews
+from .shm import SegmentMapping
+
+if TYPE_CHECKING:
+    from .client import DdoClient
+
+__all__ = ["StreamingSession", "stream", "streamable_weights"]
+
+DeviceArgument = Union[str, int, torch.device]
+
+#: The device_uuid of the host backend.
+HOST_DEVICE = "cpu"
+
+
+def streamable_weights(module: nn.Module) -> List[str]:
+    """The names of the weights a streaming session can stream: the ``weight`` of every module
+    of class exactly ``nn.Linear``, 2-D floating of shape ``(out_features, in_features)``,
+    under the name a component stores it by (the first of its names); a weight tied to
+    anything else than another Linear's weight is left out."""
+    names = []
+    for group in alias_groups(module_tensors(module)):
+        if all(_is_linear_weight(entry) for entry in group):
+            names.append(group[0].name)
+    return names
+
+
+def _is_linear_weight(entry: ModuleTensor) -> bool:
+    owner, tensor = entry.owner, entry.tensor
+    return (
+        type(owner) is nn.Linear
+        and entry.attribute == "weight"
+        and not entry.is_buffer
+        and tensor.dim() == 2
+        and tensor.is_floating_point()
+        and tuple(tensor.shape) == (owner.out_features, owner.in_features)
+    )
+
+
+def stream(
+    client: "DdoClient",
+    module: nn.Module,
+    cache_key: str,
+    *,
+    device: DeviceArgument = "cuda:0",
+    settings: Optional[Mapping[str, object]] = None,
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT_S,
+) -> "StreamingSession":
+    """Opens a streaming session of ``module`` on the component ``cache_key``.
+
+    Args:
+        client: A connected client.
+        module: A module of the component's architecture (its ``state_dict()`` names, shapes
+            and dtypes); it is rebound in place.
+        cache_key: The READY component in ddod's pool.
+        device: ``"cpu"`` for the host backend (shared memory, memcpy), or a CUDA device
+            (``"cuda:1"``, ``1``, ``torch.device``); a GPU is named to ddod by its UUID, or as
+            ``cuda:N`` when this torch cannot tell the UUID (then ddod's numbering must match
+            torch's).
+        settings: Per-session ``DDO_*`` settings (docs/streaming.md), e.g.
+            ``{"DDO_STREAM_UNIT": "block", "DDO_RING_SLOTS": "3"}``; values are sent as text.
+        stall_timeout: Seconds a wait for ddod tolerates without any progress before it
+            raises StreamingError (ddod's death or the session's end raise within ~2 s).
+
+    Returns:
+        The open session; close it (or use it as a context manager) to restore the module.
+
+    Raises:
+        ConfigurationError: ``device`` or ``settings`` is invalid.
+        BindError: the module does not fit the component (names, shapes or dtypes differ).
+        DaemonError: ddod refused: NOT_FOUND (no READY component), INVALID_ARGUMENT (a bad
+            setting), RESOURCE_EXHAUSTED (the device budget), UNIMPLEMENTED (no such device).
+        DdoError: what ddod returned cannot be mapped or is inconsistent.
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"stream() takes an nn.Module, not {type(module).__name__}")
+    if not isinstance(cache_key, str) or not cache_key:
+        raise ConfigurationError(f"cache_key={cache_key!r} must be a non-empty string")
+    torch_device, device_uuid = _resolve_device(device)
+    request = sessions_pb2.AttachRequest(
+        lease_id=client.lease_id,
+        cache_key=cache_key,
+        device_uuid=device_uuid,
+        settings=_settings_text(settings),
+        streamable=streamable_weights(module),
+    )
+    response = client._unary("Attach", request)
+    session = StreamingSession(client, module, response, torch_device, stall_timeout)
+    try:
+        session._open()
+    except BaseException:
+        session.close()
+        raise
+    return session
+
+
+def _resolve_device(device: DeviceArgument) -> Tuple[torch.device, str]:
+    """The torch device and the device_uuid to send for it."""
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ConfigurationError(f"device={device!r} is not a torch device: {error}") from None
+    if resolved.type == "cpu":
+        return resolved, HOST_DEVICE
+    if resolved.type != "cuda":
+        raise ConfigurationError(
+            f"device={device!r}: streaming sessions run on 'cpu' (the host backend) or a "
+            f"CUDA device"
+        )
+    if not torch.cuda.is_available():
+        raise ConfigurationError(f"device={device!r}, but this torch sees no CUDA device")
+    index = resolved.index if resolved.index is not None else torch.cuda.current_device()
+    resolved = torch.device("cuda", index)
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    if uuid is None:
+        return resolved, f"cuda:{index}"
+    text = str(uuid)
+    return resolved, text if text.startswith("GPU-") else f"GPU-{text}"
+
+
+def _settings_text(settings: Optional[Mapping[str, object]]) -> Dict[str, str]:
+    if settings is None:
+        return {}
+    if not isinstance(settings, Mapping):
+        raise ConfigurationError(f"settings={settings!r} must be a mapping of DDO_* names")
+    text = {}
+    for name, value in settings.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"setting name {name!r} must be a non-empty string")
+        text[name] = value if isinstance(value, str) else str(value)
+    return text
+
+
+class _DeviceMemory:
+    """The slab or the ring: a shared-memory segment (host) or CUDA IPC memory (GPU)."""
+
+    def __init__(
+        self,
+        what: str,
+        size: int,
+        shm_name: str,
+        handle: bytes,
+        device: torch.device,
+    ) -> None:
+        self.what = what
+        self.size = size
+        self._segment: Optional[SegmentMapping] = None
+        self._ipc = None
+        if size == 0:
+            return
+        if device.type == "cpu":
+            if not shm_name:
+                raise DdoError(f"ddod sent no shared-memory name for the session's {what}")
+            self._segment = SegmentMapping(shm_name, size, writable=False)
+        else:
+            from .cuda_ipc import IpcDeviceMemory
+
+            self._ipc = IpcDeviceMemory(handle, device.index)
+
+    def view(self, offset: int, byte_size: int, dtype: torch.dtype, shape: Sequence[int],
+             name: str) -> torch.Tensor:
+        """A zero-copy tensor over ``byte_size`` bytes at ``offset``."""
+        if offset < 0 or offset + byte_size > self.size:
+            raise DdoError(
+                f"ddod placed {name!r} at bytes [{offset}, {offset + byte_size}) of the "
+                f"{self.what}, which has {self.size} bytes"
+            )
+        if self._segment is not None:
+            return self._segment.tensor(offset, byte_size, dtype, shape)
+        if self._ipc is not None:
+            from .cuda_ipc import tensor_view
+
+            expected = _byte_size(dtype, shape)
+            if expected != byte_size:
+                raise DdoError(
+                    f"{byte_size} bytes of the {self.what} cannot hold {name!r}, {dtype} "
+                    f"{list(shape)} ({expected} bytes)"
+                )
+            return tensor_view(self._ipc, offset, shape, dtype)
+        raise DdoError(f"ddod placed {name!r} in the session's {self.what}, which is empty")
+
+    def close(self) -> None:
+        if self._segment is not None:
+            self._segment.close()
+            self._segment = None
+        if self._ipc is not None:
+            self._ipc.close()
+            self._ipc = None
+
+
+def _byte_size(dtype: torch.dtype, shape: Sequence[int]) -> int:
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    return count * torch.empty((), dtype=dtype).element_size()
+
+
+class _Streamed(NamedTuple):
+    """Where a streamed weight is: its unit and its index in the unit's tensors."""
+
+    unit: int
+    index: int
+
+
+class StreamingSession(Closeable):
+    """A module running on a streaming session (see the module documentation).
+
+    Create it with ``client.stream(module, cache_key, device=...)``; it is a context manager.
+    One forward at a time: not thread-safe.
+
+    Attributes:
+        session_id: ddod's id of the session.
+        device: The torch device the module runs on.
+        module: The module the session rebound and patched.
+    """
+
+    def __init__(
+        self,
+        client: "DdoClient",
+        module: nn.Module,
+        response: sessions_pb2.AttachResponse,
+        device: torch.device,
+        stall_timeout: float,
+    ) -> None:
+        """Takes over an attached session; :func:`stream` calls :meth:`_open` next."""
+        self.session_id: str = response.session_id
+        self.device = device
+        self.module = module
+        self._client: Optional["DdoClient"] = client
+        self._response = response
+        self._stall_timeout = stall_timeout
+        self._closed = False
+        self._pool_mappings: List[SegmentMapping] = []
+        self._pool_views: Dict[str, torch.Tensor] = {}
+        self._slab: Optional[_DeviceMemory] = None
+        self._ring: Optional[_DeviceMemory] = None
+        self._block: Optional[ControlBlock] = None
+        self._doorbell: Optional[Doorbell] = None
+        self._events: Optional[RingEvents] = None
+        self._consumer: Optional[RingConsumer] = None
+        self._bound = False
+        self._patched: List[nn.Module] = []
+        self._hooks: List[torch.utils.hooks.RemovableHandle] = []
+        # Non-persistent buffers moved to the device: (owner, attribute, original).
+        self._moved_buffers: List[Tuple[nn.Module, str, torch.Tensor]] = []
+
+    # Opening.
+
+    def _open(self) -> None:
+        response = self._response
+        if not response.HasField("device") or not response.device.control_block_shm:
+            raise DdoError(
+                f"ddod answered the streaming Attach of {self.cache_key!r} without device "
+                f"resources (is ddod older than this client?)"
+            )
+        resources = response.device
+        info = response.component
+        from .store import _views
+
+        for segment in info.segments:
+            self._pool_mappings.append(
+                SegmentMapping(segment.shm_name, segment.size_bytes, writable=False)
+            )
+        self._pool_views = _views(info, self._pool_mappings)
+        specs = {spec.name: spec for spec in info.tensors}
+        groups = self._match_module(specs)
+
+        slots = resources.ring_slots
+        slot_bytes = resources.ring_slot_bytes
+        self._slab = _DeviceMemory(
+            "resident slab", resources.resident_slab_bytes, resources.resident_slab_shm,
+            resources.resident_slab_handle, self.device,
+        )
+        self._ring = _DeviceMemory(
+            "ring", (slots + 1) * slot_bytes if resources.units else 0, resources.ring_shm,
+            resources.ring_handle, self.device,
+        )
+        resident = self._resident_views(resources, specs)
+        streamed = self._streamed_layout(resources, specs, slot_bytes)
+        self._check_coverage(groups, resident, streamed)
+
+        self._bound = True  # from here on, close() rebinds the module to the host pool
+        self._bind(groups, resident)
+        if not resources.units:
+            return  # everything is resident: nothing streams, the module runs as it is
+
+        self._block = ControlBlock(
+            resources.control_block_shm, resources.control_block_bytes,
+            stall_timeout=self._stall_timeout,
+        )
+        if self._block.slots != slots or self._block.units != len(resources.units):
+            raise DdoError(
+                f"the control block says K={self._block.slots} and {self._block.units} units, "
+                f"the Attach answer K={slots} and {len(resources.units)} units"
+            )
+        self._doorbell = Doorbell(resources.doorbell_shm)
+        if self.device.type == "cuda":
+            self._events = self._open_events(resources)
+        self._consumer = RingConsumer(
+            self._block,
+            self._doorbell,
+            self._slot_views(resources, specs, slot_bytes),
+            list(response.schedule),
+            self._send_schedule,
+            self._events,
+        )
+        self._patch(groups, streamed)
+
+    def _match_module(
+        self, specs: Mapping[str, components_pb2.TensorSpec]
+    ) -> List[Tuple[str, List[ModuleTensor]]]:
+        """Every tensor of the module with the component's name for it; BindError when they
+        do not correspond one to one, or a shape or dtype differs."""
+        groups = []
+        missing: List[str] = []
+        mismatched: List[str] = []
+        known = set()
+        for group in alias_groups(module_tensors(self.module)):
+            known.update(entry.name for entry in group)
+            source = next((entry.name for entry in group if entry.name in specs), None)
+            if source is None:
+                missing.extend(entry.name for entry in group)
+                continue
+            view, current = self._pool_views[source], group[0].tensor
+            if view.shape != current.shape or view.dtype != current.dtype:
+                mismatched.append(
+                    f"{source}: component {_describe(view)}, module {_describe(current)}"
+                )
+                continue
+            groups.append((source, group))
+        unexpected = [name for name in specs if name not in known]
+        if missing or unexpected or mismatched:
+            parts = []
+            if missing:
+                parts.append(f"{len(missing)} missing from the component: "
+                             f"{describe_names(missing)}")
+            if unexpected:
+                parts.append(f"{len(unexpected)} not in the module: "
+                             f"{describe_names(unexpected)}")
+            if mismatched:
+                parts.append(f"{len(mismatched)} with another shape or dtype: "
+                             + "; ".join(mismatched[:20]))
+            raise BindError(
+                f"cannot stream {self.cache_key!r} into {type(self.module).__name__}: "
+                + "; ".join(parts),
+                missing=missing, unexpected=unexpected, mismatched=mismatched,
+            )
+        return groups
+
+    def _resident_views(
+        self, resources: sessions_pb2.DeviceResources,
+        specs: Mapping[str, components_pb2.TensorSpec],
+    ) -> Dict[str, torch.Tensor]:
+        """A view of the slab for every resident tensor."""
+        views = {}
+        for placement in resources.resident:
+            spec = _spec(specs, placement.name, "resident")
+            if placement.byte_size != spec.byte_size:
+                raise DdoError(
+                    f"ddod placed {placement.byte_size} bytes of {placement.name!r} in the "
+                    f"slab; its spec says {spec.byte_size}"
+                )
+            views[placement.name] = self._slab.view(
+                placement.offset, placement.byte_size, _dtype(spec), list(spec.shape),
+                placement.name,
+            )
+        return views
+
+    def _streamed_layout(
+        self, resources: sessions_pb2.DeviceResources,
+        specs: Mapping[str, components_pb2.TensorSpec], slot_bytes: int,
+    ) -> Dict[str, _Streamed]:
+        """The unit and index of every streamed weight; DdoError for an inconsistent layout."""
+        streamed: Dict[str, _Streamed] = {}
+        for unit, layout in enumerate(resources.units):
+            if layout.unit != unit:
+                raise DdoError(f"ddod listed unit {layout.unit} at position {unit}")
+            if not layout.tensors:
+                raise DdoError(f"ddod sent unit {unit} ({layout.name!r}) without tensors")
+            for index, placement in enumerate(layout.tensors):
+                spec = _spec(specs, placement.name, f"unit {unit}")
+                if placement.byte_size != spec.byte_size or (
+                    placement.offset + placement.byte_size > slot_bytes
+                ):
+                    raise DdoError(
+                        f"ddod placed {placement.name!r} of unit {unit} at bytes "
+                        f"[{placement.offset}, {placement.offset + placement.byte_size}) of a "
+                        f"{slot_bytes}-byte slot; its spec says {spec.byte_size} bytes"
+                    )
+                if placement.name in streamed:
+                    raise DdoError(f"ddod streams {placement.name!r} in two units")
+                streamed[placement.name] = _Streamed(unit, index)
+        return streamed
+
+    def _check_coverage(
+        self,
+        groups: List[Tuple[str, List[ModuleTensor]]],
+        resident: Mapping[str, torch.Tensor],
+        streamed: Mapping[str, _Streamed],
+    ) -> None:
+        """Every tensor must be resident or streamed, and only Linear weights stream."""
+        uncovered = [name for name, _ in groups if name not in resident and name not in streamed]
+        both = [name for name in streamed if name in resident]
+        not_linear = [
+            name for name, group in groups
+            if name in streamed and not all(_is_linear_weight(entry) for entry in group)
+        ]
+        problems = []
+        if uncovered:
+            problems.append(f"neither resident nor streamed: {describe_names(uncovered)}")
+        if both:
+            problems.append(f"both resident and streamed: {describe_names(both)}")
+        if not_linear:
+            problems.append(f"streamed but not a Linear weight: {describe_names(not_linear)}")
+        if problems:
+            raise DdoError(
+                f"ddod's plan for {self.cache_key!r} does not fit the module: "
+                + "; ".join(problems)
+            )
+
+    def _slot_views(
+        self, resources: sessions_pb2.DeviceResources,
+        specs: Mapping[str, components_pb2.TensorSpec], slot_bytes: int,
+    ) -> List[List[UnitViews]]:
+        """``[slot][unit]``: the unit's tensors as they lie in the slot, slots 0..K."""
+        layouts = [
+            [(p.name, p.offset, p.byte_size, _dtype(specs[p.name]), list(specs[p.name].shape))
+             for p in layout.tensors]
+            for layout in resources.units
+        ]
+        views = []
+        for slot in range(resources.ring_slots + 1):
+            base = slot * slot_bytes
+            views.append([
+                tuple(self._ring.view(base + offset, size, dtype, shape, name)
+                      for name, offset, size, dtype, shape in tensors)
+                for tensors in layouts
+            ])
+        return views
+
+    def _open_events(self, resources: sessions_pb2.DeviceResources) -> RingEvents:
+        count = resources.ring_slots + 1
+        if (len(resources.ready_event_handles) != count
+                or len(resources.consumed_event_handles) != count):
+            raise DdoError(
+                f"ddod sent {len(resources.ready_event_handles)} ready and "
+                f"{len(resources.consumed_event_handles)} consumed event handles for "
+                f"{count} slots"
+            )
+
+        def open_event(handle: bytes) -> "torch.cuda.Event":
+            return torch.cuda.Event.from_ipc_handle(self.device, handle)
+
+        return RingEvents(
+            self.device,
+            [open_event(handle) for handle in resources.ready_event_handles],
+            [open_event(handle) for handle in resources.consumed_event_handles],
+        )
+
+    def _bind(
+        self, groups: List[Tuple[str, List[ModuleTensor]]], resident: Mapping[str, torch.Tensor]
+    ) -> None:
+        """Resident tensors to their slab views, streamed weights to their host pool views;
+        on a GPU, non-persistent buffers to the device."""
+        for source, group in groups:
+            view = resident.get(source)
+            _assign(group, view if view is not None else self._pool_views[source])
+        if self.device.type != "cpu":
+            for owner in self.module.modules():
+                transient = getattr(owner, "_non_persistent_buffers_set", set())
+                for attribute, buffer in list(owner._buffers.items()):
+                    if buffer is not None and attribute in transient:
+                        self._moved_buffers.append((owner, attribute, buffer))
+                        owner._buffers[attribute] = buffer.to(self.device)
+
+    def _patch(
+        self, groups: List[Tuple[str, List[ModuleTensor]]], streamed: Mapping[str, _Streamed]
+    ) -> None:
+        """Replaces the forward of every streamed Linear and hooks the root forward."""
+        consumer = self._consumer
+        patched = set()
+        for source, group in groups:
+            where = streamed.get(source)
+            if where is None:
+                continue
+            for entry in group:
+                linear = entry.owner
+                if id(linear) in patched:
+                    continue  # one module under several names: patched once
+                if "forward" in linear.__dict__:
+                    raise ConfigurationError(
+                        f"the forward of {entry.module_path!r} is already replaced on the "
+                        f"instance (by accelerate or another offloading hook?); remove that "
+                        f"hook before streaming"
+                    )
+                linear.forward = _streamed_forward(
+                    consumer.tensors, where.unit, where.index, linear.bias
+                )
+                patched.add(id(linear))
+                self._patched.append(linear)
+        self._hooks.append(
+            self.module.register_forward_pre_hook(lambda _module, _inputs: consumer.begin_forward())
+        )
+        self._hooks.append(
+            self.module.register_forward_hook(
+                lambda _module, _inputs, _output: consumer.end_forward()
+            )
+        )
+
+    def _send_schedule(self, order: List[int]) -> int:
+        response = self._open_client()._unary(
+            "SetSchedule",
+            sessions_pb2.SetScheduleRequest(session_id=self.session_id, unit_order=order),
+        )
+        return response.uses_per_cycle
+
+    # Reading.
+
+    @property
+    def cache_key(self) -> str:
+        """The component's cache key."""
+        return self._response.component.ref.cache_key
+
+    @property
+    def plan(self) -> sessions_pb2.PlanExplanation:
+        """ddod's plan for the session: what streams, what stays resident, and why."""
+        return self._response.plan
+
+    @property
+    def resources(self) -> sessions_pb2.DeviceResources:
+        """The device resources ddod returned (names, sizes, units)."""
+        return self._response.device
+
+    @property
+    def schedule(self) -> Tuple[int, ...]:
+        """The units in the order a forward uses them (empty before the first forward when
+        ddod did not know it)."""
+        return self._consumer.schedule if self._consumer is not None else ()
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    def stats(self) -> Dict[str, Union[int, float, bool, str]]:
+        """The session's counters and sizes.
+
+        ``uses``: units acquired (``streamed_uses`` from the schedule + ``sync_uses`` out of
+        schedule); ``skipped_uses``: uses of the schedule passed over; ``wait_seconds``: time
+        blocked on ddod; ``overhead_us_per_unit``: mean CPU time of the acquire and release
+        bookkeeping per acquired unit, waits excluded; ``units``, ``ring_slots``,
+        ``ring_slot_bytes``, ``resident_bytes``; ``streamed_bytes_per_cycle``: the bytes of
+        the units of one schedule cycle; ``schedule_length``; ``learning``: True until the
+        schedule is known.
+        """
+        resources = self._response.device
+        schedule = self.schedule
+        sizes = [layout.byte_size for layout in resources.units]
+        if self._consumer is not None:
+            counters = self._consumer.statistics()
+            learning = self._consumer.learning
+        else:
+            counters = {"uses": 0, "streamed_uses": 0, "sync_uses": 0, "skipped_uses": 0,
+                        "wait_seconds": 0.0, "overhead_us_per_unit": 0.0}
+            learning = False
+        return dict(
+            counters,
+            session_id=self.session_id,
+            device=str(self.device),
+            units=len(resources.units),
+            ring_slots=resources.ring_slots,
+            ring_slot_bytes=resources.ring_slot_bytes,
+            resident_bytes=resources.resident_slab_bytes,
+            streamed_bytes_per_cycle=sum(sizes[unit] for unit in schedule),
+            schedule_length=len(schedule),
+            learning=learning,
+        )
+
+    # Closing.
+
+    def close(self) -> None:
+        """Restores the module and ends the session. Idempotent.
+
+        Releases the held unit, waits for the device, unpatches the forwards, rebinds every
+        tensor to its read-only host pool view (the module stays usable on the CPU), closes
+        the mappings and detaches. A session whose ddod is gone closes without error.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        consumer, self._consumer = self._consumer, None
+        try:
+            if consumer is not None and self._block is not None and not self._block.closed:
+                consumer.release()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        finally:
+            for linear in self._patched:
+                linear.__dict__.pop("forward", None)
+            self._patched = []
+            if self._bound:
+                self._restore()
+            if consumer is not None:
+                consumer.drop_views()
+            self._release_memory()
+            self._detach()
+
+    def _restore(self) -> None:
+        """Every tensor back to its host pool view; moved buffers back to the host."""
+        for source, group in _pool_groups(self.module, self._pool_views):
+            _assign(group, self._pool_views[source])
+        for owner, attribute, original in self._moved_buffers:
+            owner._buffers[attribute] = original
+        self._moved_buffers = []
+        self._bound = False
+
+    def _release_memory(self) -> None:
+        self._events = None
+        for part in (self._doorbell, self._block, self._ring, self._slab):
+            if part is not None:
+                part.close()
+        self._doorbell = self._block = None
+        self._ring = self._slab = None
+        for mapping in self._pool_mappings:
+            mapping.close()  # the views bound to the module keep their pages mapped
+        self._pool_mappings = []
+        self._pool_views = {}
+
+    def _detach(self) -> None:
+        client, self._client = self._client, None
+        if client is None or client.closed:
+            return
+        try:
+            client._unary("Detach", sessions_pb2.DetachRequest(session_id=self.session_id))
+        except DaemonError as error:
+            # The lease (and the session with it) may be gone, or ddod itself.
+            if error.code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE):
+                raise
+
+    def _open_client(self) -> "DdoClient":
+        if self._client is None:
+            raise DdoError(f"the streaming session of {self.cache_key!r} is closed")
+        return self._client
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._response.device.units)} units"
+        return (
+            f"StreamingSession({self.cache_key!r}, session {self.session_id!r}, "
+            f"device {self.device}, {state})"
+        )
+
+
+def _streamed_forward(
+    tensors: Callable[[int], UnitViews], unit: int, index: int, bias: Optional[torch.Tensor]
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The forward of a streamed Linear: its weight from the ring, cast (like its bias) to the
+    input's dtype when they differ."""
+    linear = F.linear
+
+    def forward(input: torch.Tensor) -> torch.Tensor:
+        weight = tensors(unit)[index]
+        dtype = input.dtype
+        if weight.dtype != dtype:
+            weight = weight.to(dtype)
+        if bias is not None and bias.dtype != dtype:
+            return linear(input, weight, bias.to(dtype))
+        return linear(input, weight, bias)
+
+    return forward
+
+
+def _assign(group: List[ModuleTensor], view: torch.Tensor) -> None:
+    """Binds every name of ``group`` to ``view`` (one Parameter for all its names)."""
+    parameter = None
+    for entry in group:
+        if entry.is_buffer:
+            entry.owner._buffers[entry.attribute] = view
+        else:
+            if parameter is None:
+                parameter = nn.Parameter(view, requires_grad=False)
+            entry.owner._parameters[entry.attribute] = parameter
+
+
+def _pool_groups(
+    module: nn.Module, pool_views: Mapping[str, torch.Tensor]
+) -> List[Tuple[str, List[ModuleTensor]]]:
+    groups = []
+    for group in alias_groups(module_tensors(module)):
+        source = next((entry.name for entry in group if entry.name in pool_views), None)
+        if source is not None:
+            groups.append((source, group))
+    return groups
+
+
+def _spec(
+    specs: Mapping[str, components_pb2.TensorSpec], name: str, where: str
+) -> components_pb2.TensorSpec:
+    spec = specs.get(name)
+    if spec is None:
+        raise DdoError(f"ddod's {where} names {name!r}, which the component does not have")
+    return spec
+
+
+def _dtype(spec: components_pb2.TensorSpec) -> torch.dtype:
+    return dtypes.to_torch(spec.dtype, tensor_name=spec.name)
+
+
+def _describe(tensor: torch.Tensor) -> str:
+    return f"{str(tensor.dtype).replace('torch.', '')} {list(tensor.shape)}"
