@@ -18,6 +18,7 @@
 #include "daemon/common/posix_error.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/version.h"
+#include "daemon/config/values.h"
 #include "daemon/config/budgets.h"
 #include "daemon/platform/system_info.h"
 #include "daemon/device/h2d_bandwidth.h"
@@ -89,7 +90,13 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   }
 
   DDO_RETURN_IF_ERROR(daemon->OpenPool(system));
-  daemon->service_ = std::make_unique<DdoService>(context, *daemon->pool_, *daemon->store_);
+  StreamSessionsOptions streams;
+  streams.vram_budget_bytes =
+      context.options.vram_budget_gb ? GiBToBytes(*context.options.vram_budget_gb) : 0;
+  daemon->streams_ = std::make_unique<StreamSessions>(*daemon->store_, *daemon->pool_,
+                                                      context.gpus, streams);
+  daemon->service_ = std::make_unique<DdoService>(context, *daemon->pool_, *daemon->store_,
+                                                  *daemon->streams_);
   context.bandwidth = &daemon->bandwidth_;
   DDO_RETURN_IF_ERROR(daemon->Listen());
   daemon->StartBandwidthProbe();
@@ -253,6 +260,7 @@ void DaemonServer::Shutdown(const std::string& reason) {
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
   }
+  if (streams_ != nullptr) streams_->CloseAll();
   if (store_ != nullptr) {
     store_->Close(context_.options.discard_pool);
     if (context_.options.discard_pool) {

@@ -57,6 +57,7 @@ class DaemonServer {
   DaemonContext context_;
   std::unique_ptr<HostPool> pool_;
   std::unique_ptr<ComponentStore> store_;
+  std::unique_ptr<StreamSessions> streams_;
   std::unique_ptr<DdoService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::optional<InstanceLock> lock_;

@@ -31,6 +31,7 @@ absl::Status DdoService::ReleaseIfLeaseEnded(const Lease& lease) {
     return absl::OkStatus();
   }
   // The lease ended while the request ran: what the request created belongs to nobody.
+  streams_.ReleaseLease(lease.id);
   store_.ReleaseLease(lease.id);
   return absl::AbortedError(absl::StrCat("lease ", lease.id.substr(0, 8), " ended meanwhile"));
 }
@@ -144,6 +145,7 @@ grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::Connec
     }
   }
   leases_.Close(lease->id);
+  streams_.ReleaseLease(lease->id);
   store_.ReleaseLease(lease->id);
   return Finish("Connect", absl::OkStatus());
 }
@@ -284,16 +286,16 @@ grpc::Status DdoService::EvictComponent(grpc::ServerContext*,
 grpc::Status DdoService::Attach(grpc::ServerContext*, const ddo::v1::AttachRequest* request,
                                 ddo::v1::AttachResponse* response) {
   constexpr char kMethod[] = "Attach";
-  if (!request->device_uuid().empty()) {
-    if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-    return Finish(kMethod, absl::UnimplementedError(absl::StrCat(
-                               "Attach to a device is not implemented in ddod ", kVersion,
-                               " yet (GPU streaming); attach on the host with an empty "
-                               "device_uuid")));
-  }
   if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
   absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
   if (!lease.ok()) return Finish(kMethod, lease.status());
+  if (!request->device_uuid().empty()) {
+    absl::StatusOr<ComponentSnapshot> component = streams_.Open(*lease, *request, response);
+    if (!component.ok()) return Finish(kMethod, component.status());
+    if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
+    ToProto(*component, /*with_layout=*/true, response->mutable_component());
+    return Finish(kMethod, absl::OkStatus());
+  }
   absl::StatusOr<HostAttachment> attached = store_.AttachHost(*lease, request->cache_key());
   if (!attached.ok()) return Finish(kMethod, attached.status());
   if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
@@ -306,12 +308,21 @@ grpc::Status DdoService::Detach(grpc::ServerContext*, const ddo::v1::DetachReque
                                 ddo::v1::DetachResponse*) {
   constexpr char kMethod[] = "Detach";
   if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  if (streams_.Owns(request->session_id())) {
+    return Finish(kMethod, streams_.Detach(request->session_id()));
+  }
   return Finish(kMethod, store_.Detach(request->session_id()));
 }
 
-grpc::Status DdoService::SetSchedule(grpc::ServerContext*, const ddo::v1::SetScheduleRequest*,
-                                     ddo::v1::SetScheduleResponse*) {
-  return NotYet("SetSchedule", "GPU streaming");
+grpc::Status DdoService::SetSchedule(grpc::ServerContext*, const ddo::v1::SetScheduleRequest* request,
+                                     ddo::v1::SetScheduleResponse* response) {
+  constexpr char kMethod[] = "SetSchedule";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  std::vector<uint32_t> order(request->unit_order().begin(), request->unit_order().end());
+  absl::StatusOr<uint32_t> length = streams_.SetSchedule(request->session_id(), std::move(order));
+  if (!length.ok()) return Finish(kMethod, length.status());
+  response->set_uses_per_cycle(*length);
+  return Finish(kMethod, absl::OkStatus());
 }
 
 grpc::Status DdoService::ListSessions(grpc::ServerContext*, const ddo::v1::ListSessionsRequest*,
@@ -330,8 +341,23 @@ grpc::Status DdoService::ListSessions(grpc::ServerContext*, const ddo::v1::ListS
     pids[lease.id] = lease.client_pid;
   }
   // Ids are capabilities: others see prefixes only.
+  std::map<std::string, StreamSessionInfo> streaming;
+  for (StreamSessionInfo& stream : streams_.List()) streaming[stream.session_id] = stream;
   for (const SessionSnapshot& session : store_.Sessions()) {
     auto* info = response->add_sessions();
+    if (auto it = streaming.find(session.session_id); it != streaming.end()) {
+      const StreamSessionInfo& stream = it->second;
+      info->set_device_uuid(stream.device);
+      info->set_streamed_bytes(stream.stats.streamed_bytes);
+      info->set_out_of_schedule_uses(stream.stats.sync_uses);
+      info->set_produced_uses(stream.stats.produced_uses);
+      info->set_consumed_uses(stream.stats.consumed_uses);
+      info->set_skipped_uses(stream.stats.skipped_uses);
+      info->set_ring_slots(stream.ring_slots);
+      info->set_resident_bytes(stream.resident_bytes);
+      info->set_device_bytes(stream.device_bytes);
+      info->set_schedule_length(stream.stats.schedule_length);
+    }
     info->set_session_id(session.session_id.substr(0, 8));
     info->set_lease_id(session.lease_id.substr(0, 8));
     info->set_client_pid(pids[session.lease_id]);

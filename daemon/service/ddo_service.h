@@ -15,6 +15,7 @@
 #include "daemon/service/daemon_context.h"
 #include "daemon/service/rpc_counters.h"
 #include "daemon/store/component_store.h"
+#include "daemon/stream/stream_sessions.h"
 #include "daemon/session/lease_registry.h"
 #include "ddo/v1/ddo.grpc.pb.h"
 
@@ -22,8 +23,9 @@ namespace ddo {
 
 class DdoService final : public ddo::v1::Ddo::Service {
  public:
-  DdoService(const DaemonContext& context, HostPool& pool, ComponentStore& store)
-      : context_(context), pool_(pool), store_(store) {}
+  DdoService(const DaemonContext& context, HostPool& pool, ComponentStore& store,
+             StreamSessions& streams)
+      : context_(context), pool_(pool), store_(store), streams_(streams) {}
 
   // From now on every new request is refused with UNAVAILABLE and every Connect stream is
   // sent a shutting_down event and ended.
@@ -100,6 +102,7 @@ class DdoService final : public ddo::v1::Ddo::Service {
   const DaemonContext& context_;
   HostPool& pool_;
   ComponentStore& store_;
+  StreamSessions& streams_;
   LeaseRegistry leases_;
   RpcCounters counters_;
   std::atomic<bool> shutting_down_{false};

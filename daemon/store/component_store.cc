@@ -424,7 +424,7 @@ absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
   it->second.info.last_used = absl::Now();
   const std::string session_id = RandomId();
   sessions_[session_id] = Session{lease.id, cache_key};
-  return HostAttachment{session_id, SnapshotLocked(it->second)};
+  return HostAttachment{session_id, SnapshotLocked(it->second), it->second.segment};
 }
 
 absl::Status ComponentStore::Detach(const std::string& session_id) {

@@ -73,6 +73,8 @@ struct LoadResult {
 struct HostAttachment {
   std::string session_id;
   ComponentSnapshot component;
+  // The component's bytes; valid while the session holds the component.
+  std::shared_ptr<PoolSegment> segment;
 };
 
 struct SessionSnapshot {

@@ -1,0 +1,95 @@
+// File: daemon/stream/control_block.cc
+#include "daemon/stream/control_block.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/status_macros.h"
+
+namespace ddo {
+
+static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free,
+              "the control block needs lock-free 64-bit atomics");
+
+void FutexWait(const std::atomic<uint32_t>* word, uint32_t expected, absl::Duration timeout) {
+  timespec relative = absl::ToTimespec(timeout);
+  // FUTEX_WAIT without FUTEX_PRIVATE_FLAG: the word lives in memory other processes map.
+  ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT, expected, &relative,
+            nullptr, 0);
+}
+
+void FutexWakeAll(const std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr,
+            nullptr, 0);
+}
+
+uint64_t ControlBlock::LayoutBytes(uint32_t slots) {
+  return control_layout::kSlotUseOffset + 8ull * (slots + 1);
+}
+
+absl::StatusOr<ControlBlock> ControlBlock::Create(const std::string& name, uint32_t slots,
+                                                  uint32_t units) {
+  DDO_ASSIGN_OR_RETURN(SharedSegment segment,
+                       SharedSegment::Create(name, RoundUpToSegmentGranularity(LayoutBytes(slots))));
+  char* base = segment.data();
+  std::memset(base, 0, LayoutBytes(slots));
+  const uint32_t version = control_layout::kVersion;
+  const int64_t pid = ::getpid();
+  std::memcpy(base + control_layout::kVersionOffset, &version, 4);
+  std::memcpy(base + control_layout::kSlotsOffset, &slots, 4);
+  std::memcpy(base + control_layout::kUnitsOffset, &units, 4);
+  std::memcpy(base + control_layout::kDaemonPidOffset, &pid, 8);
+  ControlBlock block(std::move(segment), slots);
+  for (uint32_t slot = 0; slot <= slots; ++slot) block.slot_use(slot).store(control_layout::kNoUse);
+  // The magic last: a runner that sees it sees an initialised block.
+  block.U32(control_layout::kMagicOffset).store(control_layout::kMagic);
+  return block;
+}
+
+ControlBlock::~ControlBlock() {
+  if (segment_.data() != nullptr) (void)segment_.Unlink();
+}
+
+void ControlBlock::set_schedule_length(uint32_t length) {
+  U32(control_layout::kScheduleLengthOffset).store(length);
+}
+
+void ControlBlock::set_state(SessionState state) {
+  U32(control_layout::kStateOffset).store(static_cast<uint32_t>(state));
+  WakeRunner();
+}
+
+void ControlBlock::WakeRunner() {
+  // seq_cst store of the counter (by the caller) before this load: a runner that announced its
+  // sleep before our store is seen here; one that announces later re-checks the counter.
+  if (runner_waiting().load() != 0) {
+    FutexWakeAll(LowWord(&ready()));
+    FutexWakeAll(LowWord(&sync_done()));
+  }
+}
+
+absl::StatusOr<Doorbell> Doorbell::Create(const std::string& name) {
+  DDO_ASSIGN_OR_RETURN(SharedSegment segment,
+                       SharedSegment::Create(name, RoundUpToSegmentGranularity(doorbell_layout::kBytes)));
+  std::memset(segment.data(), 0, doorbell_layout::kBytes);
+  Doorbell doorbell(std::move(segment));
+  reinterpret_cast<std::atomic<uint32_t>*>(doorbell.segment_.data())->store(doorbell_layout::kMagic);
+  return doorbell;
+}
+
+Doorbell::~Doorbell() {
+  if (segment_.data() != nullptr) (void)segment_.Unlink();
+}
+
+void Doorbell::Ring() {
+  seq().fetch_add(1);
+  FutexWakeAll(&seq());
+}
+
+}  // namespace ddo

@@ -1,0 +1,66 @@
+// File: daemon/stream/session_device.h
+//
+// The device memory and ordering primitives of one streaming session, behind one interface
+// with two backends (docs/streaming.md): CUDA (cudaMalloc'd slab and ring exported over CUDA
+// IPC, a copy stream of the session's own, interprocess events per slot) and host (shared-
+// memory slab and ring, memcpy, no events: both sides are synchronous). The streaming engine
+// is written once against this interface, so the whole protocol runs in CI on the host
+// backend.
+//
+// Thread-safety: one thread at a time (the device's copy worker, or the opener before the
+// session is published).
+#ifndef DDO_DAEMON_STREAM_SESSION_DEVICE_H_
+#define DDO_DAEMON_STREAM_SESSION_DEVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ddo/v1/sessions.pb.h"
+
+namespace ddo {
+
+class SessionDevice {
+ public:
+  virtual ~SessionDevice() = default;
+
+  // Enqueues a copy of host bytes into the slab / into a ring slot (slot == ring_slots is the
+  // out-of-schedule slot).
+  virtual absl::Status CopyToSlab(uint64_t offset, const void* source, uint64_t bytes) = 0;
+  virtual absl::Status CopyToSlot(uint32_t slot, uint64_t offset, const void* source,
+                                  uint64_t bytes) = 0;
+  // Makes later copies into `slot` wait for the runner's last "consumed" record of it.
+  virtual absl::Status WaitConsumed(uint32_t slot) = 0;
+  // Records "ready" of `slot` after the copies enqueued so far.
+  virtual absl::Status MarkReady(uint32_t slot) = 0;
+  // Waits for everything enqueued; DeadlineExceeded after `timeout` (work still queued).
+  virtual absl::Status Drain(absl::Duration timeout) = 0;
+
+  // Fills the handles and names of DeviceResources this backend owns.
+  virtual absl::Status Export(ddo::v1::DeviceResources* resources) const = 0;
+  // Bytes of device memory held (slab + ring).
+  virtual uint64_t device_bytes() const = 0;
+};
+
+struct SessionDeviceSpec {
+  uint64_t slab_bytes = 0;
+  uint64_t slot_bytes = 0;
+  uint32_t ring_slots = 0;  // streaming slots; one more is allocated
+  // Host backend: names for its segments ("<pool prefix>...").
+  std::string slab_segment_name;
+  std::string ring_segment_name;
+};
+
+// The host backend: slab and ring are shared-memory segments the runner maps.
+absl::StatusOr<std::unique_ptr<SessionDevice>> OpenHostSessionDevice(const SessionDeviceSpec& spec);
+
+// The CUDA backend on device `ordinal`; Unavailable in builds without CUDA. ResourceExhausted
+// when the device has no room.
+absl::StatusOr<std::unique_ptr<SessionDevice>> OpenCudaSessionDevice(int ordinal,
+                                                                     const SessionDeviceSpec& spec);
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_STREAM_SESSION_DEVICE_H_

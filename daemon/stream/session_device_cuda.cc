@@ -1,0 +1,142 @@
+// File: daemon/stream/session_device_cuda.cc
+//
+// The CUDA backend: slab and ring are cudaMalloc'd on the session's device and exported once
+// over CUDA IPC; each session copies on a stream of its own (a runner that stops consuming
+// stalls only its own stream); every slot has an interprocess "ready" event (recorded here
+// after the copy) and "consumed" event (recorded by the runner after its last kernel reading
+// the slot), both created here and exported.
+#include <cuda_runtime_api.h>
+
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/device/cuda_check.h"
+#include "daemon/device/cuda_stream.h"
+#include "daemon/device/device_buffer.h"
+#include "daemon/device/device_guard.h"
+#include "daemon/device/ipc_event.h"
+#include "daemon/stream/session_device.h"
+
+namespace ddo {
+namespace {
+
+class CudaSessionDevice final : public SessionDevice {
+ public:
+  CudaSessionDevice(int ordinal, uint64_t slot_bytes, uint32_t ring_slots, DeviceBuffer slab,
+                    DeviceBuffer ring, CudaStream stream, std::vector<IpcEvent> ready,
+                    std::vector<IpcEvent> consumed)
+      : ordinal_(ordinal),
+        slot_bytes_(slot_bytes),
+        ring_slots_(ring_slots),
+        slab_(std::move(slab)),
+        ring_(std::move(ring)),
+        stream_(std::move(stream)),
+        ready_(std::move(ready)),
+        consumed_(std::move(consumed)) {}
+
+  absl::Status CopyToSlab(uint64_t offset, const void* source, uint64_t bytes) override {
+    if (offset + bytes > slab_.size()) {
+      return absl::InternalError(absl::StrCat("slab copy past its end (", offset, "+", bytes,
+                                              " > ", slab_.size(), ")"));
+    }
+    DDO_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(ordinal_));
+    return stream_.CopyToDevice(static_cast<char*>(slab_.data()) + offset, source, bytes);
+  }
+
+  absl::Status CopyToSlot(uint32_t slot, uint64_t offset, const void* source,
+                          uint64_t bytes) override {
+    if (slot > ring_slots_ || offset + bytes > slot_bytes_) {
+      return absl::InternalError(absl::StrCat("slot copy out of range (slot ", slot, ", ", offset,
+                                              "+", bytes, " > ", slot_bytes_, ")"));
+    }
+    DDO_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(ordinal_));
+    return stream_.CopyToDevice(static_cast<char*>(ring_.data()) + slot * slot_bytes_ + offset,
+                                source, bytes);
+  }
+
+  absl::Status WaitConsumed(uint32_t slot) override {
+    DDO_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(ordinal_));
+    return consumed_[slot].BlockStream(stream_);
+  }
+  absl::Status MarkReady(uint32_t slot) override {
+    DDO_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(ordinal_));
+    return ready_[slot].Record(stream_);
+  }
+
+  absl::Status Drain(absl::Duration timeout) override {
+    DDO_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(ordinal_));
+    const absl::Time deadline = absl::Now() + timeout;
+    // Polled rather than cudaStreamSynchronize: the stream may wait on an event of a runner
+    // that died, and ddod must not hang on it.
+    while (true) {
+      const cudaError_t state = cudaStreamQuery(stream_.get());
+      if (state == cudaSuccess) return absl::OkStatus();
+      if (state != cudaErrorNotReady) return CudaStatus(state, "cudaStreamQuery");
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("the session's copy stream did not drain within ", absl::FormatDuration(timeout)));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  absl::Status Export(ddo::v1::DeviceResources* resources) const override {
+    if (slab_.size() > 0) {
+      DDO_ASSIGN_OR_RETURN(std::string slab_handle, slab_.ExportIpcHandle());
+      resources->set_resident_slab_handle(slab_handle);
+    }
+    if (ring_.size() > 0) {
+      DDO_ASSIGN_OR_RETURN(std::string ring_handle, ring_.ExportIpcHandle());
+      resources->set_ring_handle(ring_handle);
+    }
+    for (const IpcEvent& event : ready_) {
+      DDO_ASSIGN_OR_RETURN(std::string handle, event.ExportIpcHandle());
+      resources->add_ready_event_handles(handle);
+    }
+    for (const IpcEvent& event : consumed_) {
+      DDO_ASSIGN_OR_RETURN(std::string handle, event.ExportIpcHandle());
+      resources->add_consumed_event_handles(handle);
+    }
+    return absl::OkStatus();
+  }
+
+  uint64_t device_bytes() const override { return slab_.size() + ring_.size(); }
+
+ private:
+  int ordinal_;
+  uint64_t slot_bytes_;
+  uint32_t ring_slots_;
+  DeviceBuffer slab_;
+  DeviceBuffer ring_;
+  CudaStream stream_;
+  std::vector<IpcEvent> ready_;
+  std::vector<IpcEvent> consumed_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SessionDevice>> OpenCudaSessionDevice(
+    int ordinal, const SessionDeviceSpec& spec) {
+  // cudaMalloc of 0 bytes gives no exportable pointer: empty parts get a minimal allocation.
+  DDO_ASSIGN_OR_RETURN(DeviceBuffer slab,
+                       DeviceBuffer::Allocate(ordinal, std::max<uint64_t>(spec.slab_bytes, 256)));
+  DDO_ASSIGN_OR_RETURN(
+      DeviceBuffer ring,
+      DeviceBuffer::Allocate(ordinal,
+                             std::max<uint64_t>(spec.slot_bytes * (spec.ring_slots + 1ull), 256)));
+  DDO_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(ordinal));
+  std::vector<IpcEvent> ready, consumed;
+  for (uint32_t slot = 0; slot <= spec.ring_slots; ++slot) {
+    DDO_ASSIGN_OR_RETURN(IpcEvent ready_event, IpcEvent::Create(ordinal));
+    DDO_ASSIGN_OR_RETURN(IpcEvent consumed_event, IpcEvent::Create(ordinal));
+    ready.push_back(std::move(ready_event));
+    consumed.push_back(std::move(consumed_event));
+  }
+  return std::unique_ptr<SessionDevice>(new CudaSessionDevice(
+      ordinal, spec.slot_bytes, spec.ring_slots, std::move(slab), std::move(ring),
+      std::move(stream), std::move(ready), std::move(consumed)));
+}
+
+}  // namespace ddo

@@ -1,0 +1,401 @@
+// File: daemon/stream/session_plan.cc
+#include "daemon/stream/session_plan.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <regex>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "daemon/common/format_bytes.h"
+#include "daemon/config/values.h"
+
+namespace ddo {
+namespace {
+
+constexpr uint32_t kMaxRingSlots = 64;
+
+uint64_t AlignUp(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+bool IsFloating(DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<uint64_t> GiBSetting(const std::string& name, const std::string& text) {
+  absl::StatusOr<double> gib = ParseNonNegativeNumber(name, text);
+  if (!gib.ok()) return gib.status();
+  return GiBToBytes(*gib);
+}
+
+bool IsDigits(absl::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return absl::ascii_isdigit(static_cast<unsigned char>(c));
+  });
+}
+
+// Block of each streamable module path: the outermost "<prefix>.<digits>" whose prefix has at
+// least two distinct indices among the paths; "" when none.
+std::map<std::string, std::string> BlocksOf(const std::vector<std::string>& module_paths) {
+  std::map<std::string, std::set<std::string>> members;  // prefix -> block paths
+  for (const std::string& path : module_paths) {
+    std::vector<std::string> parts = absl::StrSplit(path, '.');
+    for (size_t i = 1; i < parts.size(); ++i) {
+      if (!IsDigits(parts[i])) continue;
+      const std::string prefix = absl::StrJoin(parts.begin(), parts.begin() + i, ".");
+      members[prefix].insert(absl::StrCat(prefix, ".", parts[i]));
+    }
+  }
+  std::map<std::string, std::string> block_of;
+  for (const std::string& path : module_paths) {
+    std::vector<std::string> parts = absl::StrSplit(path, '.');
+    std::string block;
+    for (size_t i = 1; i < parts.size() && block.empty(); ++i) {
+      if (!IsDigits(parts[i])) continue;
+      const std::string prefix = absl::StrJoin(parts.begin(), parts.begin() + i, ".");
+      if (members[prefix].size() >= 2) block = absl::StrCat(prefix, ".", parts[i]);
+    }
+    block_of[path] = block;
+  }
+  return block_of;
+}
+
+// The seed's candidate order (research/seed-ddo.md §4.3 step 6).
+std::vector<size_t> SelectionOrder(const std::vector<uint64_t>& sizes, uint64_t budget,
+                                   ResidentSelection selection) {
+  const size_t n = sizes.size();
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  if (selection == ResidentSelection::kLargest) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+    return order;
+  }
+  if (selection == ResidentSelection::kFirst || n <= 2) return order;
+  uint64_t total = 0;
+  for (uint64_t size : sizes) total += size;
+  const double average = static_cast<double>(total) / static_cast<double>(n);
+  size_t target = average > 0 ? static_cast<size_t>(static_cast<double>(budget) / average) : n;
+  target = std::clamp<size_t>(target, 1, n);
+  std::vector<size_t> picked;
+  std::vector<bool> taken(n, false);
+  if (target == 1) {
+    picked.push_back(n / 2);
+    taken[n / 2] = true;
+  } else {
+    for (size_t i = 0; i < target; ++i) {
+      const size_t index = static_cast<size_t>(
+          std::llround(static_cast<double>(i) * static_cast<double>(n - 1) /
+                       static_cast<double>(target - 1)));
+      if (!taken[index]) {
+        taken[index] = true;
+        picked.push_back(index);
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!taken[i]) picked.push_back(i);
+  }
+  return picked;
+}
+
+}  // namespace
+
+absl::StatusOr<StreamSettings> ParseStreamSettings(
+    const std::map<std::string, std::string>& values) {
+  StreamSettings settings;
+  settings.always_resident_patterns = {kDefaultAlwaysResidentPattern};
+  for (const auto& [name, raw] : values) {
+    const std::string text(absl::StripAsciiWhitespace(raw));
+    const std::string lower = absl::AsciiStrToLower(text);
+    if (name == "DDO_STREAM_UNIT") {
+      if (lower == "linear") {
+        settings.grouping = UnitGrouping::kLinear;
+      } else if (lower == "block") {
+        settings.grouping = UnitGrouping::kBlock;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("DDO_STREAM_UNIT='", text, "' must be 'linear' or 'block'"));
+      }
+    } else if (name == "DDO_RING_SLOTS") {
+      uint32_t slots = 0;
+      if (!text.empty() && (!absl::SimpleAtoi(text, &slots) || slots < 2 || slots > kMaxRingSlots)) {
+        return absl::InvalidArgumentError(absl::StrCat("DDO_RING_SLOTS='", text,
+                                                       "' must be a whole number from 2 to ",
+                                                       kMaxRingSlots));
+      }
+      settings.ring_slots = slots;
+    } else if (name == "DDO_VRAM_BUDGET_GB") {
+      if (text.empty() || text == "0") continue;
+      absl::StatusOr<uint64_t> bytes = GiBSetting(name, text);
+      if (!bytes.ok()) return bytes.status();
+      settings.vram_budget_bytes = *bytes;
+    } else if (name == "DDO_ACTIVATION_RESERVE_GB") {
+      absl::StatusOr<uint64_t> bytes = GiBSetting(name, text);
+      if (!bytes.ok()) return bytes.status();
+      settings.activation_reserve_bytes = *bytes;
+    } else if (name == "DDO_RESIDENT_MODULE_BUDGET_GB") {
+      if (lower.empty() || lower == "auto") continue;
+      absl::StatusOr<uint64_t> bytes = GiBSetting(name, text);
+      if (!bytes.ok()) return bytes.status();
+      settings.resident_budget_bytes = *bytes;
+    } else if (name == "DDO_RESIDENT_MODULE_SELECTION") {
+      if (lower == "spread") {
+        settings.selection = ResidentSelection::kSpread;
+      } else if (lower == "first") {
+        settings.selection = ResidentSelection::kFirst;
+      } else if (lower == "largest") {
+        settings.selection = ResidentSelection::kLargest;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "DDO_RESIDENT_MODULE_SELECTION='", text, "' must be 'spread', 'first' or 'largest'"));
+      }
+    } else if (name == "DDO_SMALL_TENSOR_THRESHOLD_KB") {
+      absl::StatusOr<double> kib = ParseNonNegativeNumber(name, text);
+      if (!kib.ok()) return kib.status();
+      settings.small_tensor_bytes = static_cast<uint64_t>(*kib * 1024.0);
+    } else if (name == "DDO_ALWAYS_RESIDENT_MODULE_PATTERNS") {
+      settings.always_resident_patterns.clear();
+      for (absl::string_view pattern : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+        const std::string trimmed(absl::StripAsciiWhitespace(pattern));
+        try {
+          std::regex check(trimmed);
+        } catch (const std::regex_error& error) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "DDO_ALWAYS_RESIDENT_MODULE_PATTERNS: '", trimmed, "' is not a regex: ", error.what()));
+        }
+        settings.always_resident_patterns.push_back(trimmed);
+      }
+    }
+  }
+  return settings;
+}
+
+absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
+                                        const std::set<std::string>& streamable,
+                                        const StreamSettings& settings) {
+  SessionPlan plan;
+  auto decide = [&plan](std::string key, std::string value, std::string reason) {
+    plan.decisions.push_back({std::move(key), std::move(value), std::move(reason)});
+  };
+
+  std::map<std::string, uint32_t> index_of;
+  for (uint32_t i = 0; i < tensors.size(); ++i) index_of[tensors[i].name] = i;
+  for (const std::string& name : streamable) {
+    auto it = index_of.find(name);
+    if (it == index_of.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("streamable tensor '", name, "' is not in the component"));
+    }
+    const TensorEntry& tensor = tensors[it->second];
+    if (tensor.shape.size() != 2 || !IsFloating(tensor.dtype) ||
+        name.size() <= 7 || name.compare(name.size() - 7, 7, ".weight") != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "streamable tensor '", name, "' is not a 2-D floating Linear weight (shape [",
+          absl::StrJoin(tensor.shape, ", "), "], dtype ", SafetensorsDTypeName(tensor.dtype), ")"));
+    }
+  }
+
+  std::vector<std::regex> always_resident;
+  for (const std::string& pattern : settings.always_resident_patterns) {
+    always_resident.emplace_back(pattern);
+  }
+
+  // Which streamable weights stay resident anyway.
+  std::vector<uint32_t> candidates;  // table order
+  uint64_t small_count = 0, small_bytes = 0, pinned_count = 0, pinned_bytes = 0;
+  std::vector<bool> streamed(tensors.size(), false);
+  for (uint32_t i = 0; i < tensors.size(); ++i) {
+    const TensorEntry& tensor = tensors[i];
+    if (streamable.count(tensor.name) == 0) continue;
+    const std::string module_path = tensor.name.substr(0, tensor.name.size() - 7);
+    if (tensor.byte_size <= settings.small_tensor_bytes) {
+      ++small_count;
+      small_bytes += tensor.byte_size;
+      continue;
+    }
+    bool pinned = false;
+    for (const std::regex& pattern : always_resident) {
+      if (std::regex_search(module_path, pattern)) pinned = true;
+    }
+    if (pinned) {
+      ++pinned_count;
+      pinned_bytes += tensor.byte_size;
+      continue;
+    }
+    candidates.push_back(i);
+    streamed[i] = true;
+  }
+  decide("streamable_weights", absl::StrCat(streamable.size()),
+         "dense Linear weights the runner can stream");
+  decide("resident_small", absl::StrCat(small_count, " (", FormatBytes(small_bytes), ")"),
+         absl::StrCat("at most DDO_SMALL_TENSOR_THRESHOLD_KB=", settings.small_tensor_bytes / 1024));
+  decide("resident_always", absl::StrCat(pinned_count, " (", FormatBytes(pinned_bytes), ")"),
+         absl::StrCat("modules matching DDO_ALWAYS_RESIDENT_MODULE_PATTERNS=",
+                      absl::StrJoin(settings.always_resident_patterns, ",")));
+
+  // Units.
+  std::vector<std::string> paths;
+  for (uint32_t i : candidates) paths.push_back(tensors[i].name.substr(0, tensors[i].name.size() - 7));
+  const std::map<std::string, std::string> block_of = BlocksOf(paths);
+  std::vector<std::string> unit_names;
+  std::vector<std::vector<uint32_t>> unit_members;
+  std::map<std::string, size_t> unit_index;
+  std::vector<std::string> unit_block;  // "" when not in a block
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const std::string& block = block_of.at(paths[c]);
+    std::string name = paths[c];
+    if (settings.grouping == UnitGrouping::kBlock && !block.empty()) name = block;
+    auto [it, inserted] = unit_index.emplace(name, unit_names.size());
+    if (inserted) {
+      unit_names.push_back(name);
+      unit_members.emplace_back();
+      unit_block.push_back(block);
+    }
+    unit_members[it->second].push_back(candidates[c]);
+  }
+  decide("stream_unit", settings.grouping == UnitGrouping::kBlock ? "block" : "linear",
+         "DDO_STREAM_UNIT");
+
+  // Blocks and their streamed bytes, in order of appearance.
+  std::vector<std::string> blocks;
+  std::map<std::string, uint64_t> block_bytes;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const std::string& block = block_of.at(paths[c]);
+    if (block.empty()) continue;
+    if (block_bytes.count(block) == 0) blocks.push_back(block);
+    block_bytes[block] += tensors[candidates[c]].byte_size;
+  }
+
+  auto unit_span = [&](const std::vector<uint32_t>& members) {
+    uint64_t span = 0;
+    for (uint32_t i : members) span = AlignUp(span, kTensorAlignment) + tensors[i].byte_size;
+    return AlignUp(span, kTensorAlignment);
+  };
+  uint64_t largest_unit = 0;
+  for (const auto& members : unit_members) largest_unit = std::max(largest_unit, unit_span(members));
+  uint32_t slots = settings.ring_slots;
+  if (slots == 0) slots = settings.grouping == UnitGrouping::kBlock ? 3 : 4;
+  uint64_t mandatory_resident = 0;
+  for (uint32_t i = 0; i < tensors.size(); ++i) {
+    if (!streamed[i]) mandatory_resident += AlignUp(tensors[i].byte_size, kTensorAlignment);
+  }
+  const uint64_t ring_estimate = largest_unit * (slots + 1ull);
+
+  // The resident budget.
+  uint64_t budget = 0;
+  std::string budget_reason;
+  if (settings.vram_budget_bytes) {
+    const uint64_t needed = mandatory_resident + ring_estimate + settings.activation_reserve_bytes;
+    if (needed > *settings.vram_budget_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "DDO_VRAM_BUDGET_GB=", FormatBytes(*settings.vram_budget_bytes), " cannot hold ",
+          FormatBytes(mandatory_resident), " of resident tensors + a ring of ", slots + 1, " x ",
+          FormatBytes(largest_unit), " + DDO_ACTIVATION_RESERVE_GB=",
+          FormatBytes(settings.activation_reserve_bytes)));
+    }
+    const uint64_t room = *settings.vram_budget_bytes - needed;
+    budget = settings.resident_budget_bytes ? std::min(*settings.resident_budget_bytes, room) : room;
+    budget_reason = absl::StrCat("DDO_VRAM_BUDGET_GB ", FormatBytes(*settings.vram_budget_bytes),
+                                 " - resident tensors ", FormatBytes(mandatory_resident),
+                                 " - ring ", FormatBytes(ring_estimate), " - activation reserve ",
+                                 FormatBytes(settings.activation_reserve_bytes),
+                                 settings.resident_budget_bytes ? ", capped by DDO_RESIDENT_MODULE_BUDGET_GB" : "");
+  } else if (settings.resident_budget_bytes) {
+    budget = *settings.resident_budget_bytes;
+    budget_reason = "DDO_RESIDENT_MODULE_BUDGET_GB";
+  } else {
+    budget_reason = "no DDO_VRAM_BUDGET_GB and no DDO_RESIDENT_MODULE_BUDGET_GB";
+  }
+  decide("resident_budget", FormatBytes(budget), budget_reason);
+
+  // Whole blocks made resident, greedily in selection order.
+  std::set<std::string> resident_blocks;
+  {
+    std::vector<uint64_t> sizes;
+    for (const std::string& block : blocks) sizes.push_back(block_bytes[block]);
+    uint64_t used = 0;
+    if (budget > 0) {
+      for (size_t index : SelectionOrder(sizes, budget, settings.selection)) {
+        if (used + sizes[index] > budget) continue;
+        used += sizes[index];
+        resident_blocks.insert(blocks[index]);
+      }
+    }
+    std::vector<std::string> chosen;
+    for (const std::string& block : blocks) {
+      if (resident_blocks.count(block)) chosen.push_back(block);
+    }
+    decide("resident_blocks",
+           absl::StrCat(chosen.size(), " of ", blocks.size(), " (", FormatBytes(used), ")",
+                        chosen.empty() ? "" : ": ", absl::StrJoin(chosen, ", ")),
+           settings.selection == ResidentSelection::kSpread    ? "spread evenly (seed rule)"
+           : settings.selection == ResidentSelection::kFirst ? "first blocks first"
+                                                              : "largest blocks first");
+  }
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    if (resident_blocks.count(block_of.at(paths[c]))) streamed[candidates[c]] = false;
+  }
+
+  // The slab: every tensor not streamed, in table order.
+  for (uint32_t i = 0; i < tensors.size(); ++i) {
+    if (streamed[i]) continue;
+    plan.slab_bytes = AlignUp(plan.slab_bytes, kTensorAlignment);
+    plan.resident.push_back({i, plan.slab_bytes});
+    plan.slab_bytes += tensors[i].byte_size;
+    plan.resident_bytes += tensors[i].byte_size;
+  }
+  plan.slab_bytes = AlignUp(plan.slab_bytes, kTensorAlignment);
+
+  // The units still streamed.
+  XXH3_state_t* hash = XXH3_createState();
+  XXH3_64bits_reset(hash);
+  for (size_t u = 0; u < unit_names.size(); ++u) {
+    StreamUnit unit;
+    unit.name = unit_names[u];
+    for (uint32_t i : unit_members[u]) {
+      if (!streamed[i]) continue;
+      unit.span_bytes = AlignUp(unit.span_bytes, kTensorAlignment);
+      unit.tensors.push_back({i, unit.span_bytes});
+      unit.span_bytes += tensors[i].byte_size;
+      unit.tensor_bytes += tensors[i].byte_size;
+      XXH3_64bits_update(hash, tensors[i].name.data(), tensors[i].name.size() + 1);
+    }
+    if (unit.tensors.empty()) continue;
+    unit.span_bytes = AlignUp(unit.span_bytes, kTensorAlignment);
+    plan.slot_bytes = std::max(plan.slot_bytes, unit.span_bytes);
+    plan.streamed_bytes += unit.tensor_bytes;
+    XXH3_64bits_update(hash, "|", 1);
+    plan.units.push_back(std::move(unit));
+  }
+  plan.signature = absl::StrFormat("%016x", XXH3_64bits_digest(hash));
+  XXH3_freeState(hash);
+  plan.ring_slots = plan.units.empty() ? 0 : slots;
+  decide("streamed", absl::StrCat(plan.units.size(), " units, ", FormatBytes(plan.streamed_bytes)),
+         "weights neither small, always resident nor in a resident block");
+  decide("ring", plan.units.empty() ? "none"
+                                    : absl::StrCat(slots, " + 1 slots of ", FormatBytes(plan.slot_bytes)),
+         plan.units.empty() ? "nothing is streamed"
+                            : "slot = the largest unit; the extra slot serves out-of-schedule uses");
+  decide("slab", FormatBytes(plan.slab_bytes), "every resident tensor, 256-byte aligned");
+  return plan;
+}
+
+}  // namespace ddo

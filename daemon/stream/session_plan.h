@@ -1,0 +1,90 @@
+// File: daemon/stream/session_plan.h
+//
+// The placement of one streaming session: which tensors sit in the resident slab, how the
+// streamed weights group into units, and how large the ring is. Rules (docs/streaming.md §1):
+// tensors the runner cannot stream, small weights and always-resident modules are resident;
+// the rest is streamed per Linear or per repeated block; under the resident budget whole
+// blocks are made resident, spread evenly as in the seed. Every decision is recorded with its
+// reason.
+#ifndef DDO_DAEMON_STREAM_SESSION_PLAN_H_
+#define DDO_DAEMON_STREAM_SESSION_PLAN_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/store/tensor_table.h"
+
+namespace ddo {
+
+enum class UnitGrouping { kLinear, kBlock };
+enum class ResidentSelection { kSpread, kFirst, kLargest };
+
+// Per-session settings, from AttachRequest.settings (DDO_* names).
+struct StreamSettings {
+  UnitGrouping grouping = UnitGrouping::kLinear;
+  uint32_t ring_slots = 0;  // 0: the grouping's default
+  std::optional<uint64_t> vram_budget_bytes;
+  uint64_t activation_reserve_bytes = 2ull << 30;
+  std::optional<uint64_t> resident_budget_bytes;  // unset: auto
+  ResidentSelection selection = ResidentSelection::kSpread;
+  uint64_t small_tensor_bytes = 1024ull << 10;
+  std::vector<std::string> always_resident_patterns;
+};
+
+inline constexpr char kDefaultAlwaysResidentPattern[] =
+    "(^|\\.)(proj_in|time_embed|prompt_adaln|norm_out|proj_out)(\\.|$)";
+
+// InvalidArgument naming the setting and the value. Unknown names are ignored (they may be
+// meant for the runner or for another route).
+absl::StatusOr<StreamSettings> ParseStreamSettings(const std::map<std::string, std::string>& values);
+
+struct PlannedTensor {
+  uint32_t table_index = 0;  // into the component's tensor table
+  uint64_t offset = 0;       // in the slab, or in a slot
+};
+
+struct StreamUnit {
+  std::string name;  // the block ("transformer_blocks.3") or the Linear's module path
+  uint64_t span_bytes = 0;    // bytes it occupies in a slot (with alignment)
+  uint64_t tensor_bytes = 0;  // bytes copied
+  std::vector<PlannedTensor> tensors;
+};
+
+struct PlanDecisionEntry {
+  std::string key;
+  std::string value;
+  std::string reason;
+};
+
+struct SessionPlan {
+  std::vector<PlannedTensor> resident;
+  uint64_t slab_bytes = 0;
+  uint64_t resident_bytes = 0;  // tensor bytes in the slab
+  std::vector<StreamUnit> units;
+  uint64_t slot_bytes = 0;
+  uint32_t ring_slots = 0;  // streaming slots; one more serves out-of-schedule uses
+  uint64_t streamed_bytes = 0;  // tensor bytes of all units
+  std::vector<PlanDecisionEntry> decisions;
+  // Identifies the units (names and grouping): a schedule learned for one plan fits another
+  // with the same signature.
+  std::string signature;
+
+  uint64_t ring_bytes() const { return slot_bytes * (ring_slots + 1ull); }
+  uint64_t device_bytes() const { return slab_bytes + ring_bytes(); }
+};
+
+// Plans a session. `streamable` names tensors of `tensors`; each must be a 2-D floating
+// ".weight" (InvalidArgument otherwise). ResourceExhausted when the VRAM budget cannot hold the
+// resident tensors, the ring and the activation reserve.
+absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
+                                        const std::set<std::string>& streamable,
+                                        const StreamSettings& settings);
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_STREAM_SESSION_PLAN_H_

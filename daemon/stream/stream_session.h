@@ -1,0 +1,107 @@
+// File: daemon/stream/stream_session.h
+//
+// One streaming session as ddod's copy worker drives it: the plan, the device memory, the
+// control block, the schedule and the producer's position. Step() does at most one unit of
+// work (an out-of-schedule request first, else the next use of the cycle) so that the worker
+// can share a device fairly between sessions (docs/streaming.md §4).
+//
+// Thread-safety: Step(), HasWork() and FillSlab() run on one thread at a time (the worker, or
+// the opener before the session is handed to the worker). SetSchedule(), Close() and Stats()
+// may be called from any thread.
+#ifndef DDO_DAEMON_STREAM_STREAM_SESSION_H_
+#define DDO_DAEMON_STREAM_STREAM_SESSION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/pool/host_pool.h"
+#include "daemon/store/tensor_table.h"
+#include "daemon/stream/control_block.h"
+#include "daemon/stream/session_device.h"
+#include "daemon/stream/session_plan.h"
+
+namespace ddo {
+
+struct StreamSessionStats {
+  uint64_t produced_uses = 0;
+  uint64_t sync_uses = 0;  // out-of-schedule requests served
+  uint64_t streamed_bytes = 0;
+  uint64_t consumed_uses = 0;  // as the runner reports
+  uint64_t skipped_uses = 0;
+  uint32_t schedule_length = 0;
+  bool failed = false;
+};
+
+class StreamSession {
+ public:
+  StreamSession(std::string id, std::string lease_id, std::string cache_key, std::string device,
+                std::vector<TensorEntry> tensors, std::shared_ptr<PoolSegment> host,
+                SessionPlan plan, std::unique_ptr<SessionDevice> device_memory,
+                ControlBlock control);
+  StreamSession(const StreamSession&) = delete;
+  StreamSession& operator=(const StreamSession&) = delete;
+  ~StreamSession();
+
+  // Copies the resident tensors into the slab and waits for them.
+  absl::Status FillSlab();
+
+  // InvalidArgument for an empty schedule or an unknown unit; FailedPrecondition when the
+  // session already has one.
+  absl::Status SetSchedule(std::vector<uint32_t> schedule);
+
+  // At most one unit of work; true when something was done.
+  bool Step();
+  // True when Step() would do something now.
+  bool HasWork();
+
+  // Tells the runner (state closed) and stops serving; the worker must have let go before
+  // the session is destroyed. Drains the copies (bounded).
+  void Close(SessionState state);
+
+  StreamSessionStats Stats();
+
+  const std::string& id() const { return id_; }
+  const std::string& lease_id() const { return lease_id_; }
+  const std::string& cache_key() const { return cache_key_; }
+  const std::string& device() const { return device_; }
+  const SessionPlan& plan() const { return plan_; }
+  const SessionDevice& device_memory() const { return *device_memory_; }
+  const ControlBlock& control() const { return control_; }
+
+ private:
+  // Copies one unit into `slot`; false (and the session marked failed) on a device error.
+  bool CopyUnit(uint32_t unit, uint32_t slot);
+  void Fail(const absl::Status& status);
+
+  const std::string id_;
+  const std::string lease_id_;
+  const std::string cache_key_;
+  const std::string device_;
+  const std::vector<TensorEntry> tensors_;
+  const std::shared_ptr<PoolSegment> host_;
+  const SessionPlan plan_;
+  const std::unique_ptr<SessionDevice> device_memory_;
+  ControlBlock control_;
+
+  absl::Mutex mu_;
+  std::vector<uint32_t> schedule_ ABSL_GUARDED_BY(mu_);
+  // The worker's copy of the schedule, taken when it first sees one (never changes after).
+  std::vector<uint32_t> worker_schedule_;
+
+  uint64_t next_use_ = 0;      // worker only
+  uint64_t sync_served_ = 0;   // worker only
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> produced_{0};
+  std::atomic<uint64_t> sync_uses_{0};
+  std::atomic<uint64_t> streamed_bytes_{0};
+};
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_STREAM_STREAM_SESSION_H_

@@ -1,0 +1,345 @@
+// File: daemon/stream/stream_sessions.cc
+#include "daemon/stream/stream_sessions.h"
+
+#include <unistd.h>
+
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/common/format_bytes.h"
+#include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
+
+namespace ddo {
+namespace {
+
+void PlanToProto(const SessionPlan& plan, ddo::v1::PlanExplanation* out) {
+  out->set_route("ddo_stream");
+  out->set_resident_bytes(plan.resident_bytes);
+  out->set_streamed_bytes(plan.streamed_bytes);
+  out->set_ring_slots(plan.ring_slots);
+  for (const PlanDecisionEntry& entry : plan.decisions) {
+    auto* decision = out->add_decisions();
+    decision->set_key(entry.key);
+    decision->set_value(entry.value);
+    decision->set_reason(entry.reason);
+  }
+}
+
+}  // namespace
+
+StreamSessions::StreamSessions(ComponentStore& store, HostPool& pool, GpuInventory gpus,
+                               StreamSessionsOptions options)
+    : store_(store), pool_(pool), gpus_(std::move(gpus)), options_(options) {}
+
+StreamSessions::~StreamSessions() { CloseAll(); }
+
+std::string StreamSessions::NewSegmentName(char kind) const {
+  // The pool's prefix: a restarted ddod removes what a crashed one left.
+  return absl::StrCat(pool_.name_prefix(), std::string(1, kind), RandomId().substr(0, 15));
+}
+
+absl::StatusOr<StreamSessions::Device> StreamSessions::ResolveDevice(
+    const std::string& requested) const {
+  if (requested == "cpu") return Device{"cpu", -1, options_.host_budget_bytes};
+  if (gpus_.backend != ComputeBackend::kCuda) {
+    return absl::UnavailableError(absl::StrCat("no usable GPU for device '", requested,
+                                               "': ", gpus_.detail,
+                                               "; device 'cpu' streams on the host backend"));
+  }
+  for (const GpuDevice& gpu : gpus_.devices) {
+    int ordinal = -1;
+    const bool by_ordinal = absl::StartsWith(requested, "cuda:") &&
+                            absl::SimpleAtoi(requested.substr(5), &ordinal) &&
+                            ordinal == gpu.ordinal;
+    if (by_ordinal || absl::EqualsIgnoreCase(requested, gpu.uuid)) {
+      uint64_t budget = options_.vram_budget_bytes;
+      if (budget == 0 || budget > gpu.total_bytes) budget = gpu.total_bytes;
+      return Device{gpu.uuid, gpu.ordinal, budget};
+    }
+  }
+  std::string known;
+  for (const GpuDevice& gpu : gpus_.devices) {
+    absl::StrAppend(&known, known.empty() ? "" : ", ", "cuda:", gpu.ordinal, " ", gpu.uuid);
+  }
+  return absl::NotFoundError(absl::StrCat("ddod sees no device '", requested, "' (it has: ",
+                                          known.empty() ? "none" : known, ", cpu)"));
+}
+
+absl::StatusOr<StreamWorker*> StreamSessions::WorkerFor(const Device& device) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(device.label);
+  if (it == workers_.end()) {
+    DDO_ASSIGN_OR_RETURN(std::unique_ptr<StreamWorker> worker,
+                         StreamWorker::Start(device.label, NewSegmentName('b')));
+    it = workers_.emplace(device.label, std::move(worker)).first;
+  }
+  return it->second.get();
+}
+
+absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
+                                                       const ddo::v1::AttachRequest& request,
+                                                       ddo::v1::AttachResponse* response) {
+  DDO_ASSIGN_OR_RETURN(Device device, ResolveDevice(request.device_uuid()));
+  std::map<std::string, std::string> values(request.settings().begin(), request.settings().end());
+  DDO_ASSIGN_OR_RETURN(StreamSettings settings, ParseStreamSettings(values));
+  const std::set<std::string> streamable(request.streamable().begin(), request.streamable().end());
+
+  DDO_ASSIGN_OR_RETURN(HostAttachment attached, store_.AttachHost(lease, request.cache_key()));
+  // From here on, every failure gives the component back.
+  auto fail = [&](absl::Status status) -> absl::Status {
+    (void)store_.Detach(attached.session_id);
+    return status;
+  };
+  absl::StatusOr<SessionPlan> plan =
+      PlanSession(attached.component.tensors, streamable, settings);
+  if (!plan.ok()) return fail(plan.status());
+  if (device.ordinal >= 0 && !attached.segment->pinned()) {
+    plan->decisions.push_back({"host_memory", "not pinned",
+                               "copies from pageable memory are staged by the driver (slower)"});
+  }
+
+  // Reserve the device bytes under ddod's budget before allocating.
+  const uint64_t bytes = plan->device_bytes();
+  {
+    absl::MutexLock lock(&mu_);
+    uint64_t& reserved = reserved_[device.label];
+    if (device.budget_bytes != 0 && reserved + bytes > device.budget_bytes) {
+      return fail(absl::ResourceExhaustedError(absl::StrCat(
+          "a session of '", request.cache_key(), "' needs ", FormatBytes(bytes), " on ",
+          device.label, " (slab ", FormatBytes(plan->slab_bytes), " + ring ",
+          FormatBytes(plan->ring_bytes()), "); ddod's budget there is ",
+          FormatBytes(device.budget_bytes), " of which sessions hold ", FormatBytes(reserved))));
+    }
+    reserved += bytes;
+  }
+  auto unreserve = [&] {
+    absl::MutexLock lock(&mu_);
+    reserved_[device.label] -= bytes;
+  };
+
+  SessionDeviceSpec spec;
+  spec.slab_bytes = plan->slab_bytes;
+  spec.slot_bytes = plan->slot_bytes;
+  spec.ring_slots = plan->ring_slots;
+  spec.slab_segment_name = NewSegmentName('s');
+  spec.ring_segment_name = NewSegmentName('r');
+  absl::StatusOr<std::unique_ptr<SessionDevice>> memory =
+      device.ordinal < 0 ? OpenHostSessionDevice(spec) : OpenCudaSessionDevice(device.ordinal, spec);
+  if (!memory.ok()) {
+    unreserve();
+    return fail(memory.status());
+  }
+  absl::StatusOr<ControlBlock> control = ControlBlock::Create(
+      NewSegmentName('c'), plan->ring_slots, static_cast<uint32_t>(plan->units.size()));
+  if (!control.ok()) {
+    unreserve();
+    return fail(control.status());
+  }
+  absl::StatusOr<StreamWorker*> worker = WorkerFor(device);
+  if (!worker.ok()) {
+    unreserve();
+    return fail(worker.status());
+  }
+
+  auto session = std::make_shared<StreamSession>(
+      attached.session_id, lease.id, request.cache_key(), device.label,
+      attached.component.tensors, attached.segment, *std::move(plan), *std::move(memory),
+      *std::move(control));
+  const absl::Time fill_start = absl::Now();
+  if (absl::Status filled = session->FillSlab(); !filled.ok()) {
+    session.reset();
+    unreserve();
+    return fail(filled);
+  }
+  const double fill_seconds = absl::ToDoubleSeconds(absl::Now() - fill_start);
+
+  const std::string schedule_key = absl::StrCat(request.cache_key(), "/", session->plan().signature);
+  std::vector<uint32_t> known;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = known_schedules_.find(schedule_key); it != known_schedules_.end()) known = it->second;
+  }
+  if (!known.empty()) (void)session->SetSchedule(known);
+
+  // The response.
+  ddo::v1::DeviceResources* resources = response->mutable_device();
+  if (absl::Status exported = session->device_memory().Export(resources); !exported.ok()) {
+    session.reset();
+    unreserve();
+    return fail(exported);
+  }
+  const SessionPlan& placed = session->plan();
+  resources->set_device_uuid(device.label);
+  resources->set_resident_slab_bytes(placed.slab_bytes);
+  for (const PlannedTensor& tensor : placed.resident) {
+    auto* out = resources->add_resident();
+    out->set_name(attached.component.tensors[tensor.table_index].name);
+    out->set_offset(tensor.offset);
+    out->set_byte_size(attached.component.tensors[tensor.table_index].byte_size);
+  }
+  resources->set_ring_slots(placed.ring_slots);
+  resources->set_ring_slot_bytes(placed.slot_bytes);
+  resources->set_control_block_shm(session->control().name());
+  resources->set_control_block_bytes(session->control().size());
+  resources->set_daemon_pid(::getpid());
+  for (uint32_t u = 0; u < placed.units.size(); ++u) {
+    const StreamUnit& unit = placed.units[u];
+    auto* out = resources->add_units();
+    out->set_unit(u);
+    out->set_name(unit.name);
+    out->set_byte_size(unit.span_bytes);
+    for (const PlannedTensor& tensor : unit.tensors) {
+      auto* placement = out->add_tensors();
+      placement->set_name(attached.component.tensors[tensor.table_index].name);
+      placement->set_offset(tensor.offset);
+      placement->set_byte_size(attached.component.tensors[tensor.table_index].byte_size);
+    }
+  }
+  PlanToProto(placed, response->mutable_plan());
+  for (uint32_t unit : known) response->add_schedule(unit);
+  response->set_session_id(attached.session_id);
+
+  StreamWorker* device_worker = *worker;
+  resources->set_doorbell_shm(device_worker->doorbell_name());
+  {
+    absl::MutexLock lock(&mu_);
+    sessions_[session->id()] = session;
+  }
+  device_worker->Add(session);
+  Logger("stream")->info(
+      "session {} of '{}' on {}: slab {} filled in {:.3f} s, {} units streamed through {} + 1 "
+      "slots of {}{}",
+      session->id().substr(0, 8), request.cache_key(), device.label, FormatBytes(placed.slab_bytes),
+      fill_seconds, placed.units.size(), placed.ring_slots, FormatBytes(placed.slot_bytes),
+      known.empty() ? "" : ", schedule known");
+  return attached.component;
+}
+
+absl::StatusOr<uint32_t> StreamSessions::SetSchedule(const std::string& session_id,
+                                                     std::vector<uint32_t> schedule) {
+  std::shared_ptr<StreamSession> session;
+  StreamWorker* worker = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(absl::StrCat("no streaming session ", session_id));
+    }
+    session = it->second;
+    worker = workers_.at(session->device()).get();
+  }
+  const uint32_t length = static_cast<uint32_t>(schedule.size());
+  std::vector<uint32_t> copy = schedule;
+  DDO_RETURN_IF_ERROR(session->SetSchedule(std::move(schedule)));
+  {
+    absl::MutexLock lock(&mu_);
+    known_schedules_[absl::StrCat(session->cache_key(), "/", session->plan().signature)] =
+        std::move(copy);
+  }
+  worker->Ring();
+  return length;
+}
+
+bool StreamSessions::Owns(const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  return sessions_.count(session_id) != 0;
+}
+
+absl::Status StreamSessions::Detach(const std::string& session_id) {
+  std::shared_ptr<StreamSession> session;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(absl::StrCat("no streaming session ", session_id));
+    }
+    session = std::move(it->second);
+    sessions_.erase(it);
+  }
+  CloseSession(std::move(session), SessionState::kClosed);
+  return absl::OkStatus();
+}
+
+void StreamSessions::CloseSession(std::shared_ptr<StreamSession> session, SessionState state) {
+  StreamWorker* worker = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = workers_.find(session->device()); it != workers_.end()) worker = it->second.get();
+  }
+  if (worker != nullptr) worker->Remove(session->id());
+  session->Close(state);
+  const uint64_t bytes = session->plan().device_bytes();
+  const std::string device = session->device();
+  const std::string id = session->id();
+  session.reset();  // frees device memory and segments (the worker let go in Remove)
+  {
+    absl::MutexLock lock(&mu_);
+    reserved_[device] -= bytes;
+  }
+  (void)store_.Detach(id);
+  Logger("stream")->info("session {} on {} closed", id.substr(0, 8), device);
+}
+
+void StreamSessions::ReleaseLease(const std::string& lease_id) {
+  std::vector<std::shared_ptr<StreamSession>> closing;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (it->second->lease_id() == lease_id) {
+        closing.push_back(std::move(it->second));
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& session : closing) CloseSession(std::move(session), SessionState::kClosed);
+}
+
+void StreamSessions::CloseAll() {
+  std::vector<std::shared_ptr<StreamSession>> closing;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, session] : sessions_) closing.push_back(std::move(session));
+    sessions_.clear();
+  }
+  for (auto& session : closing) CloseSession(std::move(session), SessionState::kClosed);
+  std::map<std::string, std::unique_ptr<StreamWorker>> workers;
+  {
+    absl::MutexLock lock(&mu_);
+    workers.swap(workers_);
+  }
+  workers.clear();  // joins the threads
+}
+
+std::vector<StreamSessionInfo> StreamSessions::List() {
+  std::vector<std::shared_ptr<StreamSession>> sessions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, session] : sessions_) sessions.push_back(session);
+  }
+  std::vector<StreamSessionInfo> infos;
+  for (const auto& session : sessions) {
+    StreamSessionInfo info;
+    info.session_id = session->id();
+    info.lease_id = session->lease_id();
+    info.cache_key = session->cache_key();
+    info.device = session->device();
+    info.stats = session->Stats();
+    info.ring_slots = session->plan().ring_slots;
+    info.resident_bytes = session->plan().resident_bytes;
+    info.device_bytes = session->plan().device_bytes();
+    infos.push_back(std::move(info));
+  }
+  return infos;
+}
+
+std::map<std::string, uint64_t> StreamSessions::DeviceBytes() {
+  absl::MutexLock lock(&mu_);
+  return reserved_;
+}
+
+}  // namespace ddo

@@ -1,0 +1,108 @@
+// File: daemon/stream/stream_sessions.h
+//
+// Every streaming session of this ddod: opening (device, plan, VRAM budget, device memory,
+// control block, slab fill), the copy worker of each device, schedules (and the schedule
+// remembered per component and plan for the next runner), closing by Detach, by the end of a
+// lease or at shutdown.
+//
+// Thread-safety: all methods may be called from any thread; mu_ guards the maps. Slow work
+// (allocating device memory, filling the slab, draining) runs outside it.
+#ifndef DDO_DAEMON_STREAM_STREAM_SESSIONS_H_
+#define DDO_DAEMON_STREAM_STREAM_SESSIONS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/platform/gpu_inventory.h"
+#include "daemon/pool/host_pool.h"
+#include "daemon/session/lease_registry.h"
+#include "daemon/store/component_store.h"
+#include "daemon/stream/stream_session.h"
+#include "daemon/stream/stream_worker.h"
+#include "ddo/v1/sessions.pb.h"
+
+namespace ddo {
+
+struct StreamSessionsOptions {
+  // ddod's own VRAM budget per device (all sessions' slabs and rings); 0: the whole device.
+  uint64_t vram_budget_bytes = 0;
+  // "cpu" sessions (host backend): a budget of their own; 0: unlimited.
+  uint64_t host_budget_bytes = 0;
+};
+
+struct StreamSessionInfo {
+  std::string session_id;
+  std::string lease_id;
+  std::string cache_key;
+  std::string device;
+  StreamSessionStats stats;
+  uint32_t ring_slots = 0;
+  uint64_t resident_bytes = 0;
+  uint64_t device_bytes = 0;
+};
+
+class StreamSessions {
+ public:
+  StreamSessions(ComponentStore& store, HostPool& pool, GpuInventory gpus,
+                 StreamSessionsOptions options);
+  StreamSessions(const StreamSessions&) = delete;
+  StreamSessions& operator=(const StreamSessions&) = delete;
+  ~StreamSessions();
+
+  // Opens a session for request->device_uuid ("cpu", a GPU UUID or "cuda:N") and fills the
+  // response's session id, device resources, plan and known schedule; returns the component
+  // (the caller describes it). NotFound (component, device), InvalidArgument (settings,
+  // streamable names), ResourceExhausted (VRAM budget, device memory), Unavailable (no CUDA).
+  absl::StatusOr<ComponentSnapshot> Open(const Lease& lease, const ddo::v1::AttachRequest& request,
+                                         ddo::v1::AttachResponse* response);
+
+  // Returns the cycle length.
+  absl::StatusOr<uint32_t> SetSchedule(const std::string& session_id,
+                                       std::vector<uint32_t> schedule);
+
+  // NotFound when the id is not a streaming session (it may be a host attach).
+  absl::Status Detach(const std::string& session_id);
+  bool Owns(const std::string& session_id);
+
+  void ReleaseLease(const std::string& lease_id);
+  // Closes everything (ddod stops).
+  void CloseAll();
+
+  std::vector<StreamSessionInfo> List();
+  // Device bytes held by sessions, per device label.
+  std::map<std::string, uint64_t> DeviceBytes();
+
+ private:
+  struct Device {
+    std::string label;  // "cpu" or the GPU UUID
+    int ordinal = -1;   // -1 for the host backend
+    uint64_t budget_bytes = 0;  // 0: unlimited
+  };
+  absl::StatusOr<Device> ResolveDevice(const std::string& requested) const;
+  absl::StatusOr<StreamWorker*> WorkerFor(const Device& device);
+  // Removes, closes and frees a session.
+  void CloseSession(std::shared_ptr<StreamSession> session, SessionState state);
+  std::string NewSegmentName(char kind) const;
+
+  ComponentStore& store_;
+  HostPool& pool_;
+  const GpuInventory gpus_;
+  const StreamSessionsOptions options_;
+
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<StreamSession>> sessions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<StreamWorker>> workers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> reserved_ ABSL_GUARDED_BY(mu_);  // device bytes per device
+  // The last schedule per "<cache key>/<plan signature>".
+  std::map<std::string, std::vector<uint32_t>> known_schedules_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_STREAM_STREAM_SESSIONS_H_

@@ -1,0 +1,111 @@
+// File: daemon/stream/stream_worker.cc
+#include "daemon/stream/stream_worker.h"
+
+#include <algorithm>
+
+#include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
+
+namespace ddo {
+namespace {
+
+// The longest sleep: bounds the delay of a ring lost to a race (docs/streaming.md §3).
+constexpr absl::Duration kMaxSleep = absl::Milliseconds(1);
+// Passes without work before sleeping: runners usually free a slot within microseconds.
+constexpr int kIdlePassesBeforeSleep = 64;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StreamWorker>> StreamWorker::Start(std::string device,
+                                                                  const std::string& doorbell_name) {
+  DDO_ASSIGN_OR_RETURN(Doorbell doorbell, Doorbell::Create(doorbell_name));
+  std::unique_ptr<StreamWorker> worker(new StreamWorker(std::move(device), std::move(doorbell)));
+  worker->thread_ = std::thread([raw = worker.get()] { raw->Run(); });
+  return worker;
+}
+
+StreamWorker::StreamWorker(std::string device, Doorbell doorbell)
+    : device_(std::move(device)), doorbell_(std::move(doorbell)) {}
+
+StreamWorker::~StreamWorker() {
+  stopping_.store(true);
+  doorbell_.Ring();
+  if (thread_.joinable()) thread_.join();
+}
+
+void StreamWorker::Add(std::shared_ptr<StreamSession> session) {
+  {
+    absl::MutexLock lock(&mu_);
+    sessions_.push_back(std::move(session));
+    ++generation_;
+  }
+  doorbell_.Ring();
+}
+
+void StreamWorker::Remove(const std::string& session_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    sessions_.erase(std::remove_if(sessions_.begin(), sessions_.end(),
+                                   [&](const auto& s) { return s->id() == session_id; }),
+                    sessions_.end());
+    ++generation_;
+  }
+  doorbell_.Ring();
+  // The worker's current pass may still hold the session; wait for it to end.
+  absl::MutexLock pass(&pass_mu_);
+}
+
+size_t StreamWorker::session_count() {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+void StreamWorker::Run() {
+  Logger("stream")->debug("copy worker for {} started", device_);
+  std::vector<std::shared_ptr<StreamSession>> sessions;
+  uint64_t seen_generation = ~0ull;
+  size_t first = 0;  // rotates, so no session always goes first
+  int idle_passes = 0;
+  while (!stopping_.load()) {
+    bool worked = false;
+    {
+      absl::MutexLock pass(&pass_mu_);
+      {
+        absl::MutexLock lock(&mu_);
+        if (generation_ != seen_generation) {
+          sessions = sessions_;
+          seen_generation = generation_;
+        }
+      }
+      for (size_t i = 0; i < sessions.size(); ++i) {
+        worked |= sessions[(first + i) % sessions.size()]->Step();
+      }
+      if (!sessions.empty()) first = (first + 1) % sessions.size();
+    }
+    if (worked) {
+      idle_passes = 0;
+      continue;
+    }
+    if (++idle_passes < kIdlePassesBeforeSleep) {
+      std::this_thread::yield();
+      continue;
+    }
+    idle_passes = 0;
+    // Without sessions nothing can be lost: Add() rings.
+    doorbell_.Sleep(sessions.empty() ? absl::Seconds(1) : kMaxSleep, [&] {
+      if (stopping_.load()) return true;
+      absl::MutexLock pass(&pass_mu_);
+      {
+        absl::MutexLock lock(&mu_);
+        if (generation_ != seen_generation) return true;
+      }
+      for (const auto& session : sessions) {
+        if (session->HasWork()) return true;
+      }
+      return false;
+    });
+  }
+  Logger("stream")->debug("copy worker for {} stopped", device_);
+}
+
+}  // namespace ddo
