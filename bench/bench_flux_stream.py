@@ -400,9 +400,7 @@ model.eval().requires_grad_(False)
 t_built = time.time()
 client = DdoClient.connect(cfg["address"], timeout=600)
 t_connected = time.time()
-attached = client.attach(cfg["key"])
-attached.bind(model)  # zero-copy host views of ddod's pool
-t_bound = time.time()
+t_bound = t_connected
 session = client.stream(model, cfg["key"], device="cuda:0", settings=cfg["settings"])
 t_session = time.time()
 listed = client._unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
@@ -433,7 +431,6 @@ with torch.no_grad():
 torch.cuda.synchronize()
 t_second = time.time()
 session.close()
-attached.close()
 client.close()
 print("WARM " + json.dumps(dict(t_start=t_start, t_imports=t_imports, t_built=t_built,
     t_connected=t_connected, t_bound=t_bound, t_session=t_session, t_first=t_first,
@@ -466,7 +463,6 @@ def warm_start(address: str, config: Dict[str, Any], settings: Dict[str, str], c
             "after_imports_to_first_step_s": t["t_first"] - t["t_imports"],
             "build_meta_model_s": t["t_built"] - t["t_imports"],
             "connect_s": t["t_connected"] - t["t_built"],
-            "attach_bind_s": t["t_bound"] - t["t_connected"],
             "open_session_s": t["t_session"] - t["t_bound"],
             "first_step_s": t["t_first"] - t["t_session"],
             "spawn_to_first_step_s": t["t_first"] - spawned,
@@ -476,8 +472,8 @@ def warm_start(address: str, config: Dict[str, Any], settings: Dict[str, str], c
         }
         log(f"warm run {run + 1}: imports {figures['imports_s']:.2f} s, then first step after "
             f"{figures['after_imports_to_first_step_s']:.3f} s (model skeleton "
-            f"{figures['build_meta_model_s']:.3f}, connect {figures['connect_s']:.3f}, attach "
-            f"{figures['attach_bind_s']:.3f}, session {figures['open_session_s']:.3f}, step "
+            f"{figures['build_meta_model_s']:.3f}, connect {figures['connect_s']:.3f}, "
+            f"session {figures['open_session_s']:.3f}, step "
             f"{figures['first_step_s']:.3f})")
         runs.append(figures)
     summary = {name: median([r[name] for r in runs]) for name in runs[0]
@@ -645,7 +641,7 @@ def report(figures: Dict[str, Any], caps: List[float]) -> None:
               f"of {len(warm['runs'])}): imports {w['imports_s']:.2f} s (interpreter, torch, "
               f"diffusers, ddo client), then {w['after_imports_to_first_step_s']:.3f} s to the "
               f"first finished step (skeleton {w['build_meta_model_s']:.3f}, connect "
-              f"{w['connect_s']:.3f}, attach {w['attach_bind_s']:.3f}, session "
+              f"{w['connect_s']:.3f}, session "
               f"{w['open_session_s']:.3f}, step {w['first_step_s']:.3f}); "
               f"{w['spawn_to_first_step_s']:.2f} s in all; second step {w['second_step_s']:.3f} s")
         first_stats = warm["runs"][0].get("stats_after_first_step", {})
