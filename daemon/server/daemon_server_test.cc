@@ -214,7 +214,8 @@ TEST_F(DaemonServerTest, RequestsAreRefusedWhileShuttingDown) {
   context.options = Options();
   HostPool pool(PoolOptions{});
   ComponentStore store(pool, StoreOptions{});
-  DdoService service(context, pool, store);
+  StreamSessions streams(store, pool, context.gpus, StreamSessionsOptions{});
+  DdoService service(context, pool, store, streams);
   service.BeginShutdown("test");
   ddo::v1::DaemonInfo info;
   grpc::ServerContext server_context;

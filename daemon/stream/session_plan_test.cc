@@ -1,0 +1,181 @@
+// File: daemon/stream/session_plan_test.cc
+#include "daemon/stream/session_plan.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddo {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TensorEntry Tensor(std::string name, std::vector<int64_t> shape, DType dtype = DType::kBF16) {
+  TensorEntry entry;
+  entry.name = std::move(name);
+  entry.dtype = dtype;
+  entry.shape = std::move(shape);
+  uint64_t count = 1;
+  for (int64_t d : entry.shape) count *= static_cast<uint64_t>(d);
+  entry.byte_size = count * (dtype == DType::kF32 ? 4 : 2);
+  return entry;
+}
+
+// proj_in, `blocks` repeated blocks with two Linears (+ a nested ff.net.0/ff.net.2 pair), and
+// proj_out. Linear weights are 1024 x 1024 bf16 (2 MiB).
+struct Model {
+  std::vector<TensorEntry> tensors;
+  std::set<std::string> streamable;
+};
+
+Model MakeModel(int blocks) {
+  Model model;
+  auto linear = [&](const std::string& path) {
+    model.tensors.push_back(Tensor(path + ".weight", {1024, 1024}));
+    model.tensors.push_back(Tensor(path + ".bias", {1024}));
+    model.streamable.insert(path + ".weight");
+  };
+  linear("proj_in");
+  for (int b = 0; b < blocks; ++b) {
+    const std::string block = absl::StrCat("blocks.", b);
+    model.tensors.push_back(Tensor(block + ".norm.weight", {1024}));
+    linear(block + ".attn.to_q");
+    linear(block + ".ff.net.0");
+    linear(block + ".ff.net.2");
+  }
+  linear("proj_out");
+  return model;
+}
+
+StreamSettings Settings(std::map<std::string, std::string> values = {}) {
+  absl::StatusOr<StreamSettings> settings = ParseStreamSettings(values);
+  EXPECT_TRUE(settings.ok()) << settings.status();
+  return *settings;
+}
+
+std::vector<std::string> UnitNames(const SessionPlan& plan) {
+  std::vector<std::string> names;
+  for (const StreamUnit& unit : plan.units) names.push_back(unit.name);
+  return names;
+}
+
+TEST(SessionPlanTest, LinearUnitsSkipAlwaysResidentAndKeepTheRestResident) {
+  const Model model = MakeModel(2);
+  absl::StatusOr<SessionPlan> plan = PlanSession(model.tensors, model.streamable, Settings());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // proj_in and proj_out match the default always-resident pattern.
+  EXPECT_THAT(UnitNames(*plan),
+              ElementsAre("blocks.0.attn.to_q", "blocks.0.ff.net.0", "blocks.0.ff.net.2",
+                          "blocks.1.attn.to_q", "blocks.1.ff.net.0", "blocks.1.ff.net.2"));
+  EXPECT_EQ(plan->slot_bytes, 2u << 20);
+  EXPECT_EQ(plan->ring_slots, 4u);
+  EXPECT_EQ(plan->streamed_bytes, 6u * (2u << 20));
+  // Biases, norms, proj_in and proj_out weights are in the slab, 256-byte aligned.
+  EXPECT_EQ(plan->resident.size(), model.tensors.size() - 6);
+  for (const PlannedTensor& tensor : plan->resident) EXPECT_EQ(tensor.offset % 256, 0u);
+  EXPECT_EQ(plan->resident_bytes + plan->streamed_bytes, [&] {
+    uint64_t total = 0;
+    for (const auto& t : model.tensors) total += t.byte_size;
+    return total;
+  }());
+}
+
+TEST(SessionPlanTest, BlockUnitsUseTheOutermostRepeatedModule) {
+  const Model model = MakeModel(3);
+  absl::StatusOr<SessionPlan> plan =
+      PlanSession(model.tensors, model.streamable, Settings({{"DDO_STREAM_UNIT", "block"}}));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(UnitNames(*plan), ElementsAre("blocks.0", "blocks.1", "blocks.2"));
+  EXPECT_EQ(plan->units[0].tensors.size(), 3u);
+  EXPECT_EQ(plan->slot_bytes, 3u * (2u << 20));
+  EXPECT_EQ(plan->ring_slots, 3u);
+}
+
+TEST(SessionPlanTest, SmallWeightsStayResident) {
+  const Model model = MakeModel(2);
+  absl::StatusOr<SessionPlan> plan = PlanSession(
+      model.tensors, model.streamable, Settings({{"DDO_SMALL_TENSOR_THRESHOLD_KB", "4096"}}));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->units.empty());
+  EXPECT_EQ(plan->ring_slots, 0u);
+  EXPECT_EQ(plan->ring_bytes(), 0u);
+}
+
+TEST(SessionPlanTest, ResidentBudgetSpreadsWholeBlocksEvenly) {
+  const Model model = MakeModel(10);
+  const uint64_t block = 3u * (2u << 20);
+  absl::StatusOr<SessionPlan> plan = PlanSession(
+      model.tensors, model.streamable,
+      Settings({{"DDO_RESIDENT_MODULE_BUDGET_GB", absl::StrCat(3.5 * block / (1 << 30))}}));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::set<std::string> streamed_blocks;
+  for (const StreamUnit& unit : plan->units) streamed_blocks.insert(unit.name.substr(0, 8));
+  // Blocks 0, 5 (round(4.5)) and 9 are resident.
+  EXPECT_EQ(streamed_blocks.count("blocks.0"), 0u);
+  EXPECT_EQ(streamed_blocks.count("blocks.9"), 0u);
+  EXPECT_EQ(plan->units.size(), 7u * 3);
+}
+
+TEST(SessionPlanTest, VramBudgetDecidesTheResidentBlocks) {
+  const Model model = MakeModel(10);
+  // Mandatory resident ~4 MiB + ring 5 x 2 MiB + reserve 0 = ~14 MiB; leave room for 2 blocks.
+  absl::StatusOr<SessionPlan> plan =
+      PlanSession(model.tensors, model.streamable,
+                  Settings({{"DDO_VRAM_BUDGET_GB", absl::StrCat(28.5 / 1024)},
+                            {"DDO_ACTIVATION_RESERVE_GB", "0"}}));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->units.size(), 8u * 3);
+  EXPECT_LE(plan->device_bytes(), static_cast<uint64_t>(28.5 * (1 << 20)));
+}
+
+TEST(SessionPlanTest, VramBudgetTooSmallIsResourceExhausted) {
+  const Model model = MakeModel(4);
+  absl::StatusOr<SessionPlan> plan = PlanSession(
+      model.tensors, model.streamable,
+      Settings({{"DDO_VRAM_BUDGET_GB", "0.001"}, {"DDO_ACTIVATION_RESERVE_GB", "0"}}));
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(plan.status().message(), HasSubstr("cannot hold"));
+}
+
+TEST(SessionPlanTest, StreamableMustBeATwoDimensionalFloatingWeight) {
+  Model model = MakeModel(1);
+  model.streamable.insert("blocks.0.attn.to_q.bias");
+  absl::StatusOr<SessionPlan> plan = PlanSession(model.tensors, model.streamable, Settings());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("blocks.0.attn.to_q.bias"));
+
+  model = MakeModel(1);
+  model.streamable.insert("nope.weight");
+  EXPECT_THAT(PlanSession(model.tensors, model.streamable, Settings()).status().message(),
+              HasSubstr("not in the component"));
+}
+
+TEST(SessionPlanTest, SignatureFollowsTheUnits) {
+  const Model model = MakeModel(2);
+  auto linear = PlanSession(model.tensors, model.streamable, Settings());
+  auto again = PlanSession(model.tensors, model.streamable, Settings());
+  auto block = PlanSession(model.tensors, model.streamable, Settings({{"DDO_STREAM_UNIT", "block"}}));
+  ASSERT_TRUE(linear.ok() && again.ok() && block.ok());
+  EXPECT_EQ(linear->signature, again->signature);
+  EXPECT_NE(linear->signature, block->signature);
+}
+
+TEST(StreamSettingsTest, BadValuesAreNamed) {
+  EXPECT_THAT(ParseStreamSettings({{"DDO_STREAM_UNIT", "layer"}}).status().message(),
+              HasSubstr("DDO_STREAM_UNIT='layer'"));
+  EXPECT_THAT(ParseStreamSettings({{"DDO_RING_SLOTS", "1"}}).status().message(),
+              HasSubstr("DDO_RING_SLOTS='1'"));
+  EXPECT_THAT(ParseStreamSettings({{"DDO_VRAM_BUDGET_GB", "-3"}}).status().message(),
+              HasSubstr("DDO_VRAM_BUDGET_GB"));
+  EXPECT_THAT(ParseStreamSettings({{"DDO_RESIDENT_MODULE_SELECTION", "random"}}).status().message(),
+              HasSubstr("spread"));
+  EXPECT_THAT(
+      ParseStreamSettings({{"DDO_ALWAYS_RESIDENT_MODULE_PATTERNS", "(unclosed"}}).status().message(),
+      HasSubstr("not a regex"));
+  EXPECT_TRUE(ParseStreamSettings({{"DDO_SOMETHING_ELSE", "x"}}).ok());
+}
+
+}  // namespace
+}  // namespace ddo

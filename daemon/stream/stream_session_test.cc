@@ -1,0 +1,310 @@
+// File: daemon/stream/stream_session_test.cc
+//
+// The streaming protocol end to end on the host backend: a copy worker serving sessions, and
+// runners written against docs/streaming.md (mapping the segments by name, as a runner
+// process does) that check every slot they use holds exactly the unit's bytes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/pool/host_pool.h"
+#include "daemon/session/lease_registry.h"
+#include "daemon/stream/control_block.h"
+#include "daemon/stream/stream_session.h"
+#include "daemon/stream/stream_worker.h"
+
+namespace ddo {
+namespace {
+
+constexpr absl::Duration kPatience = absl::Seconds(10);
+
+// A runner of the protocol, as a runner process implements it.
+class TestRunner {
+ public:
+  TestRunner(const ddo::v1::DeviceResources& resources, const SessionPlan& plan,
+             const std::vector<TensorEntry>& tensors, const char* host)
+      : plan_(plan), tensors_(tensors), host_(host) {
+    control_.emplace(*SharedSegment::Open(resources.control_block_shm()));
+    ring_.emplace(*SharedSegment::Open(resources.ring_shm()));
+    doorbell_.emplace(*SharedSegment::Open(resources.doorbell_shm()));
+    slots_ = resources.ring_slots();
+  }
+
+  void SetSchedule(std::vector<uint32_t> schedule) { schedule_ = std::move(schedule); }
+
+  // Uses `unit` the way the hot path does; returns how it was served.
+  enum class Served { kInSchedule, kSkipped, kOutOfSchedule };
+  absl::StatusOr<Served> Use(uint32_t unit) {
+    Served served = Served::kInSchedule;
+    uint32_t slot = slots_;
+    uint64_t expected_tag = 0;
+    if (!schedule_.empty()) {
+      for (uint32_t ahead = 0; ahead < slots_; ++ahead) {
+        if (schedule_[(use_ + ahead) % schedule_.size()] != unit) continue;
+        if (ahead > 0) {
+          served = Served::kSkipped;
+          use_ += ahead;
+          Publish(control_layout::kConsumedOffset, use_);
+        }
+        slot = static_cast<uint32_t>(use_ % slots_);
+        expected_tag = use_;
+        break;
+      }
+    }
+    if (slot == slots_) {
+      served = Served::kOutOfSchedule;
+      expected_tag = ++sync_requests_;
+      U32(control_layout::kSyncUnitOffset).store(unit);
+      Publish(control_layout::kSyncRequestOffset, expected_tag);
+      RingDoorbell();
+      if (!WaitAtLeast(control_layout::kSyncDoneOffset, expected_tag)) return Closed();
+    } else if (!WaitAtLeast(control_layout::kReadyOffset, use_ + 1)) {
+      return Closed();
+    }
+    if (U64(control_layout::kSlotUseOffset + 8ull * slot).load() != expected_tag) {
+      return absl::InternalError(absl::StrCat("slot ", slot, " holds the wrong use"));
+    }
+    const StreamUnit& planned = plan_.units[unit];
+    for (const PlannedTensor& placed : planned.tensors) {
+      const TensorEntry& tensor = tensors_[placed.table_index];
+      if (std::memcmp(ring_->data() + slot * plan_.slot_bytes + placed.offset, host_ + tensor.offset,
+                      tensor.byte_size) != 0) {
+        return absl::InternalError(absl::StrCat("slot ", slot, " does not hold ", tensor.name));
+      }
+    }
+    if (served != Served::kOutOfSchedule) {
+      ++use_;
+      Publish(control_layout::kConsumedOffset, use_);
+    }
+    return served;
+  }
+
+  uint32_t state() { return U32(control_layout::kStateOffset).load(); }
+
+ private:
+  absl::Status Closed() {
+    return absl::CancelledError(absl::StrCat("session state ", state()));
+  }
+  std::atomic<uint64_t>& U64(uint64_t offset) {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(control_->data() + offset);
+  }
+  std::atomic<uint32_t>& U32(uint64_t offset) {
+    return *reinterpret_cast<std::atomic<uint32_t>*>(control_->data() + offset);
+  }
+  void Publish(uint64_t offset, uint64_t value) {
+    U64(offset).store(value);
+    RingDoorbell();
+  }
+  void RingDoorbell() {
+    auto* seq = reinterpret_cast<std::atomic<uint32_t>*>(doorbell_->data() + doorbell_layout::kSeqOffset);
+    seq->fetch_add(1);
+    FutexWakeAll(seq);
+  }
+  bool WaitAtLeast(uint64_t offset, uint64_t value) {
+    const absl::Time give_up = absl::Now() + kPatience;
+    while (U64(offset).load() < value) {
+      if (state() != 0 || absl::Now() > give_up) return false;
+      U32(control_layout::kRunnerWaitingOffset).store(1);
+      const uint32_t low = static_cast<uint32_t>(U64(offset).load());
+      if (U64(offset).load() < value) FutexWait(LowWord(&U64(offset)), low, absl::Milliseconds(2));
+      U32(control_layout::kRunnerWaitingOffset).store(0);
+    }
+    return true;
+  }
+
+  const SessionPlan& plan_;
+  const std::vector<TensorEntry>& tensors_;
+  const char* host_;
+  std::optional<SharedSegment> control_;
+  std::optional<SharedSegment> ring_;
+  std::optional<SharedSegment> doorbell_;
+  uint32_t slots_ = 0;
+  std::vector<uint32_t> schedule_;
+  uint64_t use_ = 0;
+  uint64_t sync_requests_ = 0;
+};
+
+// A component of `units` Linear weights (each distinct bytes) in a pool segment, and a
+// session streaming it on the host backend.
+class StreamFixture {
+ public:
+  StreamFixture(HostPool& pool, StreamWorker& worker, int units, uint32_t slots) {
+    for (int u = 0; u < units; ++u) {
+      TensorEntry weight;
+      weight.name = absl::StrCat("blocks.", u, ".linear.weight");
+      weight.dtype = DType::kF32;
+      weight.shape = {64 + 16 * u, 256};  // units of different sizes
+      weight.byte_size = 4ull * weight.shape[0] * weight.shape[1];
+      tensors.push_back(weight);
+      TensorEntry bias = weight;
+      bias.name = absl::StrCat("blocks.", u, ".linear.bias");
+      bias.shape = {weight.shape[0]};
+      bias.byte_size = 4ull * weight.shape[0];
+      tensors.push_back(bias);
+      streamable.insert(weight.name);
+    }
+    const uint64_t total = LayOut(tensors);
+    host = *pool.Allocate(total);
+    for (uint64_t i = 0; i < total; ++i) host->data()[i] = static_cast<char>((i * 131 + 7) % 251);
+    StreamSettings settings = *ParseStreamSettings(
+        {{"DDO_SMALL_TENSOR_THRESHOLD_KB", "0"}, {"DDO_RING_SLOTS", absl::StrCat(slots)}});
+    SessionPlan plan = *PlanSession(tensors, streamable, settings);
+    SessionDeviceSpec spec{plan.slab_bytes, plan.slot_bytes, plan.ring_slots,
+                           pool.name_prefix() + "s" + RandomId().substr(0, 15),
+                           pool.name_prefix() + "r" + RandomId().substr(0, 15)};
+    auto memory = *OpenHostSessionDevice(spec);
+    auto control = *ControlBlock::Create(pool.name_prefix() + "c" + RandomId().substr(0, 15),
+                                         plan.ring_slots, plan.units.size());
+    session = std::make_shared<StreamSession>(RandomId(), "lease", "key", "cpu", tensors, host,
+                                              std::move(plan), std::move(memory), std::move(control));
+    EXPECT_TRUE(session->FillSlab().ok());
+    (void)session->device_memory().Export(&resources);
+    resources.set_control_block_shm(session->control().name());
+    resources.set_ring_slots(session->plan().ring_slots);
+    resources.set_doorbell_shm(worker.doorbell_name());
+    worker.Add(session);
+    runner = std::make_unique<TestRunner>(resources, session->plan(), tensors, host->data());
+  }
+
+  std::vector<TensorEntry> tensors;
+  std::set<std::string> streamable;
+  std::shared_ptr<PoolSegment> host;
+  std::shared_ptr<StreamSession> session;
+  ddo::v1::DeviceResources resources;
+  std::unique_ptr<TestRunner> runner;
+};
+
+class StreamSessionTest : public ::testing::Test {
+ protected:
+  StreamSessionTest() {
+    PoolOptions options;
+    options.budget_bytes = 256ull << 20;
+    options.name_namespace = PoolNamespace("/tmp/stream-test-" + RandomId());
+    pool_ = std::make_unique<HostPool>(options);
+    worker_ = *StreamWorker::Start("cpu", pool_->name_prefix() + "b" + RandomId().substr(0, 15));
+  }
+  ~StreamSessionTest() override { worker_.reset(); }
+
+  std::unique_ptr<HostPool> pool_;
+  std::unique_ptr<StreamWorker> worker_;
+};
+
+std::vector<uint32_t> Iota(uint32_t n) {
+  std::vector<uint32_t> order(n);
+  for (uint32_t i = 0; i < n; ++i) order[i] = i;
+  return order;
+}
+
+TEST_F(StreamSessionTest, RingWrapsAroundOverManyStepsWithExactBytes) {
+  for (uint32_t slots : {2u, 3u, 5u}) {
+    StreamFixture fixture(*pool_, *worker_, 7, slots);
+    ASSERT_TRUE(fixture.session->SetSchedule(Iota(7)).ok());
+    fixture.runner->SetSchedule(Iota(7));
+    worker_->Ring();
+    for (int step = 0; step < 40; ++step) {
+      for (uint32_t unit = 0; unit < 7; ++unit) {
+        auto served = fixture.runner->Use(unit);
+        ASSERT_TRUE(served.ok()) << served.status() << " step " << step << " unit " << unit;
+        EXPECT_EQ(*served, TestRunner::Served::kInSchedule);
+      }
+    }
+    StreamSessionStats stats = fixture.session->Stats();
+    EXPECT_GE(stats.produced_uses, 40u * 7);
+    EXPECT_LE(stats.produced_uses, 40u * 7 + slots);
+    EXPECT_EQ(stats.sync_uses, 0u);
+    worker_->Remove(fixture.session->id());
+  }
+}
+
+TEST_F(StreamSessionTest, LearningForwardThenOutOfScheduleUsesAreServedCorrectly) {
+  StreamFixture fixture(*pool_, *worker_, 6, 3);
+  // No schedule yet: the learning forward is served out of schedule.
+  for (uint32_t unit = 0; unit < 6; ++unit) {
+    auto served = fixture.runner->Use(unit);
+    ASSERT_TRUE(served.ok()) << served.status();
+    EXPECT_EQ(*served, TestRunner::Served::kOutOfSchedule);
+  }
+  ASSERT_TRUE(fixture.session->SetSchedule(Iota(6)).ok());
+  EXPECT_EQ(fixture.session->SetSchedule(Iota(6)).code(), absl::StatusCode::kFailedPrecondition);
+  fixture.runner->SetSchedule(Iota(6));
+  worker_->Ring();
+  // A forward that uses 0, 1, then 4 (skipping 2 and 3: within the ring, so skipped), 5, then
+  // 3 again (not among the next uses: out of schedule).
+  for (uint32_t unit : {0u, 1u}) EXPECT_EQ(*fixture.runner->Use(unit), TestRunner::Served::kInSchedule);
+  EXPECT_EQ(*fixture.runner->Use(4), TestRunner::Served::kSkipped);
+  EXPECT_EQ(*fixture.runner->Use(5), TestRunner::Served::kInSchedule);
+  EXPECT_EQ(*fixture.runner->Use(3), TestRunner::Served::kOutOfSchedule);
+  // The next cycles are in schedule again.
+  for (int step = 0; step < 5; ++step) {
+    for (uint32_t unit = 0; unit < 6; ++unit) {
+      auto served = fixture.runner->Use(unit);
+      ASSERT_TRUE(served.ok()) << served.status();
+      EXPECT_EQ(*served, TestRunner::Served::kInSchedule);
+    }
+  }
+  EXPECT_EQ(fixture.session->Stats().sync_uses, 7u);
+  worker_->Remove(fixture.session->id());
+}
+
+TEST_F(StreamSessionTest, TwoSessionsShareTheWorker) {
+  StreamFixture first(*pool_, *worker_, 5, 2);
+  StreamFixture second(*pool_, *worker_, 9, 3);
+  ASSERT_TRUE(first.session->SetSchedule(Iota(5)).ok());
+  ASSERT_TRUE(second.session->SetSchedule(Iota(9)).ok());
+  first.runner->SetSchedule(Iota(5));
+  second.runner->SetSchedule(Iota(9));
+  worker_->Ring();
+  auto run = [](StreamFixture* fixture, uint32_t units, int steps) {
+    for (int step = 0; step < steps; ++step) {
+      for (uint32_t unit = 0; unit < units; ++unit) {
+        auto served = fixture->runner->Use(unit);
+        ASSERT_TRUE(served.ok()) << served.status();
+      }
+    }
+  };
+  std::thread a(run, &first, 5, 60);
+  std::thread b(run, &second, 9, 40);
+  a.join();
+  b.join();
+  EXPECT_GE(first.session->Stats().produced_uses, 300u);
+  EXPECT_GE(second.session->Stats().produced_uses, 360u);
+  worker_->Remove(first.session->id());
+  worker_->Remove(second.session->id());
+}
+
+TEST_F(StreamSessionTest, AStalledRunnerDoesNotBlockAnother) {
+  StreamFixture stalled(*pool_, *worker_, 4, 2);
+  StreamFixture running(*pool_, *worker_, 4, 2);
+  ASSERT_TRUE(stalled.session->SetSchedule(Iota(4)).ok());
+  ASSERT_TRUE(running.session->SetSchedule(Iota(4)).ok());
+  running.runner->SetSchedule(Iota(4));
+  worker_->Ring();
+  // `stalled` never consumes: its ring fills and stays full.
+  for (int step = 0; step < 30; ++step) {
+    for (uint32_t unit = 0; unit < 4; ++unit) ASSERT_TRUE(running.runner->Use(unit).ok());
+  }
+  EXPECT_EQ(stalled.session->Stats().produced_uses, 2u);
+  worker_->Remove(stalled.session->id());
+  worker_->Remove(running.session->id());
+}
+
+TEST_F(StreamSessionTest, ClosingWakesAWaitingRunner) {
+  StreamFixture fixture(*pool_, *worker_, 3, 2);
+  fixture.runner->SetSchedule(Iota(3));  // ddod never gets it: the runner waits
+  absl::Status result;
+  std::thread waiter([&] { result = fixture.runner->Use(0).status(); });
+  absl::SleepFor(absl::Milliseconds(50));
+  const absl::Time closed = absl::Now();
+  worker_->Remove(fixture.session->id());
+  fixture.session->Close(SessionState::kClosed);
+  waiter.join();
+  EXPECT_LT(absl::Now() - closed, absl::Seconds(1));
+  EXPECT_EQ(result.code(), absl::StatusCode::kCancelled) << result;
+  EXPECT_EQ(fixture.runner->state(), static_cast<uint32_t>(SessionState::kClosed));
+}
+
+}  // namespace
+}  // namespace ddo
