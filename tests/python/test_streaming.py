@@ -15,6 +15,7 @@ import time
 
 import pytest
 import torch
+from torch import nn
 
 from diffusers_dynamic_offloader import DdoClient, DdoError, StreamingSession
 from diffusers_dynamic_offloader._proto import sessions_pb2
@@ -132,6 +133,24 @@ def test_a_branch_that_breaks_the_schedule_is_served_and_counted(client):
         assert final["skipped_uses"] == aligned["skipped_uses"] + (DEPTH - 2), final
         assert final["sync_uses"] == aligned["sync_uses"]
         assert final["streamed_uses"] == aligned["streamed_uses"] + 2 + 2 * DEPTH
+
+
+def test_weights_stored_in_another_dtype_are_cast_to_the_input_dtype(client):
+    # bfloat16 Linear modules (every one streams: no always-resident pattern) in a float32
+    # model; the reference holds the same values in float32.
+    model = make_model(torch.float32)
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.to(torch.bfloat16)
+    reference = frozen_copy(model)
+    for module in reference.modules():
+        if type(module) is nn.Linear:
+            module.to(torch.float32)
+    client.register_module(CACHE_KEY, model)
+    with open_session(client, model, DDO_ALWAYS_RESIDENT_MODULE_PATTERNS="") as session:
+        assert session.stats()["units"] == LINEAR_UNITS + 2  # proj_in and proj_out too
+        assert model.proj_in.weight.dtype == torch.bfloat16
+        assert mismatches(model, reference, range(4), torch.float32) == []
 
 
 def test_denoising_loops_of_changing_lengths_stay_exact(client):

@@ -172,8 +172,9 @@ def _resolve_device(device: DeviceArgument) -> Tuple[torch.device, str]:
     uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
     if uuid is None:
         return resolved, f"cuda:{index}"
+    # torch 2.x prints "03b97b76-f68a-..." where ddod (like nvidia-smi) says "GPU-03b97b76-...".
     text = str(uuid)
-    return resolved, text if text.startswith("GPU-") else f"GPU-{text}"
+    return resolved, text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
 
 def _settings_text(settings: Optional[Mapping[str, object]]) -> Dict[str, str]:
