@@ -27,6 +27,7 @@ from streaming_support import (
     LINEARS_PER_BLOCK,
     RUNNER_SCRIPT,
     STREAM_ALL,
+    TinyTransformer,
     frozen_copy,
     make_model,
     mismatches,
@@ -282,6 +283,21 @@ def test_a_module_that_does_not_fit_the_component_is_refused(client):
     # The refused module is untouched.
     assert other.blocks[0].to_q.weight.requires_grad
     assert "forward" not in other.blocks[0].to_q.__dict__
+
+
+def test_a_module_built_on_the_meta_device_streams_the_pool_weights(client):
+    dtype = torch.float32
+    reference = frozen_copy(make_model(dtype))
+    client.register_module(CACHE_KEY, make_model(dtype))
+    skeleton = TinyTransformer().to("meta").eval()  # no data, only shapes and dtypes
+    with pytest.raises(DdoError, match="'offsets'"):
+        open_session(client, skeleton)  # a meta non-persistent buffer has no data
+    skeleton.offsets = reference.offsets.clone()
+    with open_session(client, skeleton):
+        assert mismatches(skeleton, reference, range(3), dtype) == []
+    # Closed, the skeleton holds the pool's views: a complete module on the CPU.
+    assert not any(tensor.is_meta for tensor in skeleton.state_dict().values())
+    assert mismatches(skeleton, reference, [3], dtype) == []
 
 
 def test_an_invalid_setting_is_refused_by_ddod(client):

@@ -135,6 +135,7 @@ def stream(
     if not isinstance(cache_key, str) or not cache_key:
         raise ConfigurationError(f"cache_key={cache_key!r} must be a non-empty string")
     torch_device, device_uuid = _resolve_device(device)
+    _check_transient_buffers(module)
     request = sessions_pb2.AttachRequest(
         lease_id=client.lease_id,
         cache_key=cache_key,
@@ -150,6 +151,24 @@ def stream(
         session.close()
         raise
     return session
+
+
+def _check_transient_buffers(module: nn.Module) -> None:
+    """Non-persistent buffers are not in a component: a module built on the meta device
+    must have computed them before it streams."""
+    empty = [
+        f"{path}.{attribute}" if path else attribute
+        for path, owner in module.named_modules()
+        for attribute, buffer in owner._buffers.items()
+        if buffer is not None and buffer.is_meta
+        and attribute in getattr(owner, "_non_persistent_buffers_set", set())
+    ]
+    if empty:
+        raise ConfigurationError(
+            f"non-persistent buffers on the meta device have no data and are not in the "
+            f"component: {describe_names(empty)}; compute them (or build the module on the "
+            f"CPU) before streaming"
+        )
 
 
 def _resolve_device(device: DeviceArgument) -> Tuple[torch.device, str]:
