@@ -19,7 +19,7 @@ from torch import nn
 
 from diffusers_dynamic_offloader import DdoClient, DdoError, StreamingSession
 from diffusers_dynamic_offloader._proto import sessions_pb2
-from diffusers_dynamic_offloader.errors import DaemonGoneError, StreamingError
+from diffusers_dynamic_offloader.errors import DaemonGoneError
 from store_support import Child, child_env
 from streaming_support import (
     CACHE_KEY,
