@@ -226,7 +226,7 @@ absl::StatusOr<uint32_t> StreamSessions::SetSchedule(const std::string& session_
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end()) {
-      return absl::NotFoundError(absl::StrCat("no streaming session ", session_id));
+      return absl::NotFoundError(absl::StrCat("no streaming session '", session_id, "'"));
     }
     session = it->second;
     worker = workers_.at(session->device()).get();
@@ -254,7 +254,7 @@ absl::Status StreamSessions::Detach(const std::string& session_id) {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end()) {
-      return absl::NotFoundError(absl::StrCat("no streaming session ", session_id));
+      return absl::NotFoundError(absl::StrCat("no streaming session '", session_id, "'"));
     }
     session = std::move(it->second);
     sessions_.erase(it);

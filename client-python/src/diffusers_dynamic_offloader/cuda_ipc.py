@@ -60,6 +60,12 @@ def _check(result: int, what: str) -> None:
         raise DdoError(f"{what} failed: {label}")
 
 
+class _IpcMemHandle(ctypes.Structure):
+    """CUipcMemHandle: 64 opaque bytes, passed by value."""
+
+    _fields_ = [("reserved", ctypes.c_char * IPC_HANDLE_BYTES)]
+
+
 class IpcDeviceMemory(Closeable):
     """Device memory another process exported, mapped into this one."""
 
@@ -68,14 +74,16 @@ class IpcDeviceMemory(Closeable):
             raise DdoError(
                 f"a CUDA IPC memory handle has {IPC_HANDLE_BYTES} bytes, not {len(handle)}")
         self.device = device
-        # The driver call uses the current context: make torch's primary context current.
+        # The driver call uses the current context: make torch's primary context current (an
+        # allocation creates it; torch.cuda.init() alone may not).
         torch.cuda.set_device(device)
-        torch.cuda.init()
-        raw = (ctypes.c_char * IPC_HANDLE_BYTES).from_buffer_copy(handle)
+        torch.zeros(1, device=f"cuda:{device}")
+        # CUipcMemHandle is a 64-byte struct passed by value: a ctypes array would be passed
+        # as a pointer (the driver then reads garbage: CUDA_ERROR_INVALID_VALUE).
+        raw = _IpcMemHandle.from_buffer_copy(handle)
         pointer = ctypes.c_uint64()
         open_handle = getattr(_driver(), "cuIpcOpenMemHandle_v2", None) or _driver().cuIpcOpenMemHandle
-        open_handle.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_char * IPC_HANDLE_BYTES,
-                                ctypes.c_uint]
+        open_handle.argtypes = [ctypes.POINTER(ctypes.c_uint64), _IpcMemHandle, ctypes.c_uint]
         _check(open_handle(ctypes.byref(pointer), raw, _CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
                "cuIpcOpenMemHandle")
         self.pointer: int = pointer.value
