@@ -18,9 +18,14 @@ data = torch.arange(4096, dtype=torch.float32, device="cuda").to(torch.bfloat16)
 pointer = ctypes.c_uint64(data.data_ptr())
 handle = (ctypes.c_char * 64)()
 assert cuda.cuIpcGetMemHandle(handle, pointer) == 0
+# The handle maps the whole cudaMalloc allocation; torch's caching allocator may have put the
+# tensor inside it.
+base, size = ctypes.c_uint64(), ctypes.c_size_t()
+assert cuda.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), pointer) == 0
 event = torch.cuda.Event(interprocess=True)
 event.record()
-sys.stdout.write(bytes(handle).hex() + " " + bytes(event.ipc_handle()).hex() + "\n")
+sys.stdout.write(bytes(handle).hex() + " " + bytes(event.ipc_handle()).hex() + " "
+                 + str(pointer.value - base.value) + "\n")
 sys.stdout.flush()
 sys.stdin.readline()  # keep the memory alive until the importer is done
 """
@@ -32,12 +37,12 @@ def test_open_exported_memory_and_event():
     exporter = subprocess.Popen([sys.executable, "-c", EXPORTER], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
     try:
-        memory_hex, event_hex = exporter.stdout.readline().split()
+        memory_hex, event_hex, offset = exporter.stdout.readline().split()
         ready = torch.cuda.Event.from_ipc_handle(torch.cuda.current_device(),
                                                  bytes.fromhex(event_hex))
         torch.cuda.current_stream().wait_event(ready)
         with IpcDeviceMemory(bytes.fromhex(memory_hex), torch.cuda.current_device()) as memory:
-            view = tensor_view(memory, 0, (64, 64), torch.bfloat16)
+            view = tensor_view(memory, int(offset), (64, 64), torch.bfloat16)
             expected = torch.arange(4096, dtype=torch.float32, device="cuda").to(torch.bfloat16)
             assert view.dtype == torch.bfloat16 and view.is_cuda
             assert torch.equal(view.reshape(-1), expected)
