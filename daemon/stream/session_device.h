@@ -31,10 +31,14 @@ class SessionDevice {
   virtual absl::Status CopyToSlab(uint64_t offset, const void* source, uint64_t bytes) = 0;
   virtual absl::Status CopyToSlot(uint32_t slot, uint64_t offset, const void* source,
                                   uint64_t bytes) = 0;
-  // Makes later copies into `slot` wait for the runner's last "consumed" record of it.
-  virtual absl::Status WaitConsumed(uint32_t slot) = 0;
+  // True when the GPU work the runner last recorded as "consumed" for `slot` has finished
+  // (the slot may be overwritten). Polled on the CPU: a GPU-side wait on another process's
+  // event costs a cross-context dependency per unit, measured far slower (docs/streaming.md).
+  virtual absl::StatusOr<bool> ConsumedDone(uint32_t slot) = 0;
   // Records "ready" of `slot` after the copies enqueued so far.
   virtual absl::Status MarkReady(uint32_t slot) = 0;
+  // True when the copies before the last MarkReady(slot) have finished.
+  virtual absl::StatusOr<bool> ReadyDone(uint32_t slot) = 0;
   // Waits for everything enqueued; DeadlineExceeded after `timeout` (work still queued).
   virtual absl::Status Drain(absl::Duration timeout) = 0;
 

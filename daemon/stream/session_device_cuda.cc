@@ -4,7 +4,8 @@
 // over CUDA IPC; each session copies on a stream of its own (a runner that stops consuming
 // stalls only its own stream); every slot has an interprocess "ready" event (recorded here
 // after the copy) and "consumed" event (recorded by the runner after its last kernel reading
-// the slot), both created here and exported.
+// the slot), both created here and exported. Completion is polled on the CPU (cudaEventQuery):
+// neither side's stream ever waits on the other process's event.
 #include <cuda_runtime_api.h>
 
 #include <thread>
@@ -56,9 +57,13 @@ class CudaSessionDevice final : public SessionDevice {
                                 source, bytes);
   }
 
-  absl::Status WaitConsumed(uint32_t slot) override {
+  absl::StatusOr<bool> ConsumedDone(uint32_t slot) override {
     DDO_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(ordinal_));
-    return consumed_[slot].BlockStream(stream_);
+    return consumed_[slot].Done();
+  }
+  absl::StatusOr<bool> ReadyDone(uint32_t slot) override {
+    DDO_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(ordinal_));
+    return ready_[slot].Done();
   }
   absl::Status MarkReady(uint32_t slot) override {
     DDO_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(ordinal_));

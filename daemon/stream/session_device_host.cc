@@ -48,8 +48,9 @@ class HostSessionDevice final : public SessionDevice {
     return absl::OkStatus();
   }
 
-  absl::Status WaitConsumed(uint32_t) override { return absl::OkStatus(); }
+  absl::StatusOr<bool> ConsumedDone(uint32_t) override { return true; }
   absl::Status MarkReady(uint32_t) override { return absl::OkStatus(); }
+  absl::StatusOr<bool> ReadyDone(uint32_t) override { return true; }
   absl::Status Drain(absl::Duration) override { return absl::OkStatus(); }
 
   absl::Status Export(ddo::v1::DeviceResources* resources) const override {

@@ -64,72 +64,118 @@ absl::Status StreamSession::SetSchedule(std::vector<uint32_t> schedule) {
 
 bool StreamSession::HasWork() {
   if (stopped_.load()) return false;
+  if (!in_flight_.empty() || sync_in_flight_ != 0) return true;
   if (control_.sync_request().load() > sync_served_) return true;
-  if (worker_schedule_.empty()) {
-    absl::MutexLock lock(&mu_);
-    if (schedule_.empty()) return false;
-    worker_schedule_ = schedule_;
-  }
+  if (!LoadSchedule()) return false;
   const uint64_t consumed = control_.consumed().load();
   return std::max(next_use_, consumed) < consumed + plan_.ring_slots;
 }
 
-bool StreamSession::Step() {
-  if (stopped_.load() || plan_.units.empty()) return false;
-  const uint32_t sync_slot = plan_.ring_slots;
-
-  // An out-of-schedule request first: the runner is waiting for it.
-  const uint64_t request = control_.sync_request().load();
-  if (request > sync_served_) {
-    const uint32_t unit = control_.sync_unit().load();
-    if (unit >= plan_.units.size()) {
-      Fail(absl::InvalidArgumentError(absl::StrCat("the runner asked for unit ", unit, " of ",
-                                                   plan_.units.size())));
-      return true;
-    }
-    if (!CopyUnit(unit, sync_slot)) return true;
-    control_.slot_use(sync_slot).store(request);
-    if (absl::Status ready = device_memory_->MarkReady(sync_slot); !ready.ok()) {
-      Fail(ready);
-      return true;
-    }
-    sync_served_ = request;
-    sync_uses_.fetch_add(1);
-    control_.sync_done().store(request);
-    control_.WakeRunner();
-    return true;
-  }
-
+bool StreamSession::LoadSchedule() {
   if (worker_schedule_.empty()) {
     absl::MutexLock lock(&mu_);
     if (schedule_.empty()) return false;
     worker_schedule_ = schedule_;
   }
-  // The next use, unless the runner skipped past it.
-  const uint64_t consumed = control_.consumed().load();
-  const uint64_t use = std::max(next_use_, consumed);
-  if (use >= consumed + plan_.ring_slots) return false;  // the ring is full
-  const uint32_t slot = static_cast<uint32_t>(use % plan_.ring_slots);
-  const uint32_t unit = worker_schedule_[use % worker_schedule_.size()];
-  if (!CopyUnit(unit, slot)) return true;
-  control_.slot_use(slot).store(use);
-  if (absl::Status ready = device_memory_->MarkReady(slot); !ready.ok()) {
-    Fail(ready);
-    return true;
-  }
-  next_use_ = use + 1;
-  produced_.fetch_add(1);
-  control_.ready().store(use + 1);
-  control_.WakeRunner();
   return true;
 }
 
-bool StreamSession::CopyUnit(uint32_t unit, uint32_t slot) {
-  // Later copies into the slot wait for the runner's kernels that read its previous unit.
-  if (absl::Status waited = device_memory_->WaitConsumed(slot); !waited.ok()) {
-    Fail(waited);
-    return false;
+StreamSession::StepResult StreamSession::Step() {
+  if (stopped_.load() || plan_.units.empty()) return StepResult::kIdle;
+  const uint32_t sync_slot = plan_.ring_slots;
+  bool worked = false;
+  bool waiting = false;
+
+  // Publish the copies that finished, in order: the runner never sees a slot before its bytes
+  // are all there, so its stream needs no wait on ddod's events.
+  bool published = false;
+  while (!in_flight_.empty()) {
+    absl::StatusOr<bool> done = device_memory_->ReadyDone(in_flight_.front().slot);
+    if (!done.ok()) {
+      Fail(done.status());
+      return StepResult::kWorked;
+    }
+    if (!*done) {
+      waiting = true;
+      break;
+    }
+    const InFlight finished = in_flight_.front();
+    in_flight_.pop_front();
+    control_.slot_use(finished.slot).store(finished.use);
+    control_.ready().store(finished.use + 1);
+    produced_.fetch_add(1);
+    published = true;
   }
+  if (sync_in_flight_ != 0) {
+    absl::StatusOr<bool> done = device_memory_->ReadyDone(sync_slot);
+    if (!done.ok()) {
+      Fail(done.status());
+      return StepResult::kWorked;
+    }
+    if (*done) {
+      control_.slot_use(sync_slot).store(sync_in_flight_);
+      control_.sync_done().store(sync_in_flight_);
+      sync_uses_.fetch_add(1);
+      sync_in_flight_ = 0;
+      published = true;
+    } else {
+      waiting = true;
+    }
+  }
+  if (published) {
+    control_.WakeRunner();
+    worked = true;
+  }
+
+  // An out-of-schedule request: the runner is waiting for it.
+  const uint64_t request = control_.sync_request().load();
+  if (request > sync_served_ && sync_in_flight_ == 0) {
+    const uint32_t unit = control_.sync_unit().load();
+    if (unit >= plan_.units.size()) {
+      Fail(absl::InvalidArgumentError(absl::StrCat("the runner asked for unit ", unit, " of ",
+                                                   plan_.units.size())));
+      return StepResult::kWorked;
+    }
+    absl::StatusOr<bool> free = device_memory_->ConsumedDone(sync_slot);
+    if (!free.ok()) {
+      Fail(free.status());
+      return StepResult::kWorked;
+    }
+    if (!*free) return StepResult::kWaitingOnDevice;
+    if (!CopyUnit(unit, sync_slot)) return StepResult::kWorked;
+    sync_served_ = request;
+    sync_in_flight_ = request;
+    return StepResult::kWorked;
+  }
+
+  // The next use of the schedule, unless the runner skipped past it.
+  if (LoadSchedule()) {
+    const uint64_t consumed = control_.consumed().load();
+    const uint64_t use = std::max(next_use_, consumed);
+    if (use < consumed + plan_.ring_slots) {
+      const uint32_t slot = static_cast<uint32_t>(use % plan_.ring_slots);
+      // The runner published it is done with the slot's previous use; its kernels may still
+      // be reading it.
+      absl::StatusOr<bool> free = device_memory_->ConsumedDone(slot);
+      if (!free.ok()) {
+        Fail(free.status());
+        return StepResult::kWorked;
+      }
+      if (*free) {
+        const uint32_t unit = worker_schedule_[use % worker_schedule_.size()];
+        if (!CopyUnit(unit, slot)) return StepResult::kWorked;
+        in_flight_.push_back({use, slot});
+        next_use_ = use + 1;
+        return StepResult::kWorked;
+      }
+      waiting = true;
+    }
+  }
+  if (worked) return StepResult::kWorked;
+  return waiting || !in_flight_.empty() ? StepResult::kWaitingOnDevice : StepResult::kIdle;
+}
+
+bool StreamSession::CopyUnit(uint32_t unit, uint32_t slot) {
   const StreamUnit& planned = plan_.units[unit];
   for (const PlannedTensor& placed : planned.tensors) {
     const TensorEntry& tensor = tensors_[placed.table_index];
@@ -140,6 +186,10 @@ bool StreamSession::CopyUnit(uint32_t unit, uint32_t slot) {
       Fail(copied);
       return false;
     }
+  }
+  if (absl::Status ready = device_memory_->MarkReady(slot); !ready.ok()) {
+    Fail(ready);
+    return false;
   }
   streamed_bytes_.fetch_add(planned.tensor_bytes);
   return true;

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,9 +56,14 @@ class StreamSession {
   // session already has one.
   absl::Status SetSchedule(std::vector<uint32_t> schedule);
 
-  // At most one unit of work; true when something was done.
-  bool Step();
-  // True when Step() would do something now.
+  enum class StepResult {
+    kWorked,           // copied or published something
+    kWaitingOnDevice,  // copies or the runner's kernels are still running: poll again soon
+    kIdle,             // nothing to do until the runner moves
+  };
+  // At most one unit copied, plus every finished copy published.
+  StepResult Step();
+  // True when Step() would do something now (or soon, without the runner moving).
   bool HasWork();
 
   // Tells the runner (state closed) and stops serving; the worker must have let go before
@@ -75,8 +81,11 @@ class StreamSession {
   const ControlBlock& control() const { return control_; }
 
  private:
-  // Copies one unit into `slot`; false (and the session marked failed) on a device error.
+  // Enqueues the copy of one unit into `slot` and its "ready" record; false (and the session
+  // marked failed) on a device error.
   bool CopyUnit(uint32_t unit, uint32_t slot);
+  // Takes the worker's copy of the schedule once there is one; false while there is none.
+  bool LoadSchedule();
   void Fail(const absl::Status& status);
 
   const std::string id_;
@@ -94,8 +103,15 @@ class StreamSession {
   // The worker's copy of the schedule, taken when it first sees one (never changes after).
   std::vector<uint32_t> worker_schedule_;
 
-  uint64_t next_use_ = 0;      // worker only
-  uint64_t sync_served_ = 0;   // worker only
+  // The worker's state.
+  struct InFlight {
+    uint64_t use;
+    uint32_t slot;
+  };
+  std::deque<InFlight> in_flight_;  // copies enqueued, not yet published, in use order
+  uint64_t next_use_ = 0;
+  uint64_t sync_served_ = 0;     // the last request copied
+  uint64_t sync_in_flight_ = 0;  // that request, until its copy finished and was published
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> produced_{0};
   std::atomic<uint64_t> sync_uses_{0};

@@ -1,7 +1,10 @@
 // File: daemon/stream/stream_worker.cc
 #include "daemon/stream/stream_worker.h"
 
+#include <sys/prctl.h>
+
 #include <algorithm>
+#include <chrono>
 
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
@@ -13,6 +16,8 @@ namespace {
 constexpr absl::Duration kMaxSleep = absl::Milliseconds(1);
 // Passes without work before sleeping: runners usually free a slot within microseconds.
 constexpr int kIdlePassesBeforeSleep = 64;
+// While copies or kernels run, completion is polled this often (timer slack lowered to match).
+constexpr auto kDevicePollInterval = std::chrono::microseconds(10);
 
 }  // namespace
 
@@ -62,12 +67,14 @@ size_t StreamWorker::session_count() {
 
 void StreamWorker::Run() {
   Logger("stream")->debug("copy worker for {} started", device_);
+  ::prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: the poll interval above is meant literally
   std::vector<std::shared_ptr<StreamSession>> sessions;
   uint64_t seen_generation = ~0ull;
   size_t first = 0;  // rotates, so no session always goes first
   int idle_passes = 0;
   while (!stopping_.load()) {
     bool worked = false;
+    bool device_busy = false;  // copies or the runners' kernels still running: poll
     {
       absl::MutexLock pass(&pass_mu_);
       {
@@ -78,12 +85,26 @@ void StreamWorker::Run() {
         }
       }
       for (size_t i = 0; i < sessions.size(); ++i) {
-        worked |= sessions[(first + i) % sessions.size()]->Step();
+        switch (sessions[(first + i) % sessions.size()]->Step()) {
+          case StreamSession::StepResult::kWorked:
+            worked = true;
+            break;
+          case StreamSession::StepResult::kWaitingOnDevice:
+            device_busy = true;
+            break;
+          case StreamSession::StepResult::kIdle:
+            break;
+        }
       }
       if (!sessions.empty()) first = (first + 1) % sessions.size();
     }
     if (worked) {
       idle_passes = 0;
+      continue;
+    }
+    if (device_busy) {
+      // Nothing rings when the GPU finishes: poll, gently.
+      std::this_thread::sleep_for(kDevicePollInterval);
       continue;
     }
     if (++idle_passes < kIdlePassesBeforeSleep) {

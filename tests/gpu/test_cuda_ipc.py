@@ -46,7 +46,7 @@ def test_open_exported_memory_and_event():
             expected = torch.arange(4096, dtype=torch.float32, device="cuda").to(torch.bfloat16)
             assert view.dtype == torch.bfloat16 and view.is_cuda
             assert torch.equal(view.reshape(-1), expected)
-            tail = tensor_view(memory, 2 * 4000, (96,), torch.bfloat16)
+            tail = tensor_view(memory, int(offset) + 2 * 4000, (96,), torch.bfloat16)
             assert torch.equal(tail, expected[4000:])
     finally:
         exporter.stdin.write("done\n")

@@ -17,9 +17,11 @@ A root forward begins with :meth:`begin_forward` (which realigns the use counter
 of the schedule's cycle) and ends with :meth:`end_forward` (which releases the held unit and,
 after the learning forward, sends the order of units it saw as the schedule).
 
-On CUDA the slots are ordered on the GPU by interprocess events: acquiring makes the current
-stream wait on the slot's ready event, releasing records its consumed event. On the host backend
-both sides are synchronous and there are no events.
+On CUDA, ddod publishes ``ready`` only once its copy has finished, so acquiring needs no GPU
+wait; releasing records the slot's interprocess "consumed" event on the current stream, which
+ddod polls before it overwrites the slot. (A stream waiting on another process's event was
+measured far slower: every unit became a cross-context dependency.) On the host backend both
+sides are synchronous and there are no events.
 
 Not thread-safe: one forward at a time per session.
 """
@@ -41,8 +43,8 @@ _NOTHING_HELD = -1
 
 
 class RingEvents:
-    """The CUDA interprocess events of a session's ring, and the device whose current stream
-    waits on and records them."""
+    """The CUDA interprocess "consumed" events of a session's ring, and the device whose
+    current stream records them."""
 
     def __init__(
         self,
@@ -53,10 +55,6 @@ class RingEvents:
         self.device = device
         self.ready = list(ready)
         self.consumed = list(consumed)
-
-    def wait_ready(self, slot: int) -> None:
-        """Makes the current stream wait until ddod's copy into ``slot`` is done."""
-        torch.cuda.current_stream(self.device).wait_event(self.ready[slot])
 
     def record_consumed(self, slot: int) -> None:
         """Marks the end of the current stream's reads of ``slot``."""
@@ -182,8 +180,6 @@ class RingConsumer:
         slot = use % self._slots
         waited = block.wait_until(block.ready, use + 1, "ready")
         block.check_slot(slot, use, "use")
-        if self._events is not None:
-            self._events.wait_ready(slot)
         self._held_unit = unit
         self._held_views = self._slot_views[slot][unit]
         self._held_slot = slot
@@ -203,8 +199,6 @@ class RingConsumer:
         self._doorbell.ring()
         waited = block.wait_until(block.sync_done, request, "sync_done")
         block.check_slot(slot, request, "request")
-        if self._events is not None:
-            self._events.wait_ready(slot)
         self.sync_uses += 1
         block.sync_uses.value = self.sync_uses
         self._held_unit = unit
