@@ -292,7 +292,8 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
   uint64_t largest_unit = 0;
   for (const auto& members : unit_members) largest_unit = std::max(largest_unit, unit_span(members));
   uint32_t slots = settings.ring_slots;
-  if (slots == 0) slots = settings.grouping == UnitGrouping::kBlock ? 3 : 4;
+  // Linear units are small: more slots keep the copy engine busy across resident stretches.
+  if (slots == 0) slots = settings.grouping == UnitGrouping::kBlock ? 3 : 8;
   uint64_t mandatory_resident = 0;
   for (uint32_t i = 0; i < tensors.size(); ++i) {
     if (!streamed[i]) mandatory_resident += AlignUp(tensors[i].byte_size, kTensorAlignment);

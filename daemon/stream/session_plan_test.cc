@@ -70,7 +70,7 @@ TEST(SessionPlanTest, LinearUnitsSkipAlwaysResidentAndKeepTheRestResident) {
               ElementsAre("blocks.0.attn.to_q", "blocks.0.ff.net.0", "blocks.0.ff.net.2",
                           "blocks.1.attn.to_q", "blocks.1.ff.net.0", "blocks.1.ff.net.2"));
   EXPECT_EQ(plan->slot_bytes, 2u << 20);
-  EXPECT_EQ(plan->ring_slots, 4u);
+  EXPECT_EQ(plan->ring_slots, 8u);
   EXPECT_EQ(plan->streamed_bytes, 6u * (2u << 20));
   // Biases, norms, proj_in and proj_out weights are in the slab, 256-byte aligned.
   EXPECT_EQ(plan->resident.size(), model.tensors.size() - 6);
