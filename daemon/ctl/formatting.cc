@@ -189,6 +189,18 @@ std::string FormatSessions(const ddo::v1::ListSessionsResponse& sessions) {
     out += absl::StrFormat("  session %s  pid %-8d %s on %s\n", session.session_id().substr(0, 8),
                            session.client_pid(), session.cache_key(),
                            session.device_uuid().empty() ? "host" : session.device_uuid());
+    if (session.device_uuid().empty()) continue;
+    // A streaming session: where its bytes are and how the stream goes.
+    out += absl::StrFormat(
+        "           device %s (resident %s, ring %d + 1 slots), schedule %s\n",
+        FormatBytes(session.device_bytes()), FormatBytes(session.resident_bytes()),
+        session.ring_slots(),
+        session.schedule_length() == 0 ? std::string("not known yet")
+                                       : absl::StrCat(session.schedule_length(), " uses/cycle"));
+    out += absl::StrFormat(
+        "           streamed %s in %d uses (%d consumed, %d skipped), %d out of schedule\n",
+        FormatBytes(session.streamed_bytes()), session.produced_uses(), session.consumed_uses(),
+        session.skipped_uses(), session.out_of_schedule_uses());
   }
   return out;
 }

@@ -77,5 +77,29 @@ TEST(FormattingTest, PresetsListAndDetail) {
   EXPECT_FALSE(found);
 }
 
+TEST(FormattingTest, SessionsShowHowAStreamGoes) {
+  ddo::v1::ListSessionsResponse sessions;
+  auto* host = sessions.add_sessions();
+  host->set_session_id("aaaaaaaa");
+  host->set_cache_key("vae");
+  auto* streaming = sessions.add_sessions();
+  streaming->set_session_id("bbbbbbbb");
+  streaming->set_cache_key("transformer");
+  streaming->set_device_uuid("GPU-1234");
+  streaming->set_device_bytes(3ull << 30);
+  streaming->set_resident_bytes(2ull << 30);
+  streaming->set_ring_slots(8);
+  streaming->set_schedule_length(209);
+  streaming->set_streamed_bytes(9ull << 30);
+  streaming->set_produced_uses(418);
+  streaming->set_out_of_schedule_uses(209);
+  const std::string text = FormatSessions(sessions);
+  EXPECT_THAT(text, HasSubstr("session aaaaaaaa  pid 0        vae on host\n  session"));
+  EXPECT_THAT(text, HasSubstr("transformer on GPU-1234"));
+  EXPECT_THAT(text, HasSubstr("device 3.0 GiB (resident 2.0 GiB, ring 8 + 1 slots), schedule 209 uses/cycle"));
+  EXPECT_THAT(text, HasSubstr("streamed 9.0 GiB in 418 uses"));
+  EXPECT_THAT(text, HasSubstr("209 out of schedule"));
+}
+
 }  // namespace
 }  // namespace ddo
