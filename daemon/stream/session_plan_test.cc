@@ -124,7 +124,8 @@ TEST(SessionPlanTest, VramBudgetDecidesTheResidentBlocks) {
   absl::StatusOr<SessionPlan> plan =
       PlanSession(model.tensors, model.streamable,
                   Settings({{"DDO_VRAM_BUDGET_GB", absl::StrCat(28.5 / 1024)},
-                            {"DDO_ACTIVATION_RESERVE_GB", "0"}}));
+                            {"DDO_ACTIVATION_RESERVE_GB", "0"},
+                            {"DDO_RING_SLOTS", "4"}}));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->units.size(), 8u * 3);
   EXPECT_LE(plan->device_bytes(), static_cast<uint64_t>(28.5 * (1 << 20)));
