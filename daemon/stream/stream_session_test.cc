@@ -169,6 +169,10 @@ class StreamFixture {
     runner = std::make_unique<TestRunner>(resources, session->plan(), tensors, host->data());
   }
 
+  ~StreamFixture() {
+    if (host != nullptr) host->MarkDiscarded();  // the component's segment leaves /dev/shm
+  }
+
   std::vector<TensorEntry> tensors;
   std::set<std::string> streamable;
   std::shared_ptr<PoolSegment> host;
