@@ -327,3 +327,53 @@ def test_close_restores_the_module_to_the_host_pool_views(client):
     finally:
         pool.close()
     assert mismatches(model, reference, [1, 2], dtype) == []
+
+
+class LoraLinear(nn.Module):
+    """The structure of PEFT's ``peft.tuners.lora.layer.Linear`` (PEFT is not installed here):
+    the original ``nn.Linear`` as ``base_layer``, low-rank ``lora_A``/``lora_B`` adapters in
+    ModuleDicts, and a forward that adds the scaled adapter output to the base layer's."""
+
+    def __init__(self, base_layer: nn.Linear, rank: int = 4, alpha: float = 8.0) -> None:
+        super().__init__()
+        self.base_layer = base_layer
+        self.lora_A = nn.ModuleDict(
+            {"default": nn.Linear(base_layer.in_features, rank, bias=False)})
+        self.lora_B = nn.ModuleDict(
+            {"default": nn.Linear(rank, base_layer.out_features, bias=False)})
+        self.scaling = {"default": alpha / rank}
+        with torch.no_grad():
+            self.lora_B["default"].weight.normal_(0, 0.02)  # PEFT starts at zero; trained != 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result = self.base_layer(x)
+        adapter = self.lora_B["default"](self.lora_A["default"](x))
+        return result + adapter * self.scaling["default"]
+
+
+def test_peft_lora_base_layers_stream_and_adapters_stay_resident(client):
+    dtype = torch.float32
+    model = make_model(dtype)
+    torch.manual_seed(7)
+    for block in model.blocks:
+        block.to_q = LoraLinear(block.to_q)
+        block.ff_up = LoraLinear(block.ff_up)
+    model = model.to(dtype).eval()
+    reference = frozen_copy(model)
+    client.register_module(CACHE_KEY, model)
+    # The default small-tensor threshold keeps the rank-4 adapters resident; a threshold of
+    # 4 KiB streams the base layers (64x64 and 96x64 float32 = 16 and 24 KiB) and keeps the
+    # adapters (at most 96x4 float32 = 1.5 KiB) resident.
+    with client.stream(model, CACHE_KEY, device="cpu",
+                       settings={"DDO_SMALL_TENSOR_THRESHOLD_KB": "4"}) as session:
+        streamed = {tensor.name for unit in session.resources.units for tensor in unit.tensors}
+        resident = {tensor.name for tensor in session.resources.resident}
+        stats = session.stats()
+        # Every block streams its four Linear weights: two of them through base_layer.
+        assert stats["units"] == LINEAR_UNITS
+        assert mismatches(model, reference, range(6), dtype) == []
+        assert isinstance(model.blocks[0].to_q, LoraLinear)
+        assert model.blocks[0].to_q.lora_A["default"].weight.shape == (4, 64)
+        assert "blocks.0.to_q.base_layer.weight" in streamed
+        assert "blocks.0.to_q.lora_A.default.weight" in resident
+        assert "blocks.0.to_q.base_layer.bias" in resident
