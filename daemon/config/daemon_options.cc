@@ -1,5 +1,7 @@
 #include "daemon/config/daemon_options.h"
 
+#include "daemon/config/setting_catalog.h"
+
 #include <arpa/inet.h>
 
 #include <map>
@@ -201,6 +203,7 @@ absl::StatusOr<DaemonOptions> ResolveDaemonOptions(const std::vector<std::string
                                                    const Environment& env,
                                                    const UserContext& user) {
   DaemonOptions options;
+  options.setting_environment = SettingVariables(env);
 
   // Pass 1: collect flag values ("--flag value" or "--flag=value"; the last one wins).
   std::map<absl::string_view, std::string> flag_values;

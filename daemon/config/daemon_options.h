@@ -9,6 +9,7 @@
 #define DDO_DAEMON_CONFIG_DAEMON_OPTIONS_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +54,9 @@ struct DaemonOptions {
   bool disable_pin_on_wsl = true;
   // DDO_PIN_CPU_WORKERS: threads that pre-touch segments before pinning.
   int pin_workers = 4;
+
+  // The DDO_* settings in ddod's environment (SettingVariables): a layer of ResolveSettings.
+  std::map<std::string, std::string> setting_environment;
 
   bool show_help = false;
   bool show_version = false;

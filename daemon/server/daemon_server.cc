@@ -78,6 +78,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   const SystemInfo system = QuerySystemInfo(context.options.available_ram_override_gb);
   context.ram_budget_bytes = RamBudgetBytes(context.options, system.memory.available_bytes);
   context.gpus = ProbeGpus();
+  context.wsl = system.os == OsFlavor::kWsl;
+  context.windows = system.os == OsFlavor::kWindows;
   auto log = Logger("server");
   log->info("ddod {} preset {} (requested '{}'), {} on {} ({}), RAM budget {:.1f} GiB",
             kVersion, context.options.preset->name, context.options.requested_preset,

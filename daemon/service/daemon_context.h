@@ -26,6 +26,9 @@ struct DaemonContext {
   absl::Time started;
   // Filled in the background after start; thread-safe, owned by the server. May be null.
   const BandwidthBoard* bandwidth = nullptr;
+  // Platform facts the settings rules depend on (WSL: no pinning, no group-offload streams).
+  bool wsl = false;
+  bool windows = false;
 };
 
 }  // namespace ddo

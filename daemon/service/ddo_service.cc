@@ -1,5 +1,7 @@
 #include "daemon/service/ddo_service.h"
 
+#include "daemon/policy/settings_resolver.h"
+
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/version.h"
@@ -151,9 +153,18 @@ grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::Connec
 }
 
 grpc::Status DdoService::ResolveSettings(grpc::ServerContext*,
-                                         const ddo::v1::ResolveSettingsRequest*,
-                                         ddo::v1::ResolvedSettings*) {
-  return NotYet("ResolveSettings", "settings resolution and the policy");
+                                         const ddo::v1::ResolveSettingsRequest* request,
+                                         ddo::v1::ResolvedSettings* response) {
+  constexpr char kMethod[] = "ResolveSettings";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  PlatformFacts platform;
+  platform.wsl = context_.wsl;
+  platform.windows = context_.windows;
+  absl::StatusOr<ddo::v1::ResolvedSettings> resolved =
+      ddo::ResolveSettings(*request, context_.options.setting_environment, platform);
+  if (!resolved.ok()) return Finish(kMethod, resolved.status());
+  *response = *std::move(resolved);
+  return Finish(kMethod, absl::OkStatus());
 }
 
 grpc::Status DdoService::ExplainPlan(grpc::ServerContext*, const ddo::v1::ExplainPlanRequest*,

@@ -36,6 +36,7 @@ from .lease import Lease
 from ._closeable import Closeable
 
 if TYPE_CHECKING:
+    from .resolved_settings import ResolvedSettings
     import torch
     from torch import nn
 
@@ -218,6 +219,13 @@ class DdoClient(Closeable):
     def presets(self) -> settings_pb2.ListPresetsResponse:
         """The presets ddod knows, their aliases, and the preset ddod runs with."""
         return self._unary("ListPresets", settings_pb2.ListPresetsRequest())
+
+    def resolve_settings(self, preset: str = "", **kwargs: Any) -> "ResolvedSettings":
+        """The DDO_* settings ddod resolves for one call; see
+        :func:`diffusers_dynamic_offloader.resolved_settings.resolve_settings`."""
+        from .resolved_settings import resolve_settings
+
+        return resolve_settings(self, preset, **kwargs)
 
     def health(self, service: str = "") -> str:
         """The standard health status of ``service`` ("" is the daemon), e.g. ``"SERVING"``."""

@@ -1,0 +1,120 @@
+"""Settings resolution, asked of ddod: the DDO_* values one API call runs with.
+
+ddod makes the decision (docs/configuration.md, "Precedence") so that every client, Python or
+C++, gets the same answer for the same inputs: explicit overrides > the client's DDO_*
+environment > ddod's own DDO_* environment > the preset > built-in defaults, with DDO_PRESET in
+the environment overriding the ``preset`` argument, per-component values looked up as in the
+seed (component policy, ``DDO_<C>_*``, ``DDO_RUNNER_<C>_*``), and platform rules last.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Dict, Iterable, Mapping, Optional
+
+from ._proto import settings_pb2
+
+if TYPE_CHECKING:
+    from .client import DdoClient
+
+#: SettingSource enum value -> the word ``source`` carries.
+_SOURCES = {
+    settings_pb2.SETTING_SOURCE_DEFAULT: "default",
+    settings_pb2.SETTING_SOURCE_PRESET: "preset",
+    settings_pb2.SETTING_SOURCE_DAEMON_FLAG: "daemon",
+    settings_pb2.SETTING_SOURCE_ENVIRONMENT: "environment",
+    settings_pb2.SETTING_SOURCE_REQUEST: "override",
+    settings_pb2.SETTING_SOURCE_COMPONENT_POLICY: "component_policy",
+    settings_pb2.SETTING_SOURCE_PROFILE: "profile",
+    settings_pb2.SETTING_SOURCE_PLATFORM: "platform",
+}
+
+
+@dataclass(frozen=True)
+class ResolvedValue:
+    """One setting's value (normalised: booleans are ``"1"``/``"0"``) and where it came from:
+    ``default``, ``preset``, ``daemon``, ``environment``, ``override``, ``component_policy`` or
+    ``platform``."""
+
+    value: str
+    source: str
+
+
+@dataclass(frozen=True)
+class ResolvedSettings:
+    """ddod's answer. ``values`` by DDO_* name; ``components[name]`` by DDO_<C>_* name, whose
+    ``DDO_<C>_ROUTE`` is the route the component takes (``dynamic_offload``,
+    ``diffusers_group_offload`` or ``none``)."""
+
+    requested_preset: str
+    effective_preset: str
+    values: Dict[str, ResolvedValue]
+    components: Dict[str, Dict[str, ResolvedValue]] = field(default_factory=dict)
+
+    def value(self, name: str) -> str:
+        """The value of a library setting; KeyError for a name ddod did not resolve."""
+        return self.values[name].value
+
+    @classmethod
+    def from_proto(cls, message: settings_pb2.ResolvedSettings) -> "ResolvedSettings":
+        def convert(values) -> Dict[str, ResolvedValue]:
+            return {v.name: ResolvedValue(v.value, _SOURCES.get(v.source, "unknown")) for v in values}
+
+        return cls(
+            requested_preset=message.requested_preset,
+            effective_preset=message.effective_preset,
+            values=convert(message.values),
+            components={c.component: convert(c.values) for c in message.components},
+        )
+
+
+def environment_settings(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The DDO_* variables of ``environ`` (default: this process's environment)."""
+    source = os.environ if environ is None else environ
+    return {name: value for name, value in source.items() if name.startswith("DDO_")}
+
+
+def resolve_settings(
+    client: "DdoClient",
+    preset: str = "",
+    *,
+    environ: Optional[Mapping[str, str]] = None,
+    overrides: Optional[Mapping[str, object]] = None,
+    components: Iterable[str] = (),
+    component_policies: Optional[Mapping[str, Mapping[str, object]]] = None,
+) -> ResolvedSettings:
+    """Asks ddod for the settings of one call.
+
+    Args:
+        preset: the ``preset=`` argument ("" for none; DDO_PRESET in ``environ`` wins).
+        environ: the environment to read DDO_* variables from (default ``os.environ``; pass
+            ``{}`` to ignore it, as the seed's ``use_environment=False``).
+        overrides: explicit values by DDO_* name (or ``DDO_<C>_<NAME>``); they win over all.
+        components: component names to resolve routes and group-offload arguments for.
+        component_policies: the seed's ``component_policies={"transformer": {...}}``.
+
+    Raises:
+        DaemonError: INVALID_ARGUMENT naming the variable, its value, where it came from and
+            what is valid (an unknown preset lists the presets).
+    """
+    request = settings_pb2.ResolveSettingsRequest(
+        preset=preset or "",
+        environment=environment_settings(environ),
+        overrides={name: _text(value) for name, value in (overrides or {}).items()},
+        components=list(components),
+    )
+    for component, policy in (component_policies or {}).items():
+        request.component_policies[component].values.update(
+            {str(key): _text(value) for key, value in policy.items()}
+        )
+    return ResolvedSettings.from_proto(client._unary("ResolveSettings", request))
+
+
+def _text(value: object) -> str:
+    """Python values as the seed's parsers read them: booleans as 1/0, the rest as str."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(item) for item in value)
+    return "" if value is None else str(value)

@@ -1,0 +1,238 @@
+// File: daemon/config/setting_catalog.cc
+#include "daemon/config/setting_catalog.h"
+
+#include <cmath>
+#include <regex>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "daemon/config/values.h"
+
+namespace ddo {
+namespace {
+
+constexpr char kPurgePrefix[] = "DDO_PURGE_WINDOWS_STANDBY_";
+constexpr char kDefaultAlwaysResident[] =
+    "(^|\\.)(proj_in|time_embed|prompt_adaln|norm_out|proj_out)(\\.|$)";
+
+SettingSpec Bool(std::string name, bool value, std::string meaning) {
+  return {std::move(name), SettingType::kBool, value ? "1" : "0", {}, {}, std::move(meaning)};
+}
+SettingSpec Int(std::string name, std::string value, std::string meaning) {
+  return {std::move(name), SettingType::kInt, std::move(value), {}, {}, std::move(meaning)};
+}
+SettingSpec Number(std::string name, std::string value, std::string meaning) {
+  return {std::move(name), SettingType::kNumber, std::move(value), {}, {}, std::move(meaning)};
+}
+SettingSpec Choice(std::string name, std::string value, std::vector<std::string> choices,
+                   std::string meaning) {
+  return {std::move(name), SettingType::kChoice, std::move(value), std::move(choices), {},
+          std::move(meaning)};
+}
+SettingSpec List(std::string name, std::string value, std::string meaning) {
+  return {std::move(name), SettingType::kList, std::move(value), {}, {}, std::move(meaning)};
+}
+SettingSpec Text(std::string name, std::string value, std::string meaning) {
+  return {std::move(name), SettingType::kText, std::move(value), {}, {}, std::move(meaning)};
+}
+
+std::vector<SettingSpec> BuildLibrarySettings() {
+  return {
+      Text("DDO_PRESET", "", "preset name or alias; in the client's environment it overrides the preset= argument"),
+      Bool("DDO_PLAN", false, "enable DDO even in plan mode (plan-only hook)"),
+      Choice("DDO_EXECUTION_MODE", "plan", {"plan", "linear_runtime", "sdnq_runtime"},
+             "plan only, stream dense Linear weights, or the experimental SDNQ adapter"),
+      Choice("DDO_LINEAR_RUNTIME_STRATEGY", "functional", {"functional", "swap"},
+             "how a patched Linear gets its weight (swap is experimental)"),
+      Bool("DDO_PIN_CPU_MEMORY", false, "page-lock the host copy of the weights"),
+      Bool("DDO_ALLOW_PIN_MEMORY_FALLBACK", true, "continue unpinned when pinning fails"),
+      Bool("DDO_DISABLE_PIN_ON_WSL", true, "never pin on WSL, and no group-offload streams there"),
+      Int("DDO_PIN_CPU_WORKERS", "4", "threads that pin (pre-touch) weights"),
+      Bool("DDO_CACHE_PLAN", true, "reuse plans across calls with the same structure"),
+      Bool("DDO_CACHE_PINNED_WEIGHTS", false, "keep pinned weights for the next runner (warm cache)"),
+      Text("DDO_PINNED_WEIGHT_CACHE_NAMESPACE", "", "cache namespace; empty: the module class's qualified name"),
+      Choice("DDO_AUTO_BUDGET_POLICY", "off", {"off", "balanced"}, "the RAM/VRAM-aware planner"),
+      Number("DDO_MAX_RESIDENT_MODULE_BUDGET_GB", "6", "cap on the automatic resident budget; 0: uncapped"),
+      Number("DDO_AUTO_VRAM_HEADROOM_GB", "0", "VRAM the automatic budget leaves free; 0: the built-in table"),
+      Number("DDO_PROFILE_VRAM_HEADROOM_GB", "1", "margin of a calibration run's resident budget"),
+      Number("DDO_AUTO_FULL_PIN_MIN_MODEL_TO_VRAM_RATIO", "4",
+             "model/VRAM ratio from which the planner pins everything and keeps nothing resident; 0: never"),
+      Number("DDO_MAX_PIN_WEIGHT_BUDGET_GB", "0", "cap on the pin budget; 0: uncapped"),
+      Number("DDO_AVAILABLE_SYSTEM_RAM_GB", "", "pretend this much RAM is available (simulations); unset: detected"),
+      Number("DDO_SYSTEM_RAM_HEADROOM_GB", "6", "RAM kept out of pinning decisions"),
+      Number("DDO_PIN_WEIGHT_BUDGET_GB", "0", "explicit pin budget; 0: none"),
+      Number("DDO_PIN_WEIGHT_BUDGET_RATIO", "0", "fraction of candidate bytes to pin; 0: none"),
+      Choice("DDO_PIN_WEIGHT_SELECTION", "spread", {"first", "spread", "largest"}, "which weights fill the pin budget"),
+      Number("DDO_RESIDENT_MODULE_BUDGET_GB", "0", "explicit resident budget; wins over the automatic one and profiles"),
+      List("DDO_RESIDENT_MODULE_PATTERNS", "", "regexes of resident candidates; 'auto' infers the repeated block pattern"),
+      Choice("DDO_RESIDENT_MODULE_SELECTION", "spread", {"first", "spread", "largest"}, "which blocks fill the resident budget"),
+      List("DDO_ALWAYS_RESIDENT_MODULE_PATTERNS", kDefaultAlwaysResident, "modules always kept whole on the device"),
+      Int("DDO_SMALL_TENSOR_THRESHOLD_KB", "1024", "tensors up to this size stay resident"),
+      Choice("DDO_LOAD_SAFETENSORS_BACKEND", "", {"", "mmap", "pread"}, "how safetensors files are read"),
+      Choice("DDO_SAFETENSORS_BACKEND", "", {"", "mmap", "pread"}, "alias of DDO_LOAD_SAFETENSORS_BACKEND, used when that one is empty"),
+      Bool("DDO_VERBOSE", false, "extra setup output"),
+      Bool("DDO_SHOW_PROFILE", false, "reported only: the runner prints the profile"),
+      Text("DDO_PROFILE_DIR", "~/.ddo/profiles", "where capacity profiles live"),
+      Bool("DDO_PURGE_WINDOWS_STANDBY_<PHASE>", false,
+           "purge the Windows standby list at a phase (BEFORE_RUN, AFTER_TEXT_ENCODER, BEFORE_TRANSFORMER, ...)"),
+      Choice("DDO_STREAM_UNIT", "linear", {"linear", "block"}, "streaming unit: one Linear weight or a whole block"),
+      Int("DDO_RING_SLOTS", "", "streaming ring slots (2-64); unset: 8 for linear units, 3 for blocks"),
+      Number("DDO_VRAM_BUDGET_GB", "", "everything a streaming session may use on its device; unset: no session cap"),
+      Number("DDO_ACTIVATION_RESERVE_GB", "2", "kept free for the runner's activations inside DDO_VRAM_BUDGET_GB"),
+  };
+}
+
+std::vector<SettingSpec> BuildComponentSettings() {
+  SettingSpec route = Choice("ROUTE", "auto",
+                             {"auto", "dynamic_offload", "diffusers_group_offload", "none"},
+                             "which offload route the component takes");
+  route.aliases = {{"diffusers", "diffusers_group_offload"},
+                   {"diffusers_group", "diffusers_group_offload"},
+                   {"group", "diffusers_group_offload"},
+                   {"group_offload", "diffusers_group_offload"},
+                   {"dynamic", "dynamic_offload"},
+                   {"ddo", "dynamic_offload"},
+                   {"cuda", "none"},
+                   {"standard", "none"},
+                   {"off", "none"}};
+  SettingSpec dynamic = Bool("DYNAMIC_OFFLOAD", false, "enable or disable the DDO route; unset: DDO is enabled by the execution mode");
+  dynamic.default_value = "";
+  return {
+      route,
+      Bool("GROUP_OFFLOAD", false, "force the Diffusers group-offload route"),
+      dynamic,
+      Bool("OFFLOAD_STREAM", true, "group offload use_stream"),
+      Bool("OFFLOAD_RECORD_STREAM", false, "group offload record_stream"),
+      Choice("OFFLOAD_TYPE", "leaf_level", {"leaf_level", "block_level"}, "group offload offload_type"),
+      Bool("OFFLOAD_LOW_CPU_MEM_USAGE", true, "group offload low_cpu_mem_usage"),
+      Int("NUM_BLOCKS_PER_GROUP", "1", "group offload num_blocks_per_group (block_level only)"),
+  };
+}
+
+}  // namespace
+
+const std::vector<SettingSpec>& LibrarySettings() {
+  static const auto* settings = new std::vector<SettingSpec>(BuildLibrarySettings());
+  return *settings;
+}
+
+const std::vector<SettingSpec>& ComponentSettings() {
+  static const auto* settings = new std::vector<SettingSpec>(BuildComponentSettings());
+  return *settings;
+}
+
+const SettingSpec* FindLibrarySetting(absl::string_view name) {
+  for (const SettingSpec& spec : LibrarySettings()) {
+    if (spec.name == name) return &spec;
+  }
+  if (absl::StartsWith(name, kPurgePrefix) && name.size() > sizeof(kPurgePrefix) - 1) {
+    return FindLibrarySetting("DDO_PURGE_WINDOWS_STANDBY_<PHASE>");
+  }
+  return nullptr;
+}
+
+const SettingSpec* FindComponentSetting(absl::string_view suffix) {
+  for (const SettingSpec& spec : ComponentSettings()) {
+    if (spec.name == suffix) return &spec;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::string> NormalizeSetting(const SettingSpec& spec, absl::string_view name,
+                                             absl::string_view raw) {
+  const std::string text(absl::StripAsciiWhitespace(raw));
+  switch (spec.type) {
+    case SettingType::kBool:
+      return std::string(ParseSeedBool(text) ? "1" : "0");
+    case SettingType::kInt: {
+      uint64_t value = 0;
+      if (text.empty() && spec.default_value.empty()) return std::string();
+      if (!absl::SimpleAtoi(text, &value)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, "='", text, "' is not a whole number >= 0"));
+      }
+      return absl::StrCat(value);
+    }
+    case SettingType::kNumber: {
+      if (text.empty() && spec.default_value.empty()) return std::string();
+      absl::StatusOr<double> value = ParseNonNegativeNumber(name, text);
+      if (!value.ok()) return value.status();
+      return absl::StrCat(*value);
+    }
+    case SettingType::kChoice: {
+      const std::string lower = absl::AsciiStrToLower(text);
+      for (const std::string& choice : spec.choices) {
+        if (choice == lower) return choice;
+      }
+      for (const auto& [alias, choice] : spec.aliases) {
+        if (alias == lower) return choice;
+      }
+      std::vector<std::string> valid;
+      for (const std::string& choice : spec.choices) valid.push_back(choice.empty() ? "''" : choice);
+      for (const auto& alias : spec.aliases) valid.push_back(alias.first);
+      return absl::InvalidArgumentError(absl::StrCat(name, "='", text, "' must be one of ",
+                                                     absl::StrJoin(valid, ", ")));
+    }
+    case SettingType::kList: {
+      std::vector<std::string> items;
+      for (absl::string_view item : absl::StrSplit(text, absl::ByAnyChar(",;"))) {
+        item = absl::StripAsciiWhitespace(item);
+        if (item.empty()) continue;
+        if (item != "auto" && absl::StrContains(spec.name, "PATTERNS")) {
+          try {
+            std::regex check{std::string(item)};
+          } catch (const std::regex_error& error) {
+            return absl::InvalidArgumentError(absl::StrCat(name, ": '", item,
+                                                           "' is not a regular expression (",
+                                                           error.what(), ")"));
+          }
+        }
+        items.emplace_back(item);
+      }
+      return absl::StrJoin(items, ",");
+    }
+    case SettingType::kText:
+      return text;
+  }
+  return text;
+}
+
+std::string ComponentPrefix(absl::string_view component) {
+  std::string prefix;
+  bool pending_underscore = false;
+  for (char c : component) {
+    const char upper = absl::ascii_toupper(static_cast<unsigned char>(c));
+    if ((upper >= 'A' && upper <= 'Z') || (upper >= '0' && upper <= '9')) {
+      if (pending_underscore && !prefix.empty()) prefix += '_';
+      pending_underscore = false;
+      prefix += upper;
+    } else {
+      pending_underscore = true;
+    }
+  }
+  return prefix.empty() ? "MODEL" : prefix;
+}
+
+absl::StatusOr<std::string> CanonicalRoute(absl::string_view name, absl::string_view variable) {
+  return NormalizeSetting(*FindComponentSetting("ROUTE"), variable, name);
+}
+
+std::map<std::string, std::string> SettingVariables(
+    const std::map<std::string, std::string, std::less<>>& environment) {
+  std::map<std::string, std::string> kept;
+  for (const auto& [name, value] : environment) {
+    if (!absl::StartsWith(name, "DDO_") || name == "DDO_PRESET") continue;
+    bool known = FindLibrarySetting(name) != nullptr;
+    for (const SettingSpec& spec : ComponentSettings()) {
+      if (absl::EndsWith(name, absl::StrCat("_", spec.name))) known = true;
+    }
+    if (known) kept[name] = value;
+  }
+  return kept;
+}
+
+}  // namespace ddo

@@ -1,0 +1,78 @@
+"""ResolveSettings against a real ddod: the precedence of every layer, the seed's routes,
+and invalid values named in the error."""
+
+import os
+
+import pytest
+
+from diffusers_dynamic_offloader import DaemonError, DdoClient
+
+
+def test_every_layer_wins_over_the_ones_below(daemon_factory, short_dir, monkeypatch):
+    # ddod's own environment is a layer: it holds DDO_SYSTEM_RAM_HEADROOM_GB=9.
+    monkeypatch.setenv("DDO_SYSTEM_RAM_HEADROOM_GB", "9")
+    daemon = daemon_factory(os.path.join(short_dir, "run", "ddod.sock"))
+    monkeypatch.delenv("DDO_SYSTEM_RAM_HEADROOM_GB")
+    with DdoClient.connect(daemon.address) as client:
+        def headroom(**kwargs):
+            resolved = client.resolve_settings("one_shot_fast", **kwargs)
+            value = resolved.values["DDO_SYSTEM_RAM_HEADROOM_GB"]
+            return value.value, value.source
+
+        assert headroom(environ={}) == ("9", "daemon")
+        assert headroom(environ={"DDO_SYSTEM_RAM_HEADROOM_GB": "10"}) == ("10", "environment")
+        assert headroom(environ={"DDO_SYSTEM_RAM_HEADROOM_GB": "10"},
+                        overrides={"DDO_SYSTEM_RAM_HEADROOM_GB": 11}) == ("11", "override")
+        # Below ddod's environment: the preset, then the default.
+        resolved = client.resolve_settings("one_shot_fast", environ={})
+        assert resolved.values["DDO_PIN_CPU_WORKERS"].source == "preset"
+        assert resolved.values["DDO_PROFILE_VRAM_HEADROOM_GB"].source == "default"
+
+
+def test_the_environment_picks_the_preset_and_auto_is_one_shot_fast(daemon):
+    with DdoClient.connect(daemon.address) as client:
+        resolved = client.resolve_settings("auto", environ={})
+        assert (resolved.requested_preset, resolved.effective_preset) == ("auto", "one_shot_fast")
+        resolved = client.resolve_settings("auto", environ={"DDO_PRESET": "wsl_compat"})
+        assert resolved.effective_preset == "wsl_compat"
+        assert resolved.value("DDO_RESIDENT_MODULE_BUDGET_GB") == "6"
+        assert client.resolve_settings("", environ={}).value("DDO_EXECUTION_MODE") == "plan"
+
+
+def test_components_get_the_seeds_routes_and_policies(daemon):
+    with DdoClient.connect(daemon.address) as client:
+        resolved = client.resolve_settings(
+            "one_shot_fast", environ={}, components=["transformer", "text_encoder", "vae"],
+            component_policies={"vae": {"route": "group", "offload_type": "block_level",
+                                        "num_blocks_per_group": 2}},
+        )
+        routes = {name: values[f"DDO_{name.upper()}_ROUTE"].value
+                  for name, values in resolved.components.items()}
+        assert routes == {"transformer": "dynamic_offload",
+                          "text_encoder": "diffusers_group_offload",
+                          "vae": "diffusers_group_offload"}
+        vae = resolved.components["vae"]
+        assert vae["DDO_VAE_OFFLOAD_TYPE"].value == "block_level"
+        assert vae["DDO_VAE_NUM_BLOCKS_PER_GROUP"].value == "2"
+        assert vae["DDO_VAE_NUM_BLOCKS_PER_GROUP"].source == "component_policy"
+
+
+@pytest.mark.parametrize(
+    "kwargs,expected",
+    [
+        ({"preset": "fastest"}, "fastest"),
+        ({"environ": {"DDO_PIN_CPU_WORKERS": "many"}}, "DDO_PIN_CPU_WORKERS='many'"),
+        ({"overrides": {"DDO_EXECUTION_MODE": "turbo"}}, "plan, linear_runtime, sdnq_runtime"),
+        ({"environ": {"DDO_VAE_ROUTE": "gpu"}, "components": ["vae"]}, "DDO_VAE_ROUTE='gpu'"),
+    ],
+)
+def test_invalid_values_are_named(daemon, kwargs, expected):
+    with DdoClient.connect(daemon.address) as client:
+        preset = kwargs.pop("preset", "")
+        kwargs.setdefault("environ", {})
+        with pytest.raises(DaemonError) as raised:
+            client.resolve_settings(preset, **kwargs)
+        assert raised.value.code.name == "INVALID_ARGUMENT"
+        assert expected in str(raised.value)
+        # ddod keeps serving.
+        assert client.resolve_settings("off", environ={}).effective_preset == "off"
