@@ -176,6 +176,59 @@ std::string FormatComponents(const ddo::v1::ListComponentsResponse& components) 
   return out;
 }
 
+namespace {
+
+const char* SourceWord(ddo::v1::SettingSource source) {
+  switch (source) {
+    case ddo::v1::SETTING_SOURCE_PRESET:
+      return "preset";
+    case ddo::v1::SETTING_SOURCE_DAEMON_FLAG:
+      return "ddod's environment";
+    case ddo::v1::SETTING_SOURCE_ENVIRONMENT:
+      return "your environment";
+    case ddo::v1::SETTING_SOURCE_REQUEST:
+      return "override";
+    case ddo::v1::SETTING_SOURCE_COMPONENT_POLICY:
+      return "component policy";
+    case ddo::v1::SETTING_SOURCE_PROFILE:
+      return "profile";
+    case ddo::v1::SETTING_SOURCE_PLATFORM:
+      return "platform rule";
+    default:
+      return "default";
+  }
+}
+
+void AppendSettingLines(const google::protobuf::RepeatedPtrField<ddo::v1::SettingValue>& values,
+                        const std::string& indent, std::string* out) {
+  size_t width = 0;
+  for (const auto& value : values) width = std::max(width, value.name().size());
+  for (const auto& value : values) {
+    *out += absl::StrFormat("%s%-*s  %-12s  (%s)\n", indent, static_cast<int>(width), value.name(),
+                            value.value().empty() ? "-" : value.value(), SourceWord(value.source()));
+  }
+}
+
+}  // namespace
+
+std::string FormatSettings(const ddo::v1::ResolvedSettings& settings) {
+  std::string out;
+  if (settings.requested_preset().empty()) {
+    out += "preset: none (built-in defaults)\n";
+  } else if (settings.requested_preset() == settings.effective_preset()) {
+    out += absl::StrFormat("preset: %s\n", settings.effective_preset());
+  } else {
+    out += absl::StrFormat("preset: %s -> %s\n", settings.requested_preset(),
+                           settings.effective_preset());
+  }
+  AppendSettingLines(settings.values(), "  ", &out);
+  for (const auto& component : settings.components()) {
+    out += absl::StrFormat("component %s\n", component.component());
+    AppendSettingLines(component.values(), "  ", &out);
+  }
+  return out;
+}
+
 std::string FormatSessions(const ddo::v1::ListSessionsResponse& sessions) {
   std::string out = absl::StrFormat("%d leases, %d sessions\n", sessions.leases_size(),
                                     sessions.sessions_size());

@@ -26,6 +26,9 @@ std::string FormatPresetList(const ddo::v1::ListPresetsResponse& presets);
 std::string FormatPreset(const ddo::v1::ListPresetsResponse& presets, const std::string& name,
                          bool* found);
 std::string FormatStats(const ddo::v1::Stats& stats);
+// The resolved settings, one line per setting with its source; per-component blocks after.
+std::string FormatSettings(const ddo::v1::ResolvedSettings& settings);
+
 std::string FormatSessions(const ddo::v1::ListSessionsResponse& sessions);
 // One row per component: key, state, size, pinned, sessions, last use.
 std::string FormatComponents(const ddo::v1::ListComponentsResponse& components);

@@ -101,5 +101,24 @@ TEST(FormattingTest, SessionsShowHowAStreamGoes) {
   EXPECT_THAT(text, HasSubstr("209 out of schedule"));
 }
 
+TEST(FormattingTest, SettingsNameTheirSources) {
+  ddo::v1::ResolvedSettings settings;
+  settings.set_requested_preset("auto");
+  settings.set_effective_preset("one_shot_fast");
+  auto* pin = settings.add_values();
+  pin->set_name("DDO_PIN_CPU_MEMORY");
+  pin->set_value("0");
+  pin->set_source(ddo::v1::SETTING_SOURCE_PLATFORM);
+  auto* component = settings.add_components();
+  component->set_component("vae");
+  auto* route = component->add_values();
+  route->set_name("DDO_VAE_ROUTE");
+  route->set_value("dynamic_offload");
+  const std::string text = FormatSettings(settings);
+  EXPECT_THAT(text, HasSubstr("preset: auto -> one_shot_fast\n"));
+  EXPECT_THAT(text, HasSubstr("  DDO_PIN_CPU_MEMORY  0             (platform rule)\n"));
+  EXPECT_THAT(text, HasSubstr("component vae\n  DDO_VAE_ROUTE  dynamic_offload  (default)\n"));
+}
+
 }  // namespace
 }  // namespace ddo

@@ -30,6 +30,9 @@ constexpr char kUsage[] =
     "commands:\n"
     "  status           daemon version, health, platform, RAM, devices\n"
     "  presets [NAME]   the preset table, or one preset's DDO_* values\n"
+    "  settings [preset=NAME] [component=NAME ...] [DDO_X=VALUE ...]\n"
+    "                   the DDO_* settings a runner with this shell's environment gets,\n"
+    "                   each with its source (DDO_X=VALUE: explicit overrides)\n"
     "  stats            uptime, leases, pool accounting, RPC counts\n"
     "  sessions         connected clients (leases) and their sessions\n"
     "  components       the components in the host pool\n"
@@ -114,6 +117,35 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
     const std::string text = ddo::FormatPreset(presets, args.operands.front(), &found);
     std::fputs(text.c_str(), found ? stdout : stderr);
     return found ? kExitOk : kExitUsage;
+  }
+  if (args.command == "settings") {
+    ddo::v1::ResolveSettingsRequest request;
+    for (const std::string& operand : args.operands) {
+      const size_t equals = operand.find('=');
+      if (equals == std::string::npos || equals == 0) {
+        return Usage(absl::StrCat("settings takes preset=NAME, component=NAME or DDO_X=VALUE, not '",
+                                  operand, "'"));
+      }
+      const std::string key = operand.substr(0, equals);
+      const std::string value = operand.substr(equals + 1);
+      if (key == "preset") {
+        request.set_preset(value);
+      } else if (key == "component") {
+        request.add_components(value);
+      } else {
+        (*request.mutable_overrides())[key] = value;
+      }
+    }
+    for (const auto& [name, value] : ddo::ProcessEnvironment()) {
+      if (name.rfind("DDO_", 0) == 0) (*request.mutable_environment())[name] = value;
+    }
+    ddo::v1::ResolvedSettings resolved;
+    if (auto status = Call(connection, &Stub::ResolveSettings, request, &resolved); !status.ok()) {
+      return RpcFailed("ResolveSettings", status);
+    }
+    std::fputs(args.json ? ToJson(resolved).c_str() : ddo::FormatSettings(resolved).c_str(),
+               stdout);
+    return kExitOk;
   }
   if (args.command == "stats") {
     ddo::v1::Stats stats;
@@ -204,8 +236,8 @@ int main(int argc, char** argv) {
   if (args.command.empty()) {
     return Usage("no command given");
   }
-  static const std::set<std::string> kCommands = {"status",     "presets", "stats",
-                                                  "sessions",   "components", "evict"};
+  static const std::set<std::string> kCommands = {"status",   "presets",    "settings", "stats",
+                                                  "sessions", "components", "evict"};
   if (kCommands.count(args.command) == 0) {
     return Usage(absl::StrCat("unknown command '", args.command, "'"));
   }
