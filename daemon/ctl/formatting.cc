@@ -211,6 +211,27 @@ void AppendSettingLines(const google::protobuf::RepeatedPtrField<ddo::v1::Settin
 
 }  // namespace
 
+std::string FormatPlan(const ddo::v1::PlanExplanation& plan) {
+  std::string out = absl::StrFormat("route: %s\n", plan.route());
+  if (plan.route() == "ddo_stream") {
+    out += absl::StrFormat("resident %s, streamed %s through %d + 1 ring slots\n",
+                           FormatBytes(plan.resident_bytes()), FormatBytes(plan.streamed_bytes()),
+                           plan.ring_slots());
+  }
+  for (const auto& [name, value] : plan.group_offload_args()) {
+    out += absl::StrFormat("  apply_group_offloading %s=%s\n", name, value);
+  }
+  size_t width = 0;
+  for (const auto& decision : plan.decisions()) width = std::max(width, decision.key().size());
+  out += "decisions:\n";
+  for (const auto& decision : plan.decisions()) {
+    out += absl::StrFormat("  %-*s  %s", static_cast<int>(width), decision.key(), decision.value());
+    if (!decision.reason().empty()) out += absl::StrFormat("  (%s)", decision.reason());
+    out += "\n";
+  }
+  return out;
+}
+
 std::string FormatSettings(const ddo::v1::ResolvedSettings& settings) {
   std::string out;
   if (settings.requested_preset().empty()) {

@@ -26,6 +26,9 @@ std::string FormatPresetList(const ddo::v1::ListPresetsResponse& presets);
 std::string FormatPreset(const ddo::v1::ListPresetsResponse& presets, const std::string& name,
                          bool* found);
 std::string FormatStats(const ddo::v1::Stats& stats);
+// A plan: route, sizes, and every decision with its reason.
+std::string FormatPlan(const ddo::v1::PlanExplanation& plan);
+
 // The resolved settings, one line per setting with its source; per-component blocks after.
 std::string FormatSettings(const ddo::v1::ResolvedSettings& settings);
 

@@ -16,6 +16,7 @@
 #include "daemon/ctl/ctl_connection.h"
 #include "daemon/ctl/daemon_address.h"
 #include "daemon/ctl/formatting.h"
+#include "daemon/ctl/layout_file.h"
 
 namespace {
 
@@ -33,6 +34,9 @@ constexpr char kUsage[] =
     "  settings [preset=NAME] [component=NAME ...] [DDO_X=VALUE ...]\n"
     "                   the DDO_* settings a runner with this shell's environment gets,\n"
     "                   each with its source (DDO_X=VALUE: explicit overrides)\n"
+    "  plan --explain LAYOUT.json [DDO_X=VALUE ...]\n"
+    "                   ddod's whole decision for a component layout (route, resident\n"
+    "                   budget, units, ring), without loading weights\n"
     "  stats            uptime, leases, pool accounting, RPC counts\n"
     "  sessions         connected clients (leases) and their sessions\n"
     "  components       the components in the host pool\n"
@@ -147,6 +151,31 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
                stdout);
     return kExitOk;
   }
+  if (args.command == "plan") {
+    if (args.operands.size() < 2 || args.operands[0] != "--explain") {
+      return Usage("plan takes --explain LAYOUT.json [DDO_X=VALUE ...]");
+    }
+    absl::StatusOr<ddo::v1::ExplainPlanRequest> request = ddo::ReadLayoutFile(args.operands[1]);
+    if (!request.ok()) return Usage(std::string(request.status().message()));
+    // The shell's DDO_* settings, then the command line's, over the file's.
+    for (const auto& [name, value] : ddo::ProcessEnvironment()) {
+      if (name.rfind("DDO_", 0) == 0 && name != "DDO_DAEMON") (*request->mutable_settings())[name] = value;
+    }
+    for (size_t i = 2; i < args.operands.size(); ++i) {
+      const std::string& operand = args.operands[i];
+      const size_t equals = operand.find('=');
+      if (equals == std::string::npos || equals == 0) {
+        return Usage(absl::StrCat("plan settings are DDO_X=VALUE, not '", operand, "'"));
+      }
+      (*request->mutable_settings())[operand.substr(0, equals)] = operand.substr(equals + 1);
+    }
+    ddo::v1::PlanExplanation plan;
+    if (auto status = Call(connection, &Stub::ExplainPlan, *request, &plan); !status.ok()) {
+      return RpcFailed("ExplainPlan", status);
+    }
+    std::fputs(args.json ? ToJson(plan).c_str() : ddo::FormatPlan(plan).c_str(), stdout);
+    return kExitOk;
+  }
   if (args.command == "stats") {
     ddo::v1::Stats stats;
     if (auto status = Call(connection, &Stub::GetStats, ddo::v1::GetStatsRequest(), &stats);
@@ -225,6 +254,8 @@ int main(int argc, char** argv) {
       if (!text || !absl::SimpleAtod(*text, &args.timeout_seconds) || args.timeout_seconds <= 0) {
         return Usage("--timeout needs a number of seconds > 0");
       }
+    } else if (word == "--explain" && args.command == "plan") {
+      args.operands.push_back(word);  // plan's own option
     } else if (word.rfind("--", 0) == 0) {
       return Usage(absl::StrCat("unknown option '", word, "'"));
     } else if (args.command.empty()) {
@@ -236,8 +267,8 @@ int main(int argc, char** argv) {
   if (args.command.empty()) {
     return Usage("no command given");
   }
-  static const std::set<std::string> kCommands = {"status",   "presets",    "settings", "stats",
-                                                  "sessions", "components", "evict"};
+  static const std::set<std::string> kCommands = {"status",   "presets",    "settings", "plan",
+                                                  "stats",    "sessions",   "components", "evict"};
   if (kCommands.count(args.command) == 0) {
     return Usage(absl::StrCat("unknown command '", args.command, "'"));
   }

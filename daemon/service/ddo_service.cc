@@ -1,5 +1,6 @@
 #include "daemon/service/ddo_service.h"
 
+#include "daemon/policy/plan_explainer.h"
 #include "daemon/policy/settings_resolver.h"
 
 #include "absl/strings/str_cat.h"
@@ -167,9 +168,30 @@ grpc::Status DdoService::ResolveSettings(grpc::ServerContext*,
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::ExplainPlan(grpc::ServerContext*, const ddo::v1::ExplainPlanRequest*,
-                                     ddo::v1::PlanExplanation*) {
-  return NotYet("ExplainPlan", "the planner");
+grpc::Status DdoService::ExplainPlan(grpc::ServerContext*,
+                                     const ddo::v1::ExplainPlanRequest* request,
+                                     ddo::v1::PlanExplanation* response) {
+  constexpr char kMethod[] = "ExplainPlan";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  MachineFacts machine;
+  machine.platform.wsl = context_.wsl;
+  machine.platform.windows = context_.windows;
+  // The device's VRAM: the one named, else the first GPU; unknown on the host backend.
+  for (const GpuDevice& gpu : context_.gpus.devices) {
+    const bool named = request->device_uuid() == gpu.uuid ||
+                       request->device_uuid() == absl::StrCat("cuda:", gpu.ordinal);
+    if (named || (request->device_uuid().empty() && gpu.ordinal == 0)) {
+      machine.total_vram_gib = gpu.total_bytes / (1024.0 * 1024.0 * 1024.0);
+    }
+  }
+  machine.available_ram_gib =
+      QuerySystemInfo(context_.options.available_ram_override_gb).memory.available_bytes /
+      (1024.0 * 1024.0 * 1024.0);
+  absl::StatusOr<ddo::v1::PlanExplanation> plan =
+      ddo::ExplainPlan(*request, context_.options.setting_environment, machine);
+  if (!plan.ok()) return Finish(kMethod, plan.status());
+  *response = *std::move(plan);
+  return Finish(kMethod, absl::OkStatus());
 }
 
 grpc::Status DdoService::RegisterComponent(grpc::ServerContext*,

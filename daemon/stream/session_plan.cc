@@ -51,31 +51,6 @@ bool IsDigits(absl::string_view text) {
   });
 }
 
-// Block of each streamable module path: the outermost "<prefix>.<digits>" whose prefix has at
-// least two distinct indices among the paths; "" when none.
-std::map<std::string, std::string> BlocksOf(const std::vector<std::string>& module_paths) {
-  std::map<std::string, std::set<std::string>> members;  // prefix -> block paths
-  for (const std::string& path : module_paths) {
-    std::vector<std::string> parts = absl::StrSplit(path, '.');
-    for (size_t i = 1; i < parts.size(); ++i) {
-      if (!IsDigits(parts[i])) continue;
-      const std::string prefix = absl::StrJoin(parts.begin(), parts.begin() + i, ".");
-      members[prefix].insert(absl::StrCat(prefix, ".", parts[i]));
-    }
-  }
-  std::map<std::string, std::string> block_of;
-  for (const std::string& path : module_paths) {
-    std::vector<std::string> parts = absl::StrSplit(path, '.');
-    std::string block;
-    for (size_t i = 1; i < parts.size() && block.empty(); ++i) {
-      if (!IsDigits(parts[i])) continue;
-      const std::string prefix = absl::StrJoin(parts.begin(), parts.begin() + i, ".");
-      if (members[prefix].size() >= 2) block = absl::StrCat(prefix, ".", parts[i]);
-    }
-    block_of[path] = block;
-  }
-  return block_of;
-}
 
 // The seed's candidate order (research/seed-ddo.md §4.3 step 6).
 std::vector<size_t> SelectionOrder(const std::vector<uint64_t>& sizes, uint64_t budget,
@@ -117,6 +92,30 @@ std::vector<size_t> SelectionOrder(const std::vector<uint64_t>& sizes, uint64_t 
 }
 
 }  // namespace
+
+std::map<std::string, std::string> BlocksOf(const std::vector<std::string>& module_paths) {
+  std::map<std::string, std::set<std::string>> members;  // prefix -> block paths
+  for (const std::string& path : module_paths) {
+    std::vector<std::string> parts = absl::StrSplit(path, '.');
+    for (size_t i = 1; i < parts.size(); ++i) {
+      if (!IsDigits(parts[i])) continue;
+      const std::string prefix = absl::StrJoin(parts.begin(), parts.begin() + i, ".");
+      members[prefix].insert(absl::StrCat(prefix, ".", parts[i]));
+    }
+  }
+  std::map<std::string, std::string> block_of;
+  for (const std::string& path : module_paths) {
+    std::vector<std::string> parts = absl::StrSplit(path, '.');
+    std::string block;
+    for (size_t i = 1; i < parts.size() && block.empty(); ++i) {
+      if (!IsDigits(parts[i])) continue;
+      const std::string prefix = absl::StrJoin(parts.begin(), parts.begin() + i, ".");
+      if (members[prefix].size() >= 2) block = absl::StrCat(prefix, ".", parts[i]);
+    }
+    block_of[path] = block;
+  }
+  return block_of;
+}
 
 absl::StatusOr<StreamSettings> ParseStreamSettings(
     const std::map<std::string, std::string>& values) {

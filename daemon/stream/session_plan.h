@@ -78,6 +78,11 @@ struct SessionPlan {
   uint64_t device_bytes() const { return slab_bytes + ring_bytes(); }
 };
 
+// The block of each module path: the outermost "<prefix>.<digits>" whose prefix has at least
+// two distinct indices among the paths ("transformer_blocks.3", not
+// "transformer_blocks.3.ff.net.2"); "" when none.
+std::map<std::string, std::string> BlocksOf(const std::vector<std::string>& module_paths);
+
 // Plans a session. `streamable` names tensors of `tensors`; each must be a 2-D floating
 // ".weight" (InvalidArgument otherwise). ResourceExhausted when the VRAM budget cannot hold the
 // resident tensors, the ring and the activation reserve.

@@ -36,6 +36,9 @@ from .lease import Lease
 from ._closeable import Closeable
 
 if TYPE_CHECKING:
+    from torch import nn
+
+    from ._proto import sessions_pb2
     from .resolved_settings import ResolvedSettings
     import torch
     from torch import nn
@@ -226,6 +229,22 @@ class DdoClient(Closeable):
         from .resolved_settings import resolve_settings
 
         return resolve_settings(self, preset, **kwargs)
+
+    def explain_plan(
+        self,
+        module: "nn.Module",
+        *,
+        component: str = "",
+        device: str = "",
+        settings: Optional[Mapping[str, str]] = None,
+    ) -> "sessions_pb2.PlanExplanation":
+        """ddod's whole decision for ``module`` (route, resident budget, units, ring, every
+        decision with its reason) without uploading anything. ``settings`` are explicit
+        overrides by DDO_* name (DDO_PRESET among them picks the preset; default auto)."""
+        from .layout import explain_request
+
+        request = explain_request(module, component=component, device=device, settings=settings)
+        return self._unary("ExplainPlan", request)
 
     def health(self, service: str = "") -> str:
         """The standard health status of ``service`` ("" is the daemon), e.g. ``"SERVING"``."""
