@@ -43,12 +43,16 @@ __all__ = [
     "SessionClosedError",
     "DaemonGoneError",
     "StreamingSession",
+    "detect_quantized_backend_modules",
+    "ResolvedSettings",
 ]
 
 _LAZY = {
     "AttachedComponent": "attached",
     "BindResult": "attached",
     "StreamingSession": "streaming",
+    "detect_quantized_backend_modules": "quantized",
+    "ResolvedSettings": "resolved_settings",
 }
 
 

@@ -57,6 +57,7 @@ from . import dtypes
 from .control_block import DEFAULT_STALL_TIMEOUT_S, ControlBlock, Doorbell
 from .errors import BindError, ConfigurationError, DaemonError, DdoError, describe_names
 from .module_tensors import ModuleTensor, alias_groups, module_tensors
+from .quantized import is_plain_tensor
 from .ring_consumer import RingConsumer, RingEvents, UnitViews
 from .shm import SegmentMapping
 
@@ -89,9 +90,11 @@ def _is_linear_weight(entry: ModuleTensor) -> bool:
         type(owner) is nn.Linear
         and entry.attribute == "weight"
         and not entry.is_buffer
+        and is_plain_tensor(tensor)  # never a quantized or packed tensor subclass
         and tensor.dim() == 2
         and tensor.is_floating_point()
         and tuple(tensor.shape) == (owner.out_features, owner.in_features)
+        and not hasattr(owner, "sdnq_dequantizer")
     )
 
 

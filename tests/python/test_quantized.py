@@ -1,0 +1,94 @@
+"""Quantized and packed weights are recognised by class (without importing the backends) and
+never reach the dense-Linear streaming path."""
+
+import torch
+from torch import nn
+
+from diffusers_dynamic_offloader.quantized import (
+    detect_quantized_backend_modules,
+    is_plain_tensor,
+    quantized_backend_of,
+)
+from diffusers_dynamic_offloader.streaming import streamable_weights
+
+
+def fake_class(name: str, module: str, bases=(nn.Module,), body=None) -> type:
+    """A class named and placed like a backend's own (the backends are not installed here)."""
+    namespace = dict(body or {})
+    namespace["__module__"] = module
+    return type(name, bases, namespace)
+
+
+def with_weight(module: nn.Module, tensor: torch.Tensor) -> nn.Module:
+    module._parameters["weight"] = tensor  # as the backends install their parameters
+    return module
+
+
+def subclass_tensor(name: str, module: str) -> torch.Tensor:
+    kind = fake_class(name, module, bases=(torch.Tensor,))
+    return torch.Tensor._make_subclass(kind, torch.zeros(8, 16))
+
+
+def examples():
+    sdnq = nn.Linear(16, 8)
+    sdnq.sdnq_dequantizer = object()
+    Linear4bit = fake_class("Linear4bit", "bitsandbytes.nn.modules")
+    Params4bit = fake_class("Params4bit", "bitsandbytes.nn.modules", bases=(nn.Parameter,))
+    QLinear = fake_class("QLinear", "optimum.quanto.nn.qlinear")
+    GGUFParameter = fake_class("GGUFParameter", "diffusers.quantizers.gguf.utils",
+                               bases=(nn.Parameter,))
+    packed = nn.Linear(16, 9)
+    packed.weight = nn.Parameter(torch.zeros(9, 8, dtype=torch.uint8), requires_grad=False)
+    return {
+        "sdnq": sdnq,
+        "bnb_module": Linear4bit(),
+        "bnb_parameter": with_weight(nn.Linear(16, 8), Params4bit(torch.zeros(8, 16), requires_grad=False)),
+        "quanto_module": QLinear(),
+        "quanto_tensor": with_weight(nn.Linear(16, 8), subclass_tensor("WeightQBytesTensor", "optimum.quanto.tensor")),
+        "torchao": with_weight(nn.Linear(16, 8), subclass_tensor("AffineQuantizedTensor", "torchao.dtypes")),
+        "gguf": with_weight(nn.Linear(16, 8), GGUFParameter(torch.zeros(8, 16), requires_grad=False)),
+        "other_subclass": with_weight(nn.Linear(16, 8), subclass_tensor("MyPackedTensor", "mylib")),
+        "packed": packed,
+        "dense": nn.Linear(16, 8),
+    }
+
+
+EXPECTED = {
+    "sdnq": "sdnq", "bnb_module": "bitsandbytes", "bnb_parameter": "bitsandbytes",
+    "quanto_module": "quanto", "quanto_tensor": "quanto", "torchao": "torchao", "gguf": "gguf",
+    "other_subclass": "tensor_subclass", "packed": "packed", "dense": "",
+}
+
+
+def test_every_backend_is_recognised_by_its_classes():
+    for name, module in examples().items():
+        backend, reason = quantized_backend_of(module)
+        assert backend == EXPECTED[name], (name, backend, reason)
+        assert bool(reason) == bool(backend)
+
+
+def test_the_payload_extends_the_seeds():
+    model = nn.Sequential(*examples().values())
+    payload = detect_quantized_backend_modules(model)
+    # The seed's keys for SDNQ, and the same shape for every other backend.
+    assert payload["sdnq_module_count"] == 1
+    assert payload["sdnq_status"] == "detected_forward_preserved"
+    assert payload["bitsandbytes_module_count"] == 2
+    assert payload["quantized_backends"] == sorted(set(EXPECTED.values()) - {""})
+    assert payload["quantized_modules"]["6"] == "gguf"
+    assert detect_quantized_backend_modules(nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))) == {}
+
+
+def test_only_plain_dense_linear_weights_are_streamable():
+    modules = examples()
+    model = nn.Sequential(*modules.values())
+    names = streamable_weights(model)
+    dense_index = list(modules).index("dense")
+    assert names == [f"{dense_index}.weight"]
+
+
+def test_plain_tensors():
+    assert is_plain_tensor(torch.zeros(2))
+    assert is_plain_tensor(nn.Parameter(torch.zeros(2)))
+    assert not is_plain_tensor(subclass_tensor("X", "x"))
+    assert not is_plain_tensor(torch.zeros(2, 2).to_sparse())
