@@ -45,6 +45,12 @@ __all__ = [
     "StreamingSession",
     "detect_quantized_backend_modules",
     "ResolvedSettings",
+    "DDO_PRESETS",
+    "get_dynamic_offload_presets",
+    "resolve_dynamic_offload_preset",
+    "format_dynamic_offload_presets",
+    "is_wsl_environment",
+    "get_available_system_ram_gb",
 ]
 
 _LAZY = {
@@ -53,6 +59,12 @@ _LAZY = {
     "StreamingSession": "streaming",
     "detect_quantized_backend_modules": "quantized",
     "ResolvedSettings": "resolved_settings",
+    "DDO_PRESETS": "presets",
+    "get_dynamic_offload_presets": "presets",
+    "resolve_dynamic_offload_preset": "presets",
+    "format_dynamic_offload_presets": "presets",
+    "is_wsl_environment": "presets",
+    "get_available_system_ram_gb": "presets",
 }
 
 

@@ -1,0 +1,148 @@
+"""The seed's preset functions, answered by ddod (its preset table is the one truth).
+
+``DDO_PRESETS`` behaves as the seed's dict of preset name -> {DDO_* variable: value}; it is
+read from ddod on first use. The functions take an optional ``client``; without one they use
+the process's shared connection (:mod:`diffusers_dynamic_offloader.default_client`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Dict, Iterator, Optional
+
+from ._proto import settings_pb2
+
+if TYPE_CHECKING:
+    from .client import DdoClient
+
+
+def _listing(client: Optional["DdoClient"]) -> settings_pb2.ListPresetsResponse:
+    if client is None:
+        from .default_client import default_client
+
+        client = default_client()
+    return client.presets()
+
+
+def get_dynamic_offload_presets(client: Optional["DdoClient"] = None) -> Dict[str, Dict[str, str]]:
+    """A fresh copy of every preset: name -> {DDO_* variable: value}."""
+    listing = _listing(client)
+    return {preset.name: dict(preset.values) for preset in listing.presets}
+
+
+class _DaemonPresets(Mapping):
+    """``DDO_PRESETS``: read-only, loaded from ddod on first access."""
+
+    def __init__(self) -> None:
+        self._presets: Optional[Dict[str, Dict[str, str]]] = None
+
+    def _load(self) -> Dict[str, Dict[str, str]]:
+        if self._presets is None:
+            self._presets = get_dynamic_offload_presets()
+        return self._presets
+
+    def __getitem__(self, name: str) -> Dict[str, str]:
+        return copy.deepcopy(self._load()[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __repr__(self) -> str:
+        return f"DDO_PRESETS({sorted(self._load())})" if self._presets else "DDO_PRESETS(<not loaded>)"
+
+
+DDO_PRESETS: Mapping = _DaemonPresets()
+
+
+def resolve_dynamic_offload_preset(
+    requested: Optional[str], *, running_on_wsl: Optional[bool] = None,
+    client: Optional["DdoClient"] = None,
+) -> str:
+    """The effective preset name: stripped and lowercased, ``auto`` -> ``one_shot_fast`` on
+    every platform (``running_on_wsl`` is accepted and ignored, as in the seed), ``""`` stays
+    ``""`` (no preset).
+
+    Raises:
+        ValueError: ``Invalid DDO_PRESET='x'. Valid values: auto, <sorted presets>``.
+    """
+    del running_on_wsl  # the seed ignores it too
+    name = (requested or "").strip().lower()
+    if not name:
+        return ""
+    listing = _listing(client)
+    aliases = dict(listing.aliases)
+    names = {preset.name for preset in listing.presets}
+    name = aliases.get(name, name)
+    if name not in names:
+        valid = ", ".join(sorted(aliases) + sorted(names))
+        raise ValueError(f"Invalid DDO_PRESET={requested!r}. Valid values: {valid}")
+    return name
+
+
+def format_dynamic_offload_presets(
+    *, default_preset: str = "auto", running_on_wsl: Optional[bool] = None,
+    client: Optional["DdoClient"] = None,
+) -> str:
+    """The seed's text listing: ``DDO presets``, the aliases (``  auto -> one_shot_fast``), then
+    every preset in sorted order with its sorted ``KEY=VALUE`` lines (or ``<no preset
+    values>``). The preset ``default_preset`` resolves to is marked ``(default)``."""
+    listing = _listing(client)
+    default = resolve_dynamic_offload_preset(default_preset, running_on_wsl=running_on_wsl,
+                                             client=client) if default_preset else ""
+    lines = ["DDO presets"]
+    for alias, target in sorted(listing.aliases.items()):
+        lines.append(f"  {alias} -> {target}")
+    for preset in sorted(listing.presets, key=lambda p: p.name):
+        marker = " (default)" if preset.name == default else ""
+        lines.append(f"  {preset.name}{marker}: {preset.description}")
+        if preset.values:
+            lines.extend(f"    {key}={value}" for key, value in sorted(preset.values.items()))
+        else:
+            lines.append("    <no preset values>")
+    return "\n".join(lines) + "\n"
+
+
+def is_wsl_environment() -> bool:
+    """True under WSL: ``microsoft`` or ``wsl`` in the kernel release (lowercased), else in
+    ``/proc/version``; False on Windows and on any read error (the seed's rule)."""
+    if os.name == "nt":
+        return False
+    try:
+        release = os.uname().release.lower()
+    except (AttributeError, OSError):
+        release = ""
+    if "microsoft" in release or "wsl" in release:
+        return True
+    try:
+        with open("/proc/version", encoding="utf-8", errors="replace") as file:
+            version = file.read().lower()
+    except OSError:
+        return False
+    return "microsoft" in version or "wsl" in version
+
+
+def get_available_system_ram_gb() -> float:
+    """Available RAM in GiB, rounded to 4 decimals: psutil's ``available`` when psutil is
+    installed, else Linux's MemAvailable, else free pages (``sysconf``); 0.0 when unknown."""
+    try:
+        import psutil  # type: ignore
+
+        return round(psutil.virtual_memory().available / 2**30, 4)
+    except Exception:  # noqa: BLE001 - psutil missing or failing: next method
+        pass
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as file:
+            for line in file:
+                if line.startswith("MemAvailable:"):
+                    return round(int(line.split()[1]) * 1024 / 2**30, 4)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**30, 4)
+    except (ValueError, OSError, AttributeError):
+        return 0.0
