@@ -51,6 +51,13 @@ __all__ = [
     "format_dynamic_offload_presets",
     "is_wsl_environment",
     "get_available_system_ram_gb",
+    "enable_offload",
+    "enable_pipeline_offload",
+    "enable_dynamic_offload",
+    "enable_diffusers_group_offload",
+    "remove_dynamic_offload",
+    "DynamicOffloadApplyResult",
+    "DiffusersGroupOffloadResult",
 ]
 
 _LAZY = {
@@ -65,6 +72,13 @@ _LAZY = {
     "format_dynamic_offload_presets": "presets",
     "is_wsl_environment": "presets",
     "get_available_system_ram_gb": "presets",
+    "enable_offload": "offload_api",
+    "enable_pipeline_offload": "offload_api",
+    "enable_dynamic_offload": "offload_api",
+    "enable_diffusers_group_offload": "offload_api",
+    "remove_dynamic_offload": "offload_api",
+    "DynamicOffloadApplyResult": "offload_api",
+    "DiffusersGroupOffloadResult": "offload_api",
 }
 
 

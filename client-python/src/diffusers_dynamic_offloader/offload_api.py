@@ -1,0 +1,362 @@
+"""The seed's entry points, backed by ddod: ``enable_offload``, ``enable_pipeline_offload``,
+``enable_dynamic_offload`` and ``enable_diffusers_group_offload``.
+
+ddod decides: the settings are resolved by ``ResolveSettings`` (explicit keywords > the DDO_*
+environment > ddod's environment > the preset > defaults), the route per component follows
+from them, and a component whose weights are quantized or packed is diverted to Diffusers
+group offload when its route was left to ``auto``. The DDO route uploads the component into
+ddod's pool (a warm hit when ddod already holds the same bytes) and opens a streaming session
+on the execution device; the group route calls ``diffusers.hooks.apply_group_offloading``
+with the resolved arguments; ``none`` moves the module to the execution device.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Union
+
+import torch
+from torch import nn
+
+from .errors import ConfigurationError
+from .quantized import detect_quantized_backend_modules
+from .resolved_settings import ResolvedSettings
+
+#: Keyword overrides of the seed's DynamicOffloadConfig, by field name -> DDO_* variable.
+CONFIG_FIELDS: Dict[str, str] = {
+    "execution_mode": "DDO_EXECUTION_MODE",
+    "linear_runtime_strategy": "DDO_LINEAR_RUNTIME_STRATEGY",
+    "pin_cpu_memory": "DDO_PIN_CPU_MEMORY",
+    "allow_pin_memory_fallback": "DDO_ALLOW_PIN_MEMORY_FALLBACK",
+    "pin_cpu_workers": "DDO_PIN_CPU_WORKERS",
+    "cache_plan": "DDO_CACHE_PLAN",
+    "cache_pinned_weights": "DDO_CACHE_PINNED_WEIGHTS",
+    "pinned_weight_cache_namespace": "DDO_PINNED_WEIGHT_CACHE_NAMESPACE",
+    "auto_budget_policy": "DDO_AUTO_BUDGET_POLICY",
+    "max_resident_module_budget_gb": "DDO_MAX_RESIDENT_MODULE_BUDGET_GB",
+    "auto_vram_headroom_gb": "DDO_AUTO_VRAM_HEADROOM_GB",
+    "auto_full_pin_min_model_to_vram_ratio": "DDO_AUTO_FULL_PIN_MIN_MODEL_TO_VRAM_RATIO",
+    "max_pin_weight_budget_gb": "DDO_MAX_PIN_WEIGHT_BUDGET_GB",
+    "system_ram_headroom_gb": "DDO_SYSTEM_RAM_HEADROOM_GB",
+    "pin_weight_budget_gb": "DDO_PIN_WEIGHT_BUDGET_GB",
+    "pin_weight_budget_ratio": "DDO_PIN_WEIGHT_BUDGET_RATIO",
+    "pin_weight_selection": "DDO_PIN_WEIGHT_SELECTION",
+    "resident_module_budget_gb": "DDO_RESIDENT_MODULE_BUDGET_GB",
+    "resident_module_patterns": "DDO_RESIDENT_MODULE_PATTERNS",
+    "resident_module_selection": "DDO_RESIDENT_MODULE_SELECTION",
+    "small_tensor_threshold_kb": "DDO_SMALL_TENSOR_THRESHOLD_KB",
+    "always_resident_modules_pattern": "DDO_ALWAYS_RESIDENT_MODULE_PATTERNS",
+    "stream_unit": "DDO_STREAM_UNIT",
+    "ring_slots": "DDO_RING_SLOTS",
+    "vram_budget_gb": "DDO_VRAM_BUDGET_GB",
+    "activation_reserve_gb": "DDO_ACTIVATION_RESERVE_GB",
+}
+
+#: The resolved settings a streaming session reads (docs/streaming.md).
+SESSION_SETTINGS = (
+    "DDO_STREAM_UNIT", "DDO_RING_SLOTS", "DDO_VRAM_BUDGET_GB", "DDO_ACTIVATION_RESERVE_GB",
+    "DDO_RESIDENT_MODULE_BUDGET_GB", "DDO_RESIDENT_MODULE_SELECTION",
+    "DDO_SMALL_TENSOR_THRESHOLD_KB", "DDO_ALWAYS_RESIDENT_MODULE_PATTERNS",
+)
+
+VALID_ROUTES = "auto, dynamic_offload, diffusers_group_offload, none"
+EventCallback = Callable[..., Any]
+
+
+@dataclass
+class DynamicOffloadApplyResult:
+    """What ``enable_offload`` did to one component (the seed's result object).
+
+    ``hook`` is the :class:`StreamingSession` on the DDO route (close it, or call
+    :func:`remove_dynamic_offload`, to give the device memory back), else None.
+    """
+
+    module: nn.Module
+    component: str
+    route: str
+    settings: ResolvedSettings
+    hook: Any = None
+    should_move_to_execution_device: bool = False
+    event_payload: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DiffusersGroupOffloadResult:
+    module: nn.Module
+    event_payload: Dict[str, Any] = field(default_factory=dict)
+
+
+def _client(client):
+    if client is not None:
+        return client
+    from .default_client import default_client
+
+    return default_client()
+
+
+def _bool_text(value: bool) -> str:
+    return "1" if value else "0"
+
+
+def _prefix(component: str) -> str:
+    """The seed's DDO_<C>_ prefix of a component name."""
+    out, pending = [], False
+    for char in component.upper():
+        if char.isascii() and char.isalnum():
+            if pending and out:
+                out.append("_")
+            pending = False
+            out.append(char)
+        else:
+            pending = True
+    return "DDO_" + ("".join(out) or "MODEL") + "_"
+
+
+def resolve_offload_settings(
+    *,
+    components: Iterable[str],
+    preset: str = "auto",
+    environ: Optional[Mapping[str, str]] = None,
+    use_environment: bool = True,
+    overrides: Optional[Mapping[str, object]] = None,
+    component_policies: Optional[Mapping[str, Mapping[str, object]]] = None,
+    client=None,
+) -> ResolvedSettings:
+    """ddod's settings for these components (``use_environment=False``: an empty environment,
+    as in the seed)."""
+    return _client(client).resolve_settings(
+        preset, environ=environ if use_environment else {}, overrides=overrides or {},
+        components=list(components), component_policies=component_policies,
+    )
+
+
+def enable_offload(
+    module: nn.Module,
+    *,
+    settings: Optional[ResolvedSettings] = None,
+    component: str = "model",
+    preset: str = "auto",
+    route: Optional[str] = None,
+    group_offload: Optional[bool] = None,
+    dynamic_offload: Optional[bool] = None,
+    offload_type: Optional[str] = None,
+    use_stream: Optional[bool] = None,
+    record_stream: Optional[bool] = None,
+    group_low_cpu_mem_usage: Optional[bool] = None,
+    num_blocks_per_group: Optional[int] = None,
+    execution_device: Union[str, torch.device] = "cuda:0",
+    offload_device: Union[str, torch.device] = "cpu",
+    low_cpu_mem_usage: bool = True,
+    environ: Optional[Mapping[str, str]] = None,
+    use_environment: bool = True,
+    component_policies: Optional[Mapping[str, Mapping[str, object]]] = None,
+    apply_hook: bool = True,
+    record_event: Optional[EventCallback] = None,
+    dynamic_event_name: Optional[str] = None,
+    group_event_name: Optional[str] = None,
+    cache_key: Optional[str] = None,
+    client=None,
+    **config_overrides: Any,
+) -> DynamicOffloadApplyResult:
+    """Routes one component (the seed's ``enable_offload``): DDO streaming, Diffusers group
+    offload, or nothing, as ddod's resolved settings say.
+
+    ``cache_key``: the key the component is stored under in ddod; by default the module's class
+    and the component name, with a content hash so that different weights never share a key's
+    warm copy (hashing reads every byte once per process; pass your own key to skip it).
+
+    Raises:
+        ValueError: an invalid route ("Valid values: auto, dynamic_offload, ...").
+        TypeError: a keyword that is no DynamicOffloadConfig field.
+        DaemonError: ddod refused a setting (INVALID_ARGUMENT names it).
+    """
+    unknown = sorted(set(config_overrides) - set(CONFIG_FIELDS))
+    if unknown:
+        raise TypeError(f"Unknown DynamicOffloadConfig override(s): {', '.join(unknown)}")
+    prefix = _prefix(component)
+    overrides: Dict[str, object] = {CONFIG_FIELDS[name]: value for name, value in config_overrides.items()}
+    explicit_route = route is not None and route.strip().lower() != "auto"
+    for suffix, value in (("ROUTE", route), ("GROUP_OFFLOAD", group_offload),
+                          ("DYNAMIC_OFFLOAD", dynamic_offload), ("OFFLOAD_TYPE", offload_type),
+                          ("OFFLOAD_STREAM", use_stream), ("OFFLOAD_RECORD_STREAM", record_stream),
+                          ("OFFLOAD_LOW_CPU_MEM_USAGE", group_low_cpu_mem_usage),
+                          ("NUM_BLOCKS_PER_GROUP", num_blocks_per_group)):
+        if value is not None:
+            overrides[prefix + suffix] = value
+    if not low_cpu_mem_usage and group_low_cpu_mem_usage is None:
+        overrides[prefix + "OFFLOAD_LOW_CPU_MEM_USAGE"] = False
+    if route is not None and route.strip().lower() not in {
+            "auto", "dynamic_offload", "diffusers_group_offload", "none", "diffusers",
+            "diffusers_group", "group", "group_offload", "dynamic", "ddo", "cuda", "standard", "off"}:
+        raise ValueError(f"Invalid route {route!r}. Valid values: {VALID_ROUTES}")
+    client = _client(client)
+    if settings is None or overrides:
+        settings = resolve_offload_settings(
+            components=[component], preset=preset, environ=environ,
+            use_environment=use_environment, overrides=overrides,
+            component_policies=component_policies, client=client)
+    values = settings.components.get(component)
+    if values is None:  # pre-resolved for other components
+        settings = resolve_offload_settings(
+            components=[component], preset=preset, environ=environ,
+            use_environment=use_environment, overrides=overrides,
+            component_policies=component_policies, client=client)
+        values = settings.components[component]
+
+    chosen = values[prefix + "ROUTE"]
+    payload: Dict[str, Any] = {"component": component, "preset": settings.effective_preset}
+    quantized = detect_quantized_backend_modules(module)
+    if quantized:
+        payload["quantized_backend"] = quantized
+        route_left_to_policy = chosen.source in ("default", "preset") and not explicit_route
+        if chosen.value == "dynamic_offload" and route_left_to_policy:
+            chosen = type(chosen)("diffusers_group_offload", "quantized_backend")
+            payload["route_reason"] = "quantized weights are moved whole by Diffusers group offload"
+    payload["route"] = chosen.value
+    result = DynamicOffloadApplyResult(module, component, chosen.value, settings)
+    started = time.perf_counter()
+
+    if chosen.value == "dynamic_offload":
+        enabled = (settings.value("DDO_EXECUTION_MODE") != "plan"
+                   or settings.value("DDO_PLAN") == "1")
+        if apply_hook and enabled:
+            key = cache_key or f"{type(module).__module__}.{type(module).__qualname__}/{component}"
+            client.register_module(key, module, content_hash=cache_key is None)
+            session_settings = {name: settings.value(name) for name in SESSION_SETTINGS
+                                if settings.values.get(name) and settings.value(name) != ""}
+            result.hook = client.stream(module, key, device=_device_text(execution_device),
+                                        settings=session_settings)
+            payload.update({"cache_key": key, "session": result.hook.stats()})
+        else:
+            result.should_move_to_execution_device = True
+        _fire(record_event, dynamic_event_name or f"setup_{component}_dynamic_offload",
+              started, payload)
+    elif chosen.value == "diffusers_group_offload":
+        group = enable_diffusers_group_offload(
+            module,
+            onload_device=execution_device,
+            offload_device=offload_device,
+            offload_type=values[prefix + "OFFLOAD_TYPE"].value,
+            use_stream=values[prefix + "OFFLOAD_STREAM"].value == "1",
+            record_stream=values[prefix + "OFFLOAD_RECORD_STREAM"].value == "1",
+            low_cpu_mem_usage=values[prefix + "OFFLOAD_LOW_CPU_MEM_USAGE"].value == "1",
+            num_blocks_per_group=int(values[prefix + "NUM_BLOCKS_PER_GROUP"].value or 1),
+            apply_hook=apply_hook,
+        )
+        payload.update(group.event_payload)
+        _fire(record_event, group_event_name or f"setup_{component}_group_offload", started, payload)
+    else:
+        if apply_hook:
+            module.to(_device_text(execution_device))
+            payload["unmanaged_module_moved_to_execution_device"] = True
+            _fire(record_event, f"move_{component}_to_execution_device", started, payload)
+        else:
+            result.should_move_to_execution_device = True
+    result.event_payload = payload
+    return result
+
+
+def enable_dynamic_offload(module: nn.Module, **kwargs: Any) -> DynamicOffloadApplyResult:
+    """The DDO route, whatever the component's policy says."""
+    kwargs["route"] = "dynamic_offload"
+    return enable_offload(module, **kwargs)
+
+
+def enable_diffusers_group_offload(
+    module: nn.Module,
+    *,
+    onload_device: Union[str, torch.device] = "cuda:0",
+    offload_device: Union[str, torch.device] = "cpu",
+    offload_type: str = "leaf_level",
+    use_stream: bool = True,
+    record_stream: bool = False,
+    low_cpu_mem_usage: bool = True,
+    num_blocks_per_group: int = 1,
+    apply_hook: bool = True,
+    record_event: Optional[EventCallback] = None,
+    event_name: str = "setup_diffusers_group_offload",
+) -> DiffusersGroupOffloadResult:
+    """``diffusers.hooks.apply_group_offloading`` with the seed's arguments:
+    ``num_blocks_per_group`` only for ``block_level``."""
+    kwargs: Dict[str, Any] = {
+        "onload_device": torch.device(onload_device),
+        "offload_device": torch.device(offload_device),
+        "offload_type": offload_type,
+        "use_stream": use_stream,
+        "record_stream": record_stream,
+        "low_cpu_mem_usage": low_cpu_mem_usage,
+    }
+    if offload_type == "block_level":
+        kwargs["num_blocks_per_group"] = num_blocks_per_group
+    payload = {key: value for key, value in kwargs.items() if key not in ("onload_device", "offload_device")}
+    started = time.perf_counter()
+    if apply_hook:
+        try:
+            from diffusers.hooks import apply_group_offloading
+        except ImportError as error:
+            raise ConfigurationError(
+                "the Diffusers group-offload route needs the diffusers package "
+                f"({error}); install it or choose another route") from error
+        apply_group_offloading(module, **kwargs)
+        _fire(record_event, event_name, started, payload)
+    return DiffusersGroupOffloadResult(module, payload)
+
+
+def enable_pipeline_offload(
+    pipeline: Any,
+    *,
+    settings: Optional[ResolvedSettings] = None,
+    components: Union[None, Mapping[str, Any], Iterable[str]] = None,
+    preset: str = "auto",
+    environ: Optional[Mapping[str, str]] = None,
+    use_environment: bool = True,
+    client=None,
+    **kwargs: Any,
+) -> Dict[str, DynamicOffloadApplyResult]:
+    """Routes every ``nn.Module`` component of a Diffusers pipeline, a ModularPipeline, a
+    mapping, or the named attributes (schedulers, tokenizers and other non-modules are
+    skipped). Settings are resolved once, for all components, and shared."""
+    found = _pipeline_components(pipeline, components)
+    client = _client(client)
+    if settings is None:
+        settings = resolve_offload_settings(
+            components=list(found), preset=preset, environ=environ,
+            use_environment=use_environment, client=client)
+    results = {}
+    for name, module in found.items():
+        results[name] = enable_offload(module, settings=settings, component=name, preset=preset,
+                                       environ=environ, use_environment=use_environment,
+                                       client=client, **kwargs)
+    return results
+
+
+def remove_dynamic_offload(result: DynamicOffloadApplyResult) -> None:
+    """Closes the component's streaming session (the module goes back to host views)."""
+    if result.hook is not None:
+        result.hook.close()
+        result.hook = None
+
+
+def _pipeline_components(pipeline: Any, components) -> Dict[str, nn.Module]:
+    if isinstance(components, Mapping):
+        items = list(components.items())
+    elif components is not None:
+        items = [(name, getattr(pipeline, name, None)) for name in components]
+    elif isinstance(getattr(pipeline, "components", None), Mapping):
+        items = list(pipeline.components.items())
+    elif isinstance(pipeline, Mapping):
+        items = list(pipeline.items())
+    else:
+        items = [(name, getattr(pipeline, name, None))
+                 for name in ("text_encoder", "text_encoder_2", "transformer", "unet", "vae")]
+    return {name: module for name, module in items if isinstance(module, nn.Module)}
+
+
+def _device_text(device: Union[str, torch.device]) -> str:
+    return str(torch.device(device)) if not isinstance(device, str) else device
+
+
+def _fire(callback: Optional[EventCallback], name: str, started: float, payload: Dict[str, Any]) -> None:
+    if callback is not None:
+        callback(name, time.perf_counter() - started, **payload)

@@ -1,0 +1,121 @@
+"""The seed's entry points against a real ddod: routing by ddod's resolved settings, the DDO
+route streaming on the host backend, the Diffusers group route's arguments, quantized
+diversion, pipelines."""
+
+import sys
+import types
+
+import pytest
+import torch
+from torch import nn
+
+from diffusers_dynamic_offloader import DdoClient
+from diffusers_dynamic_offloader.offload_api import (
+    enable_diffusers_group_offload,
+    enable_offload,
+    enable_pipeline_offload,
+    remove_dynamic_offload,
+)
+from streaming_support import frozen_copy, make_model, mismatches
+
+
+@pytest.fixture
+def fake_diffusers(monkeypatch):
+    """A stand-in for diffusers.hooks that records apply_group_offloading's arguments (the real
+    call is exercised on the GPU machine, where diffusers is carried)."""
+    calls = []
+    hooks = types.ModuleType("diffusers.hooks")
+    hooks.apply_group_offloading = lambda module, **kwargs: calls.append((module, kwargs))
+    package = types.ModuleType("diffusers")
+    package.hooks = hooks
+    monkeypatch.setitem(sys.modules, "diffusers", package)
+    monkeypatch.setitem(sys.modules, "diffusers.hooks", hooks)
+    return calls
+
+
+def test_the_transformer_streams_and_computes_exactly(daemon):
+    model = make_model(torch.float32)
+    reference = frozen_copy(model)
+    events = []
+    with DdoClient.connect(daemon.address) as client:
+        result = enable_offload(
+            model, component="transformer", execution_device="cpu", client=client,
+            environ={}, small_tensor_threshold_kb=0,
+            record_event=lambda name, seconds, **payload: events.append((name, payload)))
+        try:
+            assert result.route == "dynamic_offload"
+            assert result.hook is not None and not result.should_move_to_execution_device
+            assert result.settings.effective_preset == "one_shot_fast"
+            assert mismatches(model, reference, range(3), torch.float32) == []
+            assert events[0][0] == "setup_transformer_dynamic_offload"
+            assert events[0][1]["route"] == "dynamic_offload"
+        finally:
+            remove_dynamic_offload(result)
+        assert result.hook is None
+
+
+def test_the_text_encoder_gets_group_offload_with_the_seeds_arguments(daemon, fake_diffusers):
+    encoder = nn.Sequential(nn.Linear(8, 8))
+    with DdoClient.connect(daemon.address) as client:
+        result = enable_offload(encoder, component="text_encoder", client=client, environ={})
+        assert result.route == "diffusers_group_offload"
+        module, kwargs = fake_diffusers[-1]
+        assert module is encoder
+        assert kwargs["offload_type"] == "leaf_level"
+        assert (kwargs["use_stream"], kwargs["record_stream"], kwargs["low_cpu_mem_usage"]) == (True, False, True)
+        assert "num_blocks_per_group" not in kwargs
+        assert kwargs["onload_device"] == torch.device("cuda:0")
+
+        enable_offload(encoder, component="text_encoder", client=client, environ={},
+                       offload_type="block_level", num_blocks_per_group=2)
+        assert fake_diffusers[-1][1]["num_blocks_per_group"] == 2
+
+
+def test_quantized_weights_divert_an_automatic_route_only(daemon, fake_diffusers):
+    model = nn.Sequential(nn.Linear(8, 8))
+    model[0].sdnq_dequantizer = object()
+    with DdoClient.connect(daemon.address) as client:
+        result = enable_offload(model, component="transformer", client=client, environ={})
+        assert result.route == "diffusers_group_offload"
+        assert result.event_payload["quantized_backend"]["sdnq_module_count"] == 1
+        forced = enable_offload(model, component="transformer", client=client, environ={},
+                                route="dynamic_offload", apply_hook=False)
+        assert forced.route == "dynamic_offload"
+
+
+def test_the_off_preset_moves_the_module_itself(daemon):
+    model = nn.Linear(4, 4)
+    with DdoClient.connect(daemon.address) as client:
+        result = enable_offload(model, component="vae", preset="off", client=client, environ={},
+                                execution_device="cpu")
+        assert result.route == "none"
+        assert result.event_payload["unmanaged_module_moved_to_execution_device"] is True
+        untouched = enable_offload(model, component="vae", preset="off", client=client,
+                                   environ={}, apply_hook=False)
+        assert untouched.should_move_to_execution_device
+
+
+def test_bad_arguments(daemon):
+    with DdoClient.connect(daemon.address) as client:
+        with pytest.raises(ValueError, match="Valid values: auto, dynamic_offload"):
+            enable_offload(nn.Linear(2, 2), route="gpu", client=client)
+        with pytest.raises(TypeError, match="Unknown DynamicOffloadConfig override"):
+            enable_offload(nn.Linear(2, 2), client=client, not_a_field=1)
+
+
+def test_a_pipeline_shares_one_resolution(daemon, fake_diffusers):
+    components = {"transformer": make_model(torch.float32), "text_encoder": nn.Linear(4, 4),
+                  "scheduler": object(), "tokenizer": "not a module"}
+    with DdoClient.connect(daemon.address) as client:
+        results = enable_pipeline_offload(types.SimpleNamespace(components=components),
+                                          client=client, environ={}, apply_hook=False)
+    assert set(results) == {"transformer", "text_encoder"}
+    assert results["transformer"].settings is results["text_encoder"].settings
+    assert results["transformer"].route == "dynamic_offload"
+    assert results["text_encoder"].route == "diffusers_group_offload"
+
+
+def test_group_offload_without_diffusers_says_so(monkeypatch):
+    monkeypatch.setitem(sys.modules, "diffusers", None)
+    with pytest.raises(Exception, match="needs the diffusers package"):
+        enable_diffusers_group_offload(nn.Linear(2, 2))
