@@ -14,8 +14,10 @@ from diffusers_dynamic_offloader.offload_api import (
     enable_diffusers_group_offload,
     enable_offload,
     enable_pipeline_offload,
+    get_dynamic_offload_state,
     remove_dynamic_offload,
 )
+from diffusers_dynamic_offloader.offload_settings import load_dynamic_offload_settings_from_env
 from streaming_support import frozen_copy, make_model, mismatches
 
 
@@ -119,3 +121,22 @@ def test_group_offload_without_diffusers_says_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "diffusers", None)
     with pytest.raises(Exception, match="needs the diffusers package"):
         enable_diffusers_group_offload(nn.Linear(2, 2))
+
+
+def test_seed_style_settings_and_removal_by_module(daemon):
+    model = make_model(torch.float32)
+    reference = frozen_copy(model)
+    with DdoClient.connect(daemon.address) as client:
+        settings = load_dynamic_offload_settings_from_env(
+            default_preset="auto", environ={"DDO_SMALL_TENSOR_THRESHOLD_KB": "0"},
+            components=("transformer",), client=client)
+        result = enable_offload(model, settings=settings, component="transformer",
+                                execution_device="cpu", client=client)
+        assert result.route == "dynamic_offload"
+        assert mismatches(model, reference, range(2), torch.float32) == []
+        state = get_dynamic_offload_state(model)
+        assert state is not None and state["uses"] > 0
+        remove_dynamic_offload(model)
+        assert get_dynamic_offload_state(model) is None
+        # The module runs on its host views again.
+        assert mismatches(model, reference, range(1), torch.float32) == []

@@ -58,6 +58,10 @@ __all__ = [
     "remove_dynamic_offload",
     "DynamicOffloadApplyResult",
     "DiffusersGroupOffloadResult",
+    "get_dynamic_offload_state",
+    "DynamicOffloadConfig",
+    "DynamicOffloadSettings",
+    "load_dynamic_offload_settings_from_env",
 ]
 
 _LAZY = {
@@ -79,6 +83,10 @@ _LAZY = {
     "remove_dynamic_offload": "offload_api",
     "DynamicOffloadApplyResult": "offload_api",
     "DiffusersGroupOffloadResult": "offload_api",
+    "get_dynamic_offload_state": "offload_api",
+    "DynamicOffloadConfig": "offload_settings",
+    "DynamicOffloadSettings": "offload_settings",
+    "load_dynamic_offload_settings_from_env": "offload_settings",
 }
 
 

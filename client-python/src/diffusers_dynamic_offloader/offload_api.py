@@ -13,6 +13,7 @@ with the resolved arguments; ``none`` moves the module to the execution device.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Union
 
@@ -61,6 +62,9 @@ SESSION_SETTINGS = (
 )
 
 VALID_ROUTES = "auto, dynamic_offload, diffusers_group_offload, none"
+
+# The streaming session of each module enable_offload put on the DDO route.
+_SESSIONS: "weakref.WeakKeyDictionary[nn.Module, Any]" = weakref.WeakKeyDictionary()
 EventCallback = Callable[..., Any]
 
 
@@ -191,6 +195,7 @@ def enable_offload(
             "diffusers_group", "group", "group_offload", "dynamic", "ddo", "cuda", "standard", "off"}:
         raise ValueError(f"Invalid route {route!r}. Valid values: {VALID_ROUTES}")
     client = _client(client)
+    settings = _resolved_of(settings)
     if settings is None or overrides:
         settings = resolve_offload_settings(
             components=[component], preset=preset, environ=environ,
@@ -227,6 +232,7 @@ def enable_offload(
                                 if settings.values.get(name) and settings.value(name) != ""}
             result.hook = client.stream(module, key, device=_device_text(execution_device),
                                         settings=session_settings)
+            _SESSIONS[module] = result.hook
             payload.update({"cache_key": key, "session": result.hook.stats()})
         else:
             result.should_move_to_execution_device = True
@@ -319,6 +325,7 @@ def enable_pipeline_offload(
     skipped). Settings are resolved once, for all components, and shared."""
     found = _pipeline_components(pipeline, components)
     client = _client(client)
+    settings = _resolved_of(settings)
     if settings is None:
         settings = resolve_offload_settings(
             components=list(found), preset=preset, environ=environ,
@@ -331,11 +338,42 @@ def enable_pipeline_offload(
     return results
 
 
-def remove_dynamic_offload(result: DynamicOffloadApplyResult) -> None:
-    """Closes the component's streaming session (the module goes back to host views)."""
-    if result.hook is not None:
-        result.hook.close()
-        result.hook = None
+def remove_dynamic_offload(target: Union[nn.Module, DynamicOffloadApplyResult],
+                           recurse: bool = True) -> None:
+    """Closes the streaming session of a module (and, with ``recurse``, of its submodules) or
+    of an ``enable_offload`` result: the weights go back to host views and ddod frees the
+    device memory."""
+    if isinstance(target, DynamicOffloadApplyResult):
+        if target.hook is not None:
+            target.hook.close()
+            _SESSIONS.pop(target.module, None)
+            target.hook = None
+        return
+    modules = list(target.modules()) if recurse else [target]
+    for module in modules:
+        session = _SESSIONS.pop(module, None)
+        if session is not None:
+            session.close()
+
+
+def get_dynamic_offload_state(module: nn.Module) -> Optional[Dict[str, Any]]:
+    """The streaming statistics of a module on the DDO route, or None."""
+    session = _SESSIONS.get(module)
+    if session is None or session.closed:
+        return None
+    return session.stats()
+
+
+def _resolved_of(settings: Any) -> Optional[ResolvedSettings]:
+    """ResolvedSettings from either form the seed's callers pass."""
+    if settings is None or isinstance(settings, ResolvedSettings):
+        return settings
+    resolved = getattr(settings, "resolved", None)
+    if isinstance(resolved, ResolvedSettings):
+        return resolved
+    raise ConfigurationError(
+        f"settings must come from DynamicOffloadSettings.from_env() or resolve_settings(), "
+        f"not {type(settings).__name__}")
 
 
 def _pipeline_components(pipeline: Any, components) -> Dict[str, nn.Module]:
