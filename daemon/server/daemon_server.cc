@@ -95,6 +95,17 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   StreamSessionsOptions streams;
   streams.vram_budget_bytes =
       context.options.vram_budget_gb ? GiBToBytes(*context.options.vram_budget_gb) : 0;
+  // warm_process (DDO_CACHE_PINNED_WEIGHTS): slabs stay warm for the next runner.
+  {
+    const auto& env = context.options.setting_environment;
+    std::string warm = "0";
+    if (auto it = env.find("DDO_CACHE_PINNED_WEIGHTS"); it != env.end()) {
+      warm = it->second;
+    } else if (context.options.preset != nullptr) {
+      warm = context.options.preset->Find("DDO_CACHE_PINNED_WEIGHTS").value_or("0");
+    }
+    streams.keep_slabs_warm = ParseSeedBool(warm);
+  }
   daemon->streams_ = std::make_unique<StreamSessions>(*daemon->store_, *daemon->pool_,
                                                       context.gpus, streams);
   daemon->service_ = std::make_unique<DdoService>(context, *daemon->pool_, *daemon->store_,

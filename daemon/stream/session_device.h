@@ -1,9 +1,10 @@
 // File: daemon/stream/session_device.h
 //
-// The device memory and ordering primitives of one streaming session, behind one interface
-// with two backends (docs/streaming.md): CUDA (cudaMalloc'd slab and ring exported over CUDA
-// IPC, a copy stream of the session's own, interprocess events per slot) and host (shared-
-// memory slab and ring, memcpy, no events: both sides are synchronous). The streaming engine
+// The streaming ring of one session and its ordering primitives, behind one interface with two
+// backends (docs/streaming.md): CUDA (a cudaMalloc'd ring exported over CUDA IPC, a copy
+// stream of the session's own, interprocess events per slot) and host (a shared-memory ring,
+// memcpy, no events: both sides are synchronous). The resident slab is its own object
+// (resident_slab.h). The streaming engine
 // is written once against this interface, so the whole protocol runs in CI on the host
 // backend.
 //
@@ -26,9 +27,8 @@ class SessionDevice {
  public:
   virtual ~SessionDevice() = default;
 
-  // Enqueues a copy of host bytes into the slab / into a ring slot (slot == ring_slots is the
-  // out-of-schedule slot).
-  virtual absl::Status CopyToSlab(uint64_t offset, const void* source, uint64_t bytes) = 0;
+  // Enqueues a copy of host bytes into a ring slot (slot == ring_slots is the out-of-schedule
+  // slot).
   virtual absl::Status CopyToSlot(uint32_t slot, uint64_t offset, const void* source,
                                   uint64_t bytes) = 0;
   // True when the GPU work the runner last recorded as "consumed" for `slot` has finished
@@ -42,22 +42,20 @@ class SessionDevice {
   // Waits for everything enqueued; DeadlineExceeded after `timeout` (work still queued).
   virtual absl::Status Drain(absl::Duration timeout) = 0;
 
-  // Fills the handles and names of DeviceResources this backend owns.
+  // Fills the ring's and the events' handles or names in DeviceResources.
   virtual absl::Status Export(ddo::v1::DeviceResources* resources) const = 0;
-  // Bytes of device memory held (slab + ring).
+  // Bytes of device memory held (the ring).
   virtual uint64_t device_bytes() const = 0;
 };
 
 struct SessionDeviceSpec {
-  uint64_t slab_bytes = 0;
   uint64_t slot_bytes = 0;
   uint32_t ring_slots = 0;  // streaming slots; one more is allocated
-  // Host backend: names for its segments ("<pool prefix>...").
-  std::string slab_segment_name;
+  // Host backend: the ring's segment name ("<pool prefix>...").
   std::string ring_segment_name;
 };
 
-// The host backend: slab and ring are shared-memory segments the runner maps.
+// The host backend: the ring is a shared-memory segment the runner maps.
 absl::StatusOr<std::unique_ptr<SessionDevice>> OpenHostSessionDevice(const SessionDeviceSpec& spec);
 
 // The CUDA backend on device `ordinal`; Unavailable in builds without CUDA. ResourceExhausted

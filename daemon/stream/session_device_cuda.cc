@@ -1,7 +1,7 @@
 // File: daemon/stream/session_device_cuda.cc
 //
-// The CUDA backend: slab and ring are cudaMalloc'd on the session's device and exported once
-// over CUDA IPC; each session copies on a stream of its own (a runner that stops consuming
+// The CUDA backend's ring: cudaMalloc'd on the session's device and exported once over CUDA
+// IPC; each session copies on a stream of its own (a runner that stops consuming
 // stalls only its own stream); every slot has an interprocess "ready" event (recorded here
 // after the copy) and "consumed" event (recorded by the runner after its last kernel reading
 // the slot), both created here and exported. Completion is polled on the CPU (cudaEventQuery):
@@ -25,26 +25,16 @@ namespace {
 
 class CudaSessionDevice final : public SessionDevice {
  public:
-  CudaSessionDevice(int ordinal, uint64_t slot_bytes, uint32_t ring_slots, DeviceBuffer slab,
-                    DeviceBuffer ring, CudaStream stream, std::vector<IpcEvent> ready,
+  CudaSessionDevice(int ordinal, uint64_t slot_bytes, uint32_t ring_slots, DeviceBuffer ring,
+                    CudaStream stream, std::vector<IpcEvent> ready,
                     std::vector<IpcEvent> consumed)
       : ordinal_(ordinal),
         slot_bytes_(slot_bytes),
         ring_slots_(ring_slots),
-        slab_(std::move(slab)),
         ring_(std::move(ring)),
         stream_(std::move(stream)),
         ready_(std::move(ready)),
         consumed_(std::move(consumed)) {}
-
-  absl::Status CopyToSlab(uint64_t offset, const void* source, uint64_t bytes) override {
-    if (offset + bytes > slab_.size()) {
-      return absl::InternalError(absl::StrCat("slab copy past its end (", offset, "+", bytes,
-                                              " > ", slab_.size(), ")"));
-    }
-    DDO_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(ordinal_));
-    return stream_.CopyToDevice(static_cast<char*>(slab_.data()) + offset, source, bytes);
-  }
 
   absl::Status CopyToSlot(uint32_t slot, uint64_t offset, const void* source,
                           uint64_t bytes) override {
@@ -88,10 +78,6 @@ class CudaSessionDevice final : public SessionDevice {
   }
 
   absl::Status Export(ddo::v1::DeviceResources* resources) const override {
-    if (slab_.size() > 0) {
-      DDO_ASSIGN_OR_RETURN(std::string slab_handle, slab_.ExportIpcHandle());
-      resources->set_resident_slab_handle(slab_handle);
-    }
     if (ring_.size() > 0) {
       DDO_ASSIGN_OR_RETURN(std::string ring_handle, ring_.ExportIpcHandle());
       resources->set_ring_handle(ring_handle);
@@ -107,13 +93,12 @@ class CudaSessionDevice final : public SessionDevice {
     return absl::OkStatus();
   }
 
-  uint64_t device_bytes() const override { return slab_.size() + ring_.size(); }
+  uint64_t device_bytes() const override { return ring_.size(); }
 
  private:
   int ordinal_;
   uint64_t slot_bytes_;
   uint32_t ring_slots_;
-  DeviceBuffer slab_;
   DeviceBuffer ring_;
   CudaStream stream_;
   std::vector<IpcEvent> ready_;
@@ -124,9 +109,7 @@ class CudaSessionDevice final : public SessionDevice {
 
 absl::StatusOr<std::unique_ptr<SessionDevice>> OpenCudaSessionDevice(
     int ordinal, const SessionDeviceSpec& spec) {
-  // cudaMalloc of 0 bytes gives no exportable pointer: empty parts get a minimal allocation.
-  DDO_ASSIGN_OR_RETURN(DeviceBuffer slab,
-                       DeviceBuffer::Allocate(ordinal, std::max<uint64_t>(spec.slab_bytes, 256)));
+  // cudaMalloc of 0 bytes gives no exportable pointer: an empty ring gets a minimal allocation.
   DDO_ASSIGN_OR_RETURN(
       DeviceBuffer ring,
       DeviceBuffer::Allocate(ordinal,
@@ -140,7 +123,7 @@ absl::StatusOr<std::unique_ptr<SessionDevice>> OpenCudaSessionDevice(
     consumed.push_back(std::move(consumed_event));
   }
   return std::unique_ptr<SessionDevice>(new CudaSessionDevice(
-      ordinal, spec.slot_bytes, spec.ring_slots, std::move(slab), std::move(ring),
+      ordinal, spec.slot_bytes, spec.ring_slots, std::move(ring),
       std::move(stream), std::move(ready), std::move(consumed)));
 }
 

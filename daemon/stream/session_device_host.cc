@@ -1,6 +1,6 @@
 // File: daemon/stream/session_device_host.cc
 //
-// The host backend: "device memory" is shared memory, copies are memcpy done at once by the
+// The host backend's ring: "device memory" is shared memory, copies are memcpy done at once by the
 // calling thread, so ordering needs no events: a slot is rewritten only after the runner
 // published that it is done with it, and the runner computes synchronously.
 #include <cstring>
@@ -16,27 +16,10 @@ namespace {
 
 class HostSessionDevice final : public SessionDevice {
  public:
-  HostSessionDevice(SharedSegment slab, SharedSegment ring, uint64_t slab_bytes,
-                    uint64_t slot_bytes, uint32_t ring_slots)
-      : slab_(std::move(slab)),
-        ring_(std::move(ring)),
-        slab_bytes_(slab_bytes),
-        slot_bytes_(slot_bytes),
-        ring_slots_(ring_slots) {}
+  HostSessionDevice(SharedSegment ring, uint64_t slot_bytes, uint32_t ring_slots)
+      : ring_(std::move(ring)), slot_bytes_(slot_bytes), ring_slots_(ring_slots) {}
 
-  ~HostSessionDevice() override {
-    (void)slab_.Unlink();
-    (void)ring_.Unlink();
-  }
-
-  absl::Status CopyToSlab(uint64_t offset, const void* source, uint64_t bytes) override {
-    if (offset + bytes > slab_bytes_) {
-      return absl::InternalError(absl::StrCat("slab copy past its end (", offset, "+", bytes,
-                                              " > ", slab_bytes_, ")"));
-    }
-    std::memcpy(slab_.data() + offset, source, bytes);
-    return absl::OkStatus();
-  }
+  ~HostSessionDevice() override { (void)ring_.Unlink(); }
 
   absl::Status CopyToSlot(uint32_t slot, uint64_t offset, const void* source,
                           uint64_t bytes) override {
@@ -55,17 +38,14 @@ class HostSessionDevice final : public SessionDevice {
 
   absl::Status Export(ddo::v1::DeviceResources* resources) const override {
     resources->set_device_uuid("cpu");
-    resources->set_resident_slab_shm(slab_.name());
     resources->set_ring_shm(ring_.name());
     return absl::OkStatus();
   }
 
-  uint64_t device_bytes() const override { return slab_.size() + ring_.size(); }
+  uint64_t device_bytes() const override { return ring_.size(); }
 
  private:
-  SharedSegment slab_;
   SharedSegment ring_;
-  uint64_t slab_bytes_;
   uint64_t slot_bytes_;
   uint32_t ring_slots_;
 };
@@ -74,20 +54,14 @@ class HostSessionDevice final : public SessionDevice {
 
 absl::StatusOr<std::unique_ptr<SessionDevice>> OpenHostSessionDevice(
     const SessionDeviceSpec& spec) {
-  // Empty slabs and rings still get a segment: the runner's mapping code has one path.
-  DDO_ASSIGN_OR_RETURN(
-      SharedSegment slab,
-      SharedSegment::Create(spec.slab_segment_name,
-                            RoundUpToSegmentGranularity(std::max<uint64_t>(spec.slab_bytes, 1))));
+  // An empty ring still gets a segment: the runner's mapping code has one path.
   const uint64_t ring_bytes = spec.slot_bytes * (spec.ring_slots + 1ull);
-  absl::StatusOr<SharedSegment> ring = SharedSegment::Create(
-      spec.ring_segment_name, RoundUpToSegmentGranularity(std::max<uint64_t>(ring_bytes, 1)));
-  if (!ring.ok()) {
-    (void)slab.Unlink();
-    return ring.status();
-  }
-  return std::unique_ptr<SessionDevice>(new HostSessionDevice(
-      std::move(slab), *std::move(ring), spec.slab_bytes, spec.slot_bytes, spec.ring_slots));
+  DDO_ASSIGN_OR_RETURN(
+      SharedSegment ring,
+      SharedSegment::Create(spec.ring_segment_name,
+                            RoundUpToSegmentGranularity(std::max<uint64_t>(ring_bytes, 1))));
+  return std::unique_ptr<SessionDevice>(
+      new HostSessionDevice(std::move(ring), spec.slot_bytes, spec.ring_slots));
 }
 
 }  // namespace ddo

@@ -363,6 +363,18 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
     plan.resident_bytes += tensors[i].byte_size;
   }
   plan.slab_bytes = AlignUp(plan.slab_bytes, kTensorAlignment);
+  {
+    XXH3_state_t* slab_hash = XXH3_createState();
+    XXH3_64bits_reset(slab_hash);
+    for (const PlannedTensor& placed : plan.resident) {
+      const TensorEntry& tensor = tensors[placed.table_index];
+      XXH3_64bits_update(slab_hash, tensor.name.data(), tensor.name.size() + 1);
+      XXH3_64bits_update(slab_hash, &placed.offset, sizeof(placed.offset));
+      XXH3_64bits_update(slab_hash, &tensor.byte_size, sizeof(tensor.byte_size));
+    }
+    plan.slab_signature = absl::StrFormat("%016x", XXH3_64bits_digest(slab_hash));
+    XXH3_freeState(slab_hash);
+  }
 
   // The units still streamed.
   XXH3_state_t* hash = XXH3_createState();

@@ -73,6 +73,9 @@ struct SessionPlan {
   // Identifies the units (names and grouping): a schedule learned for one plan fits another
   // with the same signature.
   std::string signature;
+  // Identifies the slab's contents (which tensors, where): a warm slab with the same
+  // signature, of the same component bytes, can serve another session.
+  std::string slab_signature;
 
   uint64_t ring_bytes() const { return slot_bytes * (ring_slots + 1ull); }
   uint64_t device_bytes() const { return slab_bytes + ring_bytes(); }

@@ -15,6 +15,7 @@ constexpr absl::Duration kDrainTimeout = absl::Seconds(2);
 StreamSession::StreamSession(std::string id, std::string lease_id, std::string cache_key,
                              std::string device, std::vector<TensorEntry> tensors,
                              std::shared_ptr<PoolSegment> host, SessionPlan plan,
+                             std::shared_ptr<ResidentSlab> slab, bool slab_filled,
                              std::unique_ptr<SessionDevice> device_memory, ControlBlock control)
     : id_(std::move(id)),
       lease_id_(std::move(lease_id)),
@@ -23,23 +24,28 @@ StreamSession::StreamSession(std::string id, std::string lease_id, std::string c
       tensors_(std::move(tensors)),
       host_(std::move(host)),
       plan_(std::move(plan)),
+      slab_(std::move(slab)),
+      slab_filled_(slab_filled),
       device_memory_(std::move(device_memory)),
       control_(std::move(control)) {}
 
 StreamSession::~StreamSession() = default;
 
 absl::Status StreamSession::FillSlab() {
+  if (slab_filled_) return absl::OkStatus();
   for (const PlannedTensor& placed : plan_.resident) {
     const TensorEntry& tensor = tensors_[placed.table_index];
     if (tensor.byte_size == 0) continue;
-    if (absl::Status copied = device_memory_->CopyToSlab(
-            placed.offset, host_->data() + tensor.offset, tensor.byte_size);
+    if (absl::Status copied = slab_->Copy(placed.offset, host_->data() + tensor.offset,
+                                          tensor.byte_size);
         !copied.ok()) {
       return absl::Status(copied.code(),
                           absl::StrCat("filling the slab with '", tensor.name, "': ", copied.message()));
     }
   }
-  return device_memory_->Drain(absl::Minutes(5));
+  if (absl::Status finished = slab_->Finish(); !finished.ok()) return finished;
+  slab_filled_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status StreamSession::SetSchedule(std::vector<uint32_t> schedule) {

@@ -24,6 +24,7 @@
 #include "daemon/pool/host_pool.h"
 #include "daemon/store/tensor_table.h"
 #include "daemon/stream/control_block.h"
+#include "daemon/stream/resident_slab.h"
 #include "daemon/stream/session_device.h"
 #include "daemon/stream/session_plan.h"
 
@@ -43,13 +44,14 @@ class StreamSession {
  public:
   StreamSession(std::string id, std::string lease_id, std::string cache_key, std::string device,
                 std::vector<TensorEntry> tensors, std::shared_ptr<PoolSegment> host,
-                SessionPlan plan, std::unique_ptr<SessionDevice> device_memory,
-                ControlBlock control);
+                SessionPlan plan, std::shared_ptr<ResidentSlab> slab, bool slab_filled,
+                std::unique_ptr<SessionDevice> device_memory, ControlBlock control);
   StreamSession(const StreamSession&) = delete;
   StreamSession& operator=(const StreamSession&) = delete;
   ~StreamSession();
 
-  // Copies the resident tensors into the slab and waits for them.
+  // Copies the resident tensors into the slab and waits for them (nothing to do for a slab
+  // that arrived filled: a warm one).
   absl::Status FillSlab();
 
   // InvalidArgument for an empty schedule or an unknown unit; FailedPrecondition when the
@@ -78,6 +80,7 @@ class StreamSession {
   const std::string& device() const { return device_; }
   const SessionPlan& plan() const { return plan_; }
   const SessionDevice& device_memory() const { return *device_memory_; }
+  const std::shared_ptr<ResidentSlab>& slab() const { return slab_; }
   const ControlBlock& control() const { return control_; }
 
  private:
@@ -95,6 +98,8 @@ class StreamSession {
   const std::vector<TensorEntry> tensors_;
   const std::shared_ptr<PoolSegment> host_;
   const SessionPlan plan_;
+  const std::shared_ptr<ResidentSlab> slab_;
+  bool slab_filled_;
   const std::unique_ptr<SessionDevice> device_memory_;
   ControlBlock control_;
 

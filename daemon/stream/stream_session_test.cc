@@ -152,14 +152,16 @@ class StreamFixture {
     StreamSettings settings = *ParseStreamSettings(
         {{"DDO_SMALL_TENSOR_THRESHOLD_KB", "0"}, {"DDO_RING_SLOTS", absl::StrCat(slots)}});
     SessionPlan plan = *PlanSession(tensors, streamable, settings);
-    SessionDeviceSpec spec{plan.slab_bytes, plan.slot_bytes, plan.ring_slots,
-                           pool.name_prefix() + "s" + RandomId().substr(0, 15),
+    SessionDeviceSpec spec{plan.slot_bytes, plan.ring_slots,
                            pool.name_prefix() + "r" + RandomId().substr(0, 15)};
     auto memory = *OpenHostSessionDevice(spec);
+    std::shared_ptr<ResidentSlab> slab =
+        *OpenHostSlab(pool.name_prefix() + "s" + RandomId().substr(0, 15), plan.slab_bytes);
     auto control = *ControlBlock::Create(pool.name_prefix() + "c" + RandomId().substr(0, 15),
                                          plan.ring_slots, plan.units.size());
     session = std::make_shared<StreamSession>(RandomId(), "lease", "key", "cpu", tensors, host,
-                                              std::move(plan), std::move(memory), std::move(control));
+                                              std::move(plan), slab, /*slab_filled=*/false,
+                                              std::move(memory), std::move(control));
     EXPECT_TRUE(session->FillSlab().ok());
     (void)session->device_memory().Export(&resources);
     resources.set_control_block_shm(session->control().name());

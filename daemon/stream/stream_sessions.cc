@@ -101,30 +101,63 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
                                "copies from pageable memory are staged by the driver (slower)"});
   }
 
-  // Reserve the device bytes under ddod's budget before allocating.
-  const uint64_t bytes = plan->device_bytes();
+  // A warm slab of the same component bytes and placement, or room for a new one: reserved
+  // under ddod's budget before anything is allocated. Warm slabs give way, least recently
+  // used first, when a session needs their room.
+  const std::string slab_key = absl::StrCat(device.label, "|", attached.component.segment_name,
+                                            "|", plan->slab_signature);
+  std::shared_ptr<ResidentSlab> slab;
+  uint64_t reserved_here = 0;  // what this session holds in reserved_ when it opens
   {
+    std::vector<std::shared_ptr<ResidentSlab>> dropped;  // freed outside the lock
     absl::MutexLock lock(&mu_);
-    uint64_t& reserved = reserved_[device.label];
-    if (device.budget_bytes != 0 && reserved + bytes > device.budget_bytes) {
-      return fail(absl::ResourceExhaustedError(absl::StrCat(
-          "a session of '", request.cache_key(), "' needs ", FormatBytes(bytes), " on ",
-          device.label, " (slab ", FormatBytes(plan->slab_bytes), " + ring ",
-          FormatBytes(plan->ring_bytes()), "); ddod's budget there is ",
-          FormatBytes(device.budget_bytes), " of which sessions hold ", FormatBytes(reserved))));
+    uint64_t needed = plan->ring_bytes();
+    if (auto warm = warm_slabs_.find(slab_key); warm != warm_slabs_.end()) {
+      slab = std::move(warm->second.slab);
+      reserved_here += warm->second.bytes;  // already reserved: now this session's
+      warm_slabs_.erase(warm);
+    } else {
+      needed += plan->slab_bytes;
     }
-    reserved += bytes;
+    uint64_t& reserved = reserved_[device.label];
+    while (device.budget_bytes != 0 && reserved + needed > device.budget_bytes &&
+           DropWarmSlabLocked(device.label, &dropped)) {
+    }
+    if (device.budget_bytes != 0 && reserved + needed > device.budget_bytes) {
+      reserved -= reserved_here;
+      return fail(absl::ResourceExhaustedError(absl::StrCat(
+          "a session of '", request.cache_key(), "' needs ", FormatBytes(plan->device_bytes()),
+          " on ", device.label, " (slab ", FormatBytes(plan->slab_bytes), " + ring ",
+          FormatBytes(plan->ring_bytes()), "); ddod's budget there is ",
+          FormatBytes(device.budget_bytes), " of which sessions hold ",
+          FormatBytes(reserved - reserved_here))));
+    }
+    reserved += needed;
+    reserved_here += needed;
   }
   auto unreserve = [&] {
     absl::MutexLock lock(&mu_);
-    reserved_[device.label] -= bytes;
+    reserved_[device.label] -= reserved_here;
   };
+  const bool slab_warm = slab != nullptr;
+  if (!slab_warm) {
+    absl::StatusOr<std::unique_ptr<ResidentSlab>> opened =
+        device.ordinal < 0 ? OpenHostSlab(NewSegmentName('s'), plan->slab_bytes)
+                           : OpenCudaSlab(device.ordinal, plan->slab_bytes);
+    if (!opened.ok()) {
+      unreserve();
+      return fail(opened.status());
+    }
+    slab = *std::move(opened);
+  }
+  plan->decisions.push_back({"slab", slab_warm ? "warm" : "filled now",
+                             slab_warm ? "a closed session of the same component and plan left it "
+                                         "on the device (warm_process)"
+                                       : "no warm slab of this component and plan"});
 
   SessionDeviceSpec spec;
-  spec.slab_bytes = plan->slab_bytes;
   spec.slot_bytes = plan->slot_bytes;
   spec.ring_slots = plan->ring_slots;
-  spec.slab_segment_name = NewSegmentName('s');
   spec.ring_segment_name = NewSegmentName('r');
   absl::StatusOr<std::unique_ptr<SessionDevice>> memory =
       device.ordinal < 0 ? OpenHostSessionDevice(spec) : OpenCudaSessionDevice(device.ordinal, spec);
@@ -146,8 +179,8 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
 
   auto session = std::make_shared<StreamSession>(
       attached.session_id, lease.id, request.cache_key(), device.label,
-      attached.component.tensors, attached.segment, *std::move(plan), *std::move(memory),
-      *std::move(control));
+      attached.component.tensors, attached.segment, *std::move(plan), slab, slab_warm,
+      *std::move(memory), *std::move(control));
   const absl::Time fill_start = absl::Now();
   if (absl::Status filled = session->FillSlab(); !filled.ok()) {
     session.reset();
@@ -166,7 +199,9 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
 
   // The response.
   ddo::v1::DeviceResources* resources = response->mutable_device();
-  if (absl::Status exported = session->device_memory().Export(resources); !exported.ok()) {
+  absl::Status exported = session->device_memory().Export(resources);
+  if (exported.ok()) exported = session->slab()->Export(resources);
+  if (!exported.ok()) {
     session.reset();
     unreserve();
     return fail(exported);
@@ -207,13 +242,14 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
   {
     absl::MutexLock lock(&mu_);
     sessions_[session->id()] = session;
+    slab_keys_[session->id()] = slab_key;
   }
   device_worker->Add(session);
   Logger("stream")->info(
-      "session {} of '{}' on {}: slab {} filled in {:.3f} s, {} units streamed through {} + 1 "
+      "session {} of '{}' on {}: slab {} {} in {:.3f} s, {} units streamed through {} + 1 "
       "slots of {}{}",
       session->id().substr(0, 8), request.cache_key(), device.label, FormatBytes(placed.slab_bytes),
-      fill_seconds, placed.units.size(), placed.ring_slots, FormatBytes(placed.slot_bytes),
+      slab_warm ? "warm" : "filled", fill_seconds, placed.units.size(), placed.ring_slots, FormatBytes(placed.slot_bytes),
       known.empty() ? "" : ", schedule known");
   return attached.component;
 }
@@ -271,16 +307,50 @@ void StreamSessions::CloseSession(std::shared_ptr<StreamSession> session, Sessio
   }
   if (worker != nullptr) worker->Remove(session->id());
   session->Close(state);
-  const uint64_t bytes = session->plan().device_bytes();
+  const SessionPlan& plan = session->plan();
   const std::string device = session->device();
   const std::string id = session->id();
-  session.reset();  // frees device memory and segments (the worker let go in Remove)
+  const bool failed = session->Stats().failed;
+  std::shared_ptr<ResidentSlab> slab = session->slab();
+  bool kept = false;
   {
     absl::MutexLock lock(&mu_);
-    reserved_[device] -= bytes;
+    std::string slab_key;
+    if (auto key = slab_keys_.find(id); key != slab_keys_.end()) {
+      slab_key = key->second;
+      slab_keys_.erase(key);
+    }
+    // warm_process: the filled slab stays for the next runner (its bytes stay reserved),
+    // unless one is already kept under the key (two sessions of one plan closed).
+    if (options_.keep_slabs_warm && !failed && !slab_key.empty() && warm_slabs_.count(slab_key) == 0) {
+      warm_slabs_[slab_key] = WarmSlab{device, slab, plan.slab_bytes, absl::Now()};
+      reserved_[device] -= plan.ring_bytes();
+      kept = true;
+    } else {
+      reserved_[device] -= plan.device_bytes();
+    }
   }
+  slab.reset();
+  session.reset();  // frees the ring, events and control block (the worker let go in Remove)
   (void)store_.Detach(id);
-  Logger("stream")->info("session {} on {} closed", id.substr(0, 8), device);
+  Logger("stream")->info("session {} on {} closed{}", id.substr(0, 8), device,
+                         kept ? "; its slab stays warm" : "");
+}
+
+bool StreamSessions::DropWarmSlabLocked(const std::string& device,
+                                        std::vector<std::shared_ptr<ResidentSlab>>* dropped) {
+  auto oldest = warm_slabs_.end();
+  for (auto it = warm_slabs_.begin(); it != warm_slabs_.end(); ++it) {
+    if (it->second.device != device) continue;
+    if (oldest == warm_slabs_.end() || it->second.last_used < oldest->second.last_used) oldest = it;
+  }
+  if (oldest == warm_slabs_.end()) return false;
+  Logger("stream")->info("dropping the warm slab {} ({}) for room", oldest->first,
+                         FormatBytes(oldest->second.bytes));
+  reserved_[device] -= oldest->second.bytes;
+  dropped->push_back(std::move(oldest->second.slab));
+  warm_slabs_.erase(oldest);
+  return true;
 }
 
 void StreamSessions::ReleaseLease(const std::string& lease_id) {
@@ -307,6 +377,13 @@ void StreamSessions::CloseAll() {
     sessions_.clear();
   }
   for (auto& session : closing) CloseSession(std::move(session), SessionState::kClosed);
+  std::map<std::string, WarmSlab> warm;
+  {
+    absl::MutexLock lock(&mu_);
+    warm.swap(warm_slabs_);
+    for (const auto& [key, slab] : warm) reserved_[slab.device] -= slab.bytes;
+  }
+  warm.clear();
   std::map<std::string, std::unique_ptr<StreamWorker>> workers;
   {
     absl::MutexLock lock(&mu_);
@@ -337,9 +414,9 @@ std::vector<StreamSessionInfo> StreamSessions::List() {
   return infos;
 }
 
-std::map<std::string, uint64_t> StreamSessions::DeviceBytes() {
+size_t StreamSessions::warm_slab_count() {
   absl::MutexLock lock(&mu_);
-  return reserved_;
+  return warm_slabs_.size();
 }
 
 }  // namespace ddo

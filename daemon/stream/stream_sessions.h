@@ -34,6 +34,9 @@ struct StreamSessionsOptions {
   uint64_t vram_budget_bytes = 0;
   // "cpu" sessions (host backend): a budget of their own; 0: unlimited.
   uint64_t host_budget_bytes = 0;
+  // warm_process: a closed session's filled slab stays on its device for the next session of
+  // the same component and plan, until its room is needed (least recently used first).
+  bool keep_slabs_warm = false;
 };
 
 struct StreamSessionInfo {
@@ -75,8 +78,8 @@ class StreamSessions {
   void CloseAll();
 
   std::vector<StreamSessionInfo> List();
-  // Device bytes held by sessions, per device label.
-  std::map<std::string, uint64_t> DeviceBytes();
+  // Slabs kept warm, and their bytes.
+  size_t warm_slab_count();
 
  private:
   struct Device {
@@ -101,6 +104,21 @@ class StreamSessions {
   std::map<std::string, uint64_t> reserved_ ABSL_GUARDED_BY(mu_);  // device bytes per device
   // The last schedule per "<cache key>/<plan signature>".
   std::map<std::string, std::vector<uint32_t>> known_schedules_ ABSL_GUARDED_BY(mu_);
+  struct WarmSlab {
+    std::string device;
+    std::shared_ptr<ResidentSlab> slab;
+    uint64_t bytes = 0;  // as reserved
+    absl::Time last_used;
+  };
+  // By "<device>|<component segment>|<slab signature>".
+  std::map<std::string, WarmSlab> warm_slabs_ ABSL_GUARDED_BY(mu_);
+  // The slab key of every open session.
+  std::map<std::string, std::string> slab_keys_ ABSL_GUARDED_BY(mu_);
+
+  // Drops the least recently used warm slab of `device` into `dropped`; false when none.
+  bool DropWarmSlabLocked(const std::string& device,
+                          std::vector<std::shared_ptr<ResidentSlab>>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace ddo

@@ -56,8 +56,11 @@ void StreamWorker::Remove(const std::string& session_id) {
     ++generation_;
   }
   doorbell_.Ring();
-  // The worker's current pass may still hold the session; wait for it to end.
+  // The worker's current pass may still use the session; wait for it to end, then let go.
   absl::MutexLock pass(&pass_mu_);
+  snapshot_.erase(std::remove_if(snapshot_.begin(), snapshot_.end(),
+                                 [&](const auto& s) { return s->id() == session_id; }),
+                  snapshot_.end());
 }
 
 size_t StreamWorker::session_count() {
@@ -68,7 +71,6 @@ size_t StreamWorker::session_count() {
 void StreamWorker::Run() {
   Logger("stream")->debug("copy worker for {} started", device_);
   ::prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: the poll interval above is meant literally
-  std::vector<std::shared_ptr<StreamSession>> sessions;
   uint64_t seen_generation = ~0ull;
   size_t first = 0;  // rotates, so no session always goes first
   int idle_passes = 0;
@@ -80,10 +82,11 @@ void StreamWorker::Run() {
       {
         absl::MutexLock lock(&mu_);
         if (generation_ != seen_generation) {
-          sessions = sessions_;
+          snapshot_ = sessions_;
           seen_generation = generation_;
         }
       }
+      const auto& sessions = snapshot_;
       for (size_t i = 0; i < sessions.size(); ++i) {
         switch (sessions[(first + i) % sessions.size()]->Step()) {
           case StreamSession::StepResult::kWorked:
@@ -112,15 +115,20 @@ void StreamWorker::Run() {
       continue;
     }
     idle_passes = 0;
+    bool none;
+    {
+      absl::MutexLock pass(&pass_mu_);
+      none = snapshot_.empty();
+    }
     // Without sessions nothing can be lost: Add() rings.
-    doorbell_.Sleep(sessions.empty() ? absl::Seconds(1) : kMaxSleep, [&] {
+    doorbell_.Sleep(none ? absl::Seconds(1) : kMaxSleep, [&] {
       if (stopping_.load()) return true;
       absl::MutexLock pass(&pass_mu_);
       {
         absl::MutexLock lock(&mu_);
         if (generation_ != seen_generation) return true;
       }
-      for (const auto& session : sessions) {
+      for (const auto& session : snapshot_) {
         if (session->HasWork()) return true;
       }
       return false;

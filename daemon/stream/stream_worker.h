@@ -53,6 +53,9 @@ class StreamWorker {
   // Held by the worker for each pass over the sessions; Remove() takes it to know the worker
   // let go.
   absl::Mutex pass_mu_;
+  // The worker's copy of sessions_, refreshed at each pass; Remove() drops from it too, so a
+  // removed session is freed by its owner at once, not at the worker's next pass.
+  std::vector<std::shared_ptr<StreamSession>> snapshot_ ABSL_GUARDED_BY(pass_mu_);
   absl::Mutex mu_;
   std::vector<std::shared_ptr<StreamSession>> sessions_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;

@@ -377,3 +377,40 @@ def test_peft_lora_base_layers_stream_and_adapters_stay_resident(client):
         assert "blocks.0.to_q.base_layer.weight" in streamed
         assert "blocks.0.to_q.lora_A.default.weight" in resident
         assert "blocks.0.to_q.base_layer.bias" in resident
+
+
+def _plan_value(session, key):
+    return {d.key: d.value for d in session.plan.decisions}[key]
+
+
+def test_warm_process_keeps_the_slab_for_the_next_runner(daemon_factory, short_dir):
+    warm = daemon_factory(os.path.join(short_dir, "warm", "ddod.sock"), "--preset", "warm_process")
+    dtype = torch.float32
+    model = make_model(dtype)
+    reference = frozen_copy(model)
+    with DdoClient.connect(warm.address) as client:
+        client.register_module(CACHE_KEY, model)
+        with open_session(client, model) as first:
+            slab = first.resources.resident_slab_shm
+            assert _plan_value(first, "slab") == "filled now"
+            assert mismatches(model, reference, range(2), dtype) == []
+        # The slab outlived its session: still in /dev/shm, and the next session gets it.
+        assert os.path.exists("/dev/shm/" + slab.lstrip("/"))
+        with open_session(client, model) as second:
+            assert second.resources.resident_slab_shm == slab
+            assert _plan_value(second, "slab") == "warm"
+            assert mismatches(model, reference, range(3), dtype) == []
+        # Another plan (other resident tensors) does not take it.
+        with open_session(client, model, DDO_SMALL_TENSOR_THRESHOLD_KB="1024") as other:
+            assert other.resources.resident_slab_shm != slab
+
+
+def test_without_warm_process_a_slab_goes_with_its_session(client):
+    model = make_model(torch.float32)
+    client.register_module(CACHE_KEY, model)
+    with open_session(client, model) as first:
+        slab = first.resources.resident_slab_shm
+    assert not os.path.exists("/dev/shm/" + slab.lstrip("/"))
+    with open_session(client, model) as second:
+        assert second.resources.resident_slab_shm != slab
+        assert _plan_value(second, "slab") == "filled now"
