@@ -63,6 +63,29 @@ SESSION_SETTINGS = (
 
 VALID_ROUTES = "auto, dynamic_offload, diffusers_group_offload, none"
 
+#: DynamicOffloadConfig fields with no DDO_* variable: accepted, reported in the payload.
+_PYTHON_ONLY_FIELDS = ("available_system_ram_gb", "show_profile", "verbose", "profile_name",
+                       "build_profile", "profile_vram_headroom_gb", "target_module_classes",
+                       "skip_modules_pattern", "execution_device", "offload_device",
+                       "small_tensor_threshold_bytes", "load_safetensors_backend",
+                       "profile_resident_module_budget_gb")
+
+
+def _config_fields(config: Any):
+    """The fields of a DynamicOffloadConfig (or any dataclass with the seed's field names)."""
+    from dataclasses import fields as dataclass_fields
+
+    for item in dataclass_fields(config):
+        yield item.name, getattr(config, item.name)
+
+
+def _override_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
 # The streaming session of each module enable_offload put on the DDO route.
 _SESSIONS: "weakref.WeakKeyDictionary[nn.Module, Any]" = weakref.WeakKeyDictionary()
 EventCallback = Callable[..., Any]
@@ -152,9 +175,11 @@ def enable_offload(
     execution_device: Union[str, torch.device] = "cuda:0",
     offload_device: Union[str, torch.device] = "cpu",
     low_cpu_mem_usage: bool = True,
+    running_on_wsl: Optional[bool] = None,
     environ: Optional[Mapping[str, str]] = None,
     use_environment: bool = True,
     component_policies: Optional[Mapping[str, Mapping[str, object]]] = None,
+    config: Any = None,
     apply_hook: bool = True,
     record_event: Optional[EventCallback] = None,
     dynamic_event_name: Optional[str] = None,
@@ -175,11 +200,14 @@ def enable_offload(
         TypeError: a keyword that is no DynamicOffloadConfig field.
         DaemonError: ddod refused a setting (INVALID_ARGUMENT names it).
     """
-    unknown = sorted(set(config_overrides) - set(CONFIG_FIELDS))
+    unknown = sorted(set(config_overrides) - set(CONFIG_FIELDS) - set(_PYTHON_ONLY_FIELDS))
     if unknown:
         raise TypeError(f"Unknown DynamicOffloadConfig override(s): {', '.join(unknown)}")
     prefix = _prefix(component)
-    overrides: Dict[str, object] = {CONFIG_FIELDS[name]: value for name, value in config_overrides.items()}
+    explicit = dict(_config_fields(config)) if config is not None else {}
+    explicit.update(config_overrides)
+    overrides: Dict[str, object] = {CONFIG_FIELDS[name]: _override_text(value)
+                                    for name, value in explicit.items() if name in CONFIG_FIELDS}
     explicit_route = route is not None and route.strip().lower() != "auto"
     for suffix, value in (("ROUTE", route), ("GROUP_OFFLOAD", group_offload),
                           ("DYNAMIC_OFFLOAD", dynamic_offload), ("OFFLOAD_TYPE", offload_type),
@@ -210,7 +238,13 @@ def enable_offload(
         values = settings.components[component]
 
     chosen = values[prefix + "ROUTE"]
-    payload: Dict[str, Any] = {"component": component, "preset": settings.effective_preset}
+    payload: Dict[str, Any] = {
+        "component": component,
+        "preset": settings.effective_preset,
+        "execution_mode": settings.value("DDO_EXECUTION_MODE"),
+        "pin_cpu_memory": settings.value("DDO_PIN_CPU_MEMORY") == "1",
+    }
+    payload.update({name: value for name, value in explicit.items() if name in _PYTHON_ONLY_FIELDS})
     quantized = detect_quantized_backend_modules(module)
     if quantized:
         payload["quantized_backend"] = quantized
@@ -224,8 +258,9 @@ def enable_offload(
 
     if chosen.value == "dynamic_offload":
         enabled = (settings.value("DDO_EXECUTION_MODE") != "plan"
-                   or settings.value("DDO_PLAN") == "1")
-        if apply_hook and enabled:
+                   or settings.value("DDO_PLAN") == "1" or config is not None)
+        streaming = settings.value("DDO_EXECUTION_MODE") != "plan"
+        if apply_hook and enabled and streaming:
             key = cache_key or f"{type(module).__module__}.{type(module).__qualname__}/{component}"
             client.register_module(key, module, content_hash=cache_key is None)
             session_settings = {name: settings.value(name) for name in SESSION_SETTINGS
@@ -239,13 +274,19 @@ def enable_offload(
         _fire(record_event, dynamic_event_name or f"setup_{component}_dynamic_offload",
               started, payload)
     elif chosen.value == "diffusers_group_offload":
+        use_group_stream = values[prefix + "OFFLOAD_STREAM"].value == "1"
+        record_group_stream = values[prefix + "OFFLOAD_RECORD_STREAM"].value == "1"
+        # The seed's WSL rule, for a caller that says it runs on WSL (ddod applies it itself
+        # when it sees WSL).
+        if running_on_wsl and settings.value("DDO_DISABLE_PIN_ON_WSL") == "1":
+            use_group_stream = record_group_stream = False
         group = enable_diffusers_group_offload(
             module,
             onload_device=execution_device,
             offload_device=offload_device,
             offload_type=values[prefix + "OFFLOAD_TYPE"].value,
-            use_stream=values[prefix + "OFFLOAD_STREAM"].value == "1",
-            record_stream=values[prefix + "OFFLOAD_RECORD_STREAM"].value == "1",
+            use_stream=use_group_stream,
+            record_stream=record_group_stream,
             low_cpu_mem_usage=values[prefix + "OFFLOAD_LOW_CPU_MEM_USAGE"].value == "1",
             num_blocks_per_group=int(values[prefix + "NUM_BLOCKS_PER_GROUP"].value or 1),
             apply_hook=apply_hook,
@@ -263,9 +304,11 @@ def enable_offload(
     return result
 
 
-def enable_dynamic_offload(module: nn.Module, **kwargs: Any) -> DynamicOffloadApplyResult:
-    """The DDO route, whatever the component's policy says."""
+def enable_dynamic_offload(module: nn.Module, *, event_name: str = "setup_dynamic_offload",
+                           **kwargs: Any) -> DynamicOffloadApplyResult:
+    """The DDO route, whatever the component's policy says (the seed's direct entry point)."""
     kwargs["route"] = "dynamic_offload"
+    kwargs.setdefault("dynamic_event_name", event_name)
     return enable_offload(module, **kwargs)
 
 
@@ -305,7 +348,7 @@ def enable_diffusers_group_offload(
                 "the Diffusers group-offload route needs the diffusers package "
                 f"({error}); install it or choose another route") from error
         apply_group_offloading(module, **kwargs)
-        _fire(record_event, event_name, started, payload)
+    _fire(record_event, event_name, started, payload)
     return DiffusersGroupOffloadResult(module, payload)
 
 
