@@ -111,6 +111,16 @@ absl::Status ApplyAvailableRam(absl::string_view what, absl::string_view value, 
   return absl::OkStatus();
 }
 
+absl::Status ApplyPlatform(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  const std::string lower = absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
+  if (lower != "linux" && lower != "wsl" && lower != "windows") {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value '", value, "' for ", what,
+                                                   ": expected linux, wsl or windows"));
+  }
+  o.platform_override = lower;
+  return absl::OkStatus();
+}
+
 absl::Status ApplyStateDir(absl::string_view what, absl::string_view value, DaemonOptions& o) {
   if (!absl::StartsWith(value, "/")) {
     return absl::InvalidArgumentError(
@@ -186,6 +196,8 @@ constexpr OptionSpec kOptions[] = {
      ApplyHeadroom},
     {"", "DDO_AVAILABLE_SYSTEM_RAM_GB", "GIB", "override the detected available RAM",
      ApplyAvailableRam},
+    {"", "DDO_PLATFORM", "linux|wsl|windows",
+     "pretend to run on this platform (tests and simulations of the WSL rules)", ApplyPlatform},
 };
 
 const OptionSpec* FindFlag(absl::string_view flag) {

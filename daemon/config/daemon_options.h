@@ -40,6 +40,9 @@ struct DaemonOptions {
   double system_ram_headroom_gb = 6.0;
   // DDO_AVAILABLE_SYSTEM_RAM_GB: pretend this much RAM is available (tests, simulations).
   std::optional<double> available_ram_override_gb;
+  // DDO_PLATFORM: pretend to run on "linux", "wsl" or "windows" (tests, simulations): the WSL
+  // pinning and stream rules follow it.
+  std::optional<std::string> platform_override;
 
   std::string state_dir;
   // Embedded mode: exit when this process ends (implies discard_pool).

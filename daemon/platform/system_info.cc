@@ -78,7 +78,8 @@ OsFlavor DetectLinuxFlavor(absl::string_view kernel_release, absl::string_view p
   return OsFlavor::kLinux;
 }
 
-SystemInfo QuerySystemInfo(std::optional<double> available_ram_override_gib) {
+SystemInfo QuerySystemInfo(std::optional<double> available_ram_override_gib,
+                           const std::optional<std::string>& platform_override) {
   SystemInfo info;
   utsname names{};
   if (::uname(&names) == 0) {
@@ -86,6 +87,11 @@ SystemInfo QuerySystemInfo(std::optional<double> available_ram_override_gib) {
     info.hostname = names.nodename;
   }
   info.os = DetectLinuxFlavor(info.os_release, ReadSmallFile("/proc/version"));
+  if (platform_override) {
+    info.os = *platform_override == "wsl"       ? OsFlavor::kWsl
+              : *platform_override == "windows" ? OsFlavor::kWindows
+                                                : OsFlavor::kLinux;
+  }
   info.cpu_count = std::thread::hardware_concurrency();
 
   if (auto memory = ParseMemInfo(ReadSmallFile("/proc/meminfo")); memory.ok()) {

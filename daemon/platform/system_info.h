@@ -41,7 +41,8 @@ struct SystemInfo {
 };
 
 // Reads the running system. `available_ram_override_gib` replaces the detected available RAM.
-SystemInfo QuerySystemInfo(std::optional<double> available_ram_override_gib);
+SystemInfo QuerySystemInfo(std::optional<double> available_ram_override_gib,
+                           const std::optional<std::string>& platform_override = std::nullopt);
 
 }  // namespace ddo
 

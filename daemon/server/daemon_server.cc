@@ -75,7 +75,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   DDO_RETURN_IF_ERROR(RemoveStaleSocket(socket_path));
   DDO_RETURN_IF_ERROR(EnsurePrivateDirectory(context.options.state_dir));
 
-  const SystemInfo system = QuerySystemInfo(context.options.available_ram_override_gb);
+  const SystemInfo system = QuerySystemInfo(context.options.available_ram_override_gb,
+                                            context.options.platform_override);
   context.ram_budget_bytes = RamBudgetBytes(context.options, system.memory.available_bytes);
   context.gpus = ProbeGpus();
   context.wsl = system.os == OsFlavor::kWsl;

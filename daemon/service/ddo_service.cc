@@ -70,7 +70,8 @@ grpc::Status DdoService::GetInfo(grpc::ServerContext*, const ddo::v1::GetInfoReq
   if (absl::Status serving = EnterCall(); !serving.ok()) {
     return Finish("GetInfo", serving);
   }
-  *response = BuildDaemonInfo(context_, QuerySystemInfo(context_.options.available_ram_override_gb));
+  *response = BuildDaemonInfo(context_, QuerySystemInfo(context_.options.available_ram_override_gb,
+                                                        context_.options.platform_override));
   return Finish("GetInfo", absl::OkStatus());
 }
 
@@ -135,7 +136,8 @@ grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::Connec
   ddo::v1::ConnectEvent connected;
   connected.mutable_connected()->set_lease_id(lease->id);
   *connected.mutable_connected()->mutable_daemon() =
-      BuildDaemonInfo(context_, QuerySystemInfo(context_.options.available_ram_override_gb));
+      BuildDaemonInfo(context_, QuerySystemInfo(context_.options.available_ram_override_gb,
+                                                context_.options.platform_override));
   bool client_there = writer->Write(connected);
 
   // Hold the lease until the client goes away or ddod stops.
@@ -185,7 +187,8 @@ grpc::Status DdoService::ExplainPlan(grpc::ServerContext*,
     }
   }
   machine.available_ram_gib =
-      QuerySystemInfo(context_.options.available_ram_override_gb).memory.available_bytes /
+      QuerySystemInfo(context_.options.available_ram_override_gb, context_.options.platform_override)
+          .memory.available_bytes /
       (1024.0 * 1024.0 * 1024.0);
   absl::StatusOr<ddo::v1::PlanExplanation> plan =
       ddo::ExplainPlan(*request, context_.options.setting_environment, machine);

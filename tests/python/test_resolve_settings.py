@@ -6,6 +6,7 @@ import os
 import pytest
 
 from diffusers_dynamic_offloader import DaemonError, DdoClient
+from diffusers_dynamic_offloader._proto import info_pb2
 
 
 def test_every_layer_wins_over_the_ones_below(daemon_factory, short_dir, monkeypatch):
@@ -76,3 +77,30 @@ def test_invalid_values_are_named(daemon, kwargs, expected):
         assert expected in str(raised.value)
         # ddod keeps serving.
         assert client.resolve_settings("off", environ={}).effective_preset == "off"
+
+
+def test_a_simulated_wsl_turns_off_pinning_and_group_streams(daemon_factory, short_dir, monkeypatch):
+    monkeypatch.setenv("DDO_PLATFORM", "wsl")
+    daemon = daemon_factory(os.path.join(short_dir, "wsl", "ddod.sock"))
+    monkeypatch.delenv("DDO_PLATFORM")
+    with DdoClient.connect(daemon.address) as client:
+        assert client.info().platform.os == info_pb2.OS_KIND_WSL
+        resolved = client.resolve_settings("one_shot_fast", environ={}, components=["text_encoder"])
+        pin = resolved.values["DDO_PIN_CPU_MEMORY"]
+        assert (pin.value, pin.source) == ("0", "platform")
+        encoder = resolved.components["text_encoder"]
+        assert encoder["DDO_TEXT_ENCODER_OFFLOAD_STREAM"].value == "0"
+        assert encoder["DDO_TEXT_ENCODER_OFFLOAD_RECORD_STREAM"].value == "0"
+        # Unless the client keeps pinning allowed on WSL.
+        allowed = client.resolve_settings("one_shot_fast", environ={"DDO_DISABLE_PIN_ON_WSL": "0"})
+        assert allowed.values["DDO_PIN_CPU_MEMORY"].value == "1"
+
+
+def test_a_bad_platform_is_refused_at_start(ddod_binary, short_dir):
+    import subprocess
+
+    result = subprocess.run([ddod_binary, "--socket", os.path.join(short_dir, "x.sock")],
+                            env=dict(os.environ, DDO_PLATFORM="beos"), capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 2
+    assert "DDO_PLATFORM" in result.stderr and "linux, wsl or windows" in result.stderr
