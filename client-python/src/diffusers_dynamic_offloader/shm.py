@@ -89,6 +89,7 @@ class SegmentMapping(Closeable):
                 raise DdoError(f"cannot map shared-memory segment {self.path}: {error}") from error
         finally:
             os.close(fd)
+        self._whole: Optional[torch.Tensor] = None
         self._unshared_refcount = sys.getrefcount(self._mmap)
 
     @property
@@ -152,13 +153,16 @@ class SegmentMapping(Closeable):
             )
         if byte_size == 0:
             return torch.empty(shape, dtype=dtype)
-        with warnings.catch_warnings():
-            # torch warns that it cannot protect a non-writable buffer; the kernel does.
-            warnings.filterwarnings(
-                "ignore", message="The given buffer is not writable", category=UserWarning
-            )
-            raw = torch.frombuffer(mapping, dtype=torch.uint8, count=byte_size, offset=offset)
-        return raw.view(dtype).reshape(shape)
+        # A slice of one tensor over the whole mapping: a session makes thousands of views,
+        # and torch.frombuffer per view costs tens of microseconds.
+        if self._whole is None:
+            with warnings.catch_warnings():
+                # torch warns that it cannot protect a non-writable buffer; the kernel does.
+                warnings.filterwarnings(
+                    "ignore", message="The given buffer is not writable", category=UserWarning
+                )
+                self._whole = torch.frombuffer(mapping, dtype=torch.uint8, count=self.size)
+        return self._whole[offset : offset + byte_size].view(dtype).reshape(shape)
 
     def close(self) -> bool:
         """Gives up this object's hold on the mapping. Idempotent.
@@ -171,6 +175,7 @@ class SegmentMapping(Closeable):
             return True
         # Every tensor view holds a reference to the mmap object; compare with the count
         # taken the same way when nothing else held it.
+        self._whole = None  # views made from it keep its storage, and so the mapping, alive
         in_use = sys.getrefcount(self._mmap) > self._unshared_refcount
         mapping, self._mmap = self._mmap, None
         if in_use:

@@ -227,6 +227,7 @@ class _DeviceMemory:
         self.size = size
         self._segment: Optional[SegmentMapping] = None
         self._ipc = None
+        self._whole: Optional[torch.Tensor] = None  # CUDA: one uint8 tensor over the memory
         if size == 0:
             return
         if device.type == "cpu":
@@ -257,10 +258,17 @@ class _DeviceMemory:
                     f"{byte_size} bytes of the {self.what} cannot hold {name!r}, {dtype} "
                     f"{list(shape)} ({expected} bytes)"
                 )
-            return tensor_view(self._ipc, offset, shape, dtype)
+            if byte_size == 0:
+                return torch.empty(tuple(shape), dtype=dtype, device=f"cuda:{self._ipc.device}")
+            # Slices of one tensor: a view through __cuda_array_interface__ per tensor costs
+            # tens of microseconds, and a session makes thousands.
+            if self._whole is None:
+                self._whole = tensor_view(self._ipc, 0, (self.size,), torch.uint8)
+            return self._whole[offset : offset + byte_size].view(dtype).reshape(tuple(shape))
         raise DdoError(f"ddod placed {name!r} in the session's {self.what}, which is empty")
 
     def close(self) -> None:
+        self._whole = None
         if self._segment is not None:
             self._segment.close()
             self._segment = None
