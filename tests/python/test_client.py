@@ -168,3 +168,5 @@ def test_demo(daemon):
     assert daemon.address in result.stdout
     assert "health:    SERVING" in result.stdout
     assert "lease:     " in result.stdout
+    assert "stream:    on cpu:" in result.stdout
+    assert "outputs match the unstreamed model's" in result.stdout
