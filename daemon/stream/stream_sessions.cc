@@ -312,6 +312,7 @@ void StreamSessions::CloseSession(std::shared_ptr<StreamSession> session, Sessio
   const std::string id = session->id();
   const bool failed = session->Stats().failed;
   std::shared_ptr<ResidentSlab> slab = session->slab();
+  std::vector<std::shared_ptr<ResidentSlab>> dropped;  // freed outside the lock
   bool kept = false;
   {
     absl::MutexLock lock(&mu_);
@@ -321,8 +322,12 @@ void StreamSessions::CloseSession(std::shared_ptr<StreamSession> session, Sessio
       slab_keys_.erase(key);
     }
     // warm_process: the filled slab stays for the next runner (its bytes stay reserved),
-    // unless one is already kept under the key (two sessions of one plan closed).
+    // unless one is already kept under the key (two sessions of one plan closed). One warm
+    // slab per device at most, the newest: VRAM held for nobody stays bounded, since other
+    // processes on the GPU do not ask ddod's budget for room.
     if (options_.keep_slabs_warm && !failed && !slab_key.empty() && warm_slabs_.count(slab_key) == 0) {
+      while (DropWarmSlabLocked(device, &dropped)) {
+      }
       warm_slabs_[slab_key] = WarmSlab{device, slab, plan.slab_bytes, absl::Now()};
       reserved_[device] -= plan.ring_bytes();
       kept = true;
@@ -330,6 +335,7 @@ void StreamSessions::CloseSession(std::shared_ptr<StreamSession> session, Sessio
       reserved_[device] -= plan.device_bytes();
     }
   }
+  dropped.clear();
   slab.reset();
   session.reset();  // frees the ring, events and control block (the worker let go in Remove)
   (void)store_.Detach(id);

@@ -400,9 +400,13 @@ def test_warm_process_keeps_the_slab_for_the_next_runner(daemon_factory, short_d
             assert second.resources.resident_slab_shm == slab
             assert _plan_value(second, "slab") == "warm"
             assert mismatches(model, reference, range(3), dtype) == []
-        # Another plan (other resident tensors) does not take it.
+        # Another plan (other resident tensors) does not take it...
         with open_session(client, model, DDO_SMALL_TENSOR_THRESHOLD_KB="1024") as other:
-            assert other.resources.resident_slab_shm != slab
+            other_slab = other.resources.resident_slab_shm
+            assert other_slab != slab
+        # ...and when it closes, its slab replaces the first: one warm slab per device.
+        assert os.path.exists("/dev/shm/" + other_slab.lstrip("/"))
+        assert not os.path.exists("/dev/shm/" + slab.lstrip("/"))
 
 
 def test_without_warm_process_a_slab_goes_with_its_session(client):
