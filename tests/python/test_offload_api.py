@@ -50,7 +50,15 @@ def test_the_transformer_streams_and_computes_exactly(daemon):
             assert result.settings.effective_preset == "one_shot_fast"
             assert mismatches(model, reference, range(3), torch.float32) == []
             assert events[0][0] == "setup_transformer_dynamic_offload"
-            assert events[0][1]["route"] == "dynamic_offload"
+            payload = events[0][1]
+            assert payload["route"] == "dynamic_offload"
+            # The seed's payload keys (research/seed-ddo.md §1.5).
+            assert payload["patched_module_count"] == 24
+            assert payload["bytes_by_placement"]["streamed"] > 0
+            assert payload["execution_mode"] == "linear_runtime"
+            assert payload["auto_budget_policy"] == "balanced"
+            assert "stream_unit" in payload["planner_decisions"]
+            assert payload["setup_runtime"]["open_session"]["seconds"] > 0
         finally:
             remove_dynamic_offload(result)
         assert result.hook is None

@@ -271,6 +271,18 @@ def enable_offload(
             payload.update({"cache_key": key, "session": result.hook.stats()})
         else:
             result.should_move_to_execution_device = True
+        from .event_payload import build_dynamic_offload_event_payload
+        from .offload_settings import DynamicOffloadSettings
+
+        seed_settings = DynamicOffloadSettings.from_resolved(
+            settings, execution_device=_device_text(execution_device),
+            offload_device=_device_text(offload_device), running_on_wsl=running_on_wsl)
+        payload.update(build_dynamic_offload_event_payload(
+            seed_settings, result.hook, time.perf_counter() - started))
+        payload["execution_mode"] = settings.value("DDO_EXECUTION_MODE")
+        # Explicit fields without a DDO_* variable are reported as given.
+        payload.update({name: value for name, value in explicit.items()
+                        if name in _PYTHON_ONLY_FIELDS})
         _fire(record_event, dynamic_event_name or f"setup_{component}_dynamic_offload",
               started, payload)
     elif chosen.value == "diffusers_group_offload":
