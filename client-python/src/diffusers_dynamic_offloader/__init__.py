@@ -62,6 +62,7 @@ __all__ = [
     "DynamicOffloadConfig",
     "DynamicOffloadSettings",
     "load_dynamic_offload_settings_from_env",
+    "build_dynamic_offload_event_payload",
 ]
 
 _LAZY = {
@@ -87,6 +88,7 @@ _LAZY = {
     "DynamicOffloadConfig": "offload_settings",
     "DynamicOffloadSettings": "offload_settings",
     "load_dynamic_offload_settings_from_env": "offload_settings",
+    "build_dynamic_offload_event_payload": "event_payload",
 }
 
 
