@@ -25,19 +25,9 @@ void Decide(ddo::v1::PlanExplanation* out, std::string key, std::string value, s
   decision->set_reason(std::move(reason));
 }
 
+// A dense Linear weight as the layout describes it (the runner would stream it).
 bool IsFloatingWeight(const TensorEntry& tensor) {
-  switch (tensor.dtype) {
-    case DType::kF64:
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-      break;
-    default:
-      return false;
-  }
-  return tensor.shape.size() == 2 && tensor.module_class == "Linear" &&
+  return IsFloatingPoint(tensor.dtype) && tensor.shape.size() == 2 && tensor.module_class == "Linear" &&
          tensor.name == tensor.module_path + ".weight";
 }
 

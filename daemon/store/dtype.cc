@@ -68,6 +68,20 @@ const char* SafetensorsDTypeName(DType dtype) { return Info(dtype).safetensors_n
 
 size_t DTypeSize(DType dtype) { return Info(dtype).size; }
 
+bool IsFloatingPoint(DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return true;
+    default:
+      return false;
+  }
+}
+
 absl::StatusOr<DType> FromProto(ddo::v1::DType dtype) {
   for (const DTypeInfo& info : kDTypes) {
     if (dtype == info.proto) {

@@ -46,6 +46,9 @@ const char* SafetensorsDTypeName(DType dtype);
 // Bytes per element (BOOL is one byte, as in safetensors).
 size_t DTypeSize(DType dtype);
 
+// F64, F32, F16, BF16 and the F8 types.
+bool IsFloatingPoint(DType dtype);
+
 // DTYPE_UNSPECIFIED and values this build does not know are InvalidArgument.
 absl::StatusOr<DType> FromProto(ddo::v1::DType dtype);
 ddo::v1::DType ToProto(DType dtype);

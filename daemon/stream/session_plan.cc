@@ -25,20 +25,6 @@ uint64_t AlignUp(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
-bool IsFloating(DType dtype) {
-  switch (dtype) {
-    case DType::kF64:
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-      return true;
-    default:
-      return false;
-  }
-}
-
 absl::StatusOr<uint64_t> GiBSetting(const std::string& name, const std::string& text) {
   absl::StatusOr<double> gib = ParseNonNegativeNumber(name, text);
   if (!gib.ok()) return gib.status();
@@ -204,7 +190,7 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
           absl::StrCat("streamable tensor '", name, "' is not in the component"));
     }
     const TensorEntry& tensor = tensors[it->second];
-    if (tensor.shape.size() != 2 || !IsFloating(tensor.dtype) ||
+    if (tensor.shape.size() != 2 || !IsFloatingPoint(tensor.dtype) ||
         name.size() <= 7 || name.compare(name.size() - 7, 7, ".weight") != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "streamable tensor '", name, "' is not a 2-D floating Linear weight (shape [",

@@ -17,7 +17,7 @@ from torch import nn
 from ._proto import sessions_pb2
 from .component_info import Component
 from .errors import BindError, DaemonError, DdoError, describe_names
-from .module_tensors import alias_groups, module_tensors
+from .module_tensors import alias_groups, assign, module_tensors
 from .shm import SegmentMapping
 from ._closeable import Closeable
 
@@ -129,14 +129,7 @@ class AttachedComponent(Closeable):
                 mismatched=mismatched,
             )
         for group, view in plan:
-            parameter = None
-            for entry in group:
-                if entry.is_buffer:
-                    entry.owner._buffers[entry.attribute] = view
-                else:
-                    if parameter is None:
-                        parameter = nn.Parameter(view, requires_grad=False)
-                    entry.owner._parameters[entry.attribute] = parameter
+            assign(group, view)
         return BindResult(missing, unexpected)
 
     def close(self) -> None:

@@ -77,3 +77,16 @@ def alias_groups(entries: List[ModuleTensor]) -> List[List[ModuleTensor]]:
 def unique(entries: List[ModuleTensor]) -> List[ModuleTensor]:
     """The first name of every distinct tensor."""
     return [group[0] for group in alias_groups(entries)]
+
+
+def assign(group: List[ModuleTensor], view: torch.Tensor) -> None:
+    """Binds every name of ``group`` (one tensor's aliases) to ``view``: buffers directly,
+    parameters through one shared ``nn.Parameter`` that does not require grad."""
+    parameter = None
+    for entry in group:
+        if entry.is_buffer:
+            entry.owner._buffers[entry.attribute] = view
+        else:
+            if parameter is None:
+                parameter = nn.Parameter(view, requires_grad=False)
+            entry.owner._parameters[entry.attribute] = parameter

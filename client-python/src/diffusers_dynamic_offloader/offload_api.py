@@ -22,7 +22,7 @@ from torch import nn
 
 from .errors import ConfigurationError
 from .quantized import detect_quantized_backend_modules
-from .resolved_settings import ResolvedSettings
+from .resolved_settings import ResolvedSettings, setting_text
 
 #: Keyword overrides of the seed's DynamicOffloadConfig, by field name -> DDO_* variable.
 CONFIG_FIELDS: Dict[str, str] = {
@@ -79,13 +79,6 @@ def _config_fields(config: Any):
         yield item.name, getattr(config, item.name)
 
 
-def _override_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
-
 # The streaming session of each module enable_offload put on the DDO route.
 _SESSIONS: "weakref.WeakKeyDictionary[nn.Module, Any]" = weakref.WeakKeyDictionary()
 EventCallback = Callable[..., Any]
@@ -120,10 +113,6 @@ def _client(client):
     from .default_client import default_client
 
     return default_client()
-
-
-def _bool_text(value: bool) -> str:
-    return "1" if value else "0"
 
 
 def _prefix(component: str) -> str:
@@ -206,7 +195,7 @@ def enable_offload(
     prefix = _prefix(component)
     explicit = dict(_config_fields(config)) if config is not None else {}
     explicit.update(config_overrides)
-    overrides: Dict[str, object] = {CONFIG_FIELDS[name]: _override_text(value)
+    overrides: Dict[str, object] = {CONFIG_FIELDS[name]: setting_text(value)
                                     for name, value in explicit.items() if name in CONFIG_FIELDS}
     explicit_route = route is not None and route.strip().lower() != "auto"
     for suffix, value in (("ROUTE", route), ("GROUP_OFFLOAD", group_offload),
@@ -224,18 +213,13 @@ def enable_offload(
         raise ValueError(f"Invalid route {route!r}. Valid values: {VALID_ROUTES}")
     client = _client(client)
     settings = _resolved_of(settings)
-    if settings is None or overrides:
+    # Pre-resolved settings serve unless this call adds overrides or a component they lack.
+    if settings is None or overrides or component not in settings.components:
         settings = resolve_offload_settings(
             components=[component], preset=preset, environ=environ,
             use_environment=use_environment, overrides=overrides,
             component_policies=component_policies, client=client)
-    values = settings.components.get(component)
-    if values is None:  # pre-resolved for other components
-        settings = resolve_offload_settings(
-            components=[component], preset=preset, environ=environ,
-            use_environment=use_environment, overrides=overrides,
-            component_policies=component_policies, client=client)
-        values = settings.components[component]
+    values = settings.components[component]
 
     chosen = values[prefix + "ROUTE"]
     payload: Dict[str, Any] = {

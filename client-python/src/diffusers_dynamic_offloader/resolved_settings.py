@@ -101,17 +101,17 @@ def resolve_settings(
     request = settings_pb2.ResolveSettingsRequest(
         preset=preset or "",
         environment=environment_settings(environ),
-        overrides={name: _text(value) for name, value in (overrides or {}).items()},
+        overrides={name: setting_text(value) for name, value in (overrides or {}).items()},
         components=list(components),
     )
     for component, policy in (component_policies or {}).items():
         request.component_policies[component].values.update(
-            {str(key): _text(value) for key, value in policy.items()}
+            {str(key): setting_text(value) for key, value in policy.items()}
         )
     return ResolvedSettings.from_proto(client._unary("ResolveSettings", request))
 
 
-def _text(value: object) -> str:
+def setting_text(value: object) -> str:
     """Python values as the seed's parsers read them: booleans as 1/0, the rest as str."""
     if isinstance(value, bool):
         return "1" if value else "0"

@@ -56,7 +56,7 @@ from ._proto import components_pb2, sessions_pb2
 from . import dtypes
 from .control_block import DEFAULT_STALL_TIMEOUT_S, ControlBlock, Doorbell
 from .errors import BindError, ConfigurationError, DaemonError, DdoError, describe_names
-from .module_tensors import ModuleTensor, alias_groups, module_tensors
+from .module_tensors import ModuleTensor, alias_groups, assign, module_tensors
 from .quantized import is_plain_tensor
 from .ring_consumer import RingConsumer, RingEvents, UnitViews
 from .shm import SegmentMapping
@@ -553,7 +553,7 @@ class StreamingSession(Closeable):
         on a GPU, non-persistent buffers to the device."""
         for source, group in groups:
             view = resident.get(source)
-            _assign(group, view if view is not None else self._pool_views[source])
+            assign(group, view if view is not None else self._pool_views[source])
         if self.device.type != "cpu":
             for owner in self.module.modules():
                 transient = getattr(owner, "_non_persistent_buffers_set", set())
@@ -700,7 +700,7 @@ class StreamingSession(Closeable):
     def _restore(self) -> None:
         """Every tensor back to its host pool view; moved buffers back to the host."""
         for source, group in _pool_groups(self.module, self._pool_views):
-            _assign(group, self._pool_views[source])
+            assign(group, self._pool_views[source])
         for owner, attribute, original in self._moved_buffers:
             owner._buffers[attribute] = original
         self._moved_buffers = []
@@ -759,18 +759,6 @@ def _streamed_forward(
         return linear(input, weight, bias)
 
     return forward
-
-
-def _assign(group: List[ModuleTensor], view: torch.Tensor) -> None:
-    """Binds every name of ``group`` to ``view`` (one Parameter for all its names)."""
-    parameter = None
-    for entry in group:
-        if entry.is_buffer:
-            entry.owner._buffers[entry.attribute] = view
-        else:
-            if parameter is None:
-                parameter = nn.Parameter(view, requires_grad=False)
-            entry.owner._parameters[entry.attribute] = parameter
 
 
 def _pool_groups(
