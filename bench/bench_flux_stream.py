@@ -304,13 +304,13 @@ def session_device_bytes(client, session, pid: int) -> int:
 
     listed = client._unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
     session_id = getattr(session, "session_id", None)
-    mine = [s for s in listed if (s.session_id == session_id if session_id else
+    mine = [s for s in listed if (s.session_id == session_id[:8] if session_id else
                                   s.client_pid == pid and s.cache_key == KEY)]
     if mine and max(s.device_bytes for s in mine) > 0:
         return max(s.device_bytes for s in mine)
     stats = session.stats()
-    return int(stats.get("resident_bytes", 0)) + (int(stats.get("ring_slots", 0)) + 1) * int(
-        stats.get("ring_slot_bytes", 0))
+    return (int(stats.get("resident_bytes", 0)) + int(stats.get("ring_arena_bytes", 0))
+            + int(stats.get("ring_slot_bytes", 0)))
 
 
 def plan_summary(plan) -> Dict[str, Any]:

@@ -80,7 +80,7 @@ std::vector<SettingSpec> BuildLibrarySettings() {
       Bool("DDO_PURGE_WINDOWS_STANDBY_<PHASE>", false,
            "purge the Windows standby list at a phase (BEFORE_RUN, AFTER_TEXT_ENCODER, BEFORE_TRANSFORMER, ...)"),
       Choice("DDO_STREAM_UNIT", "linear", {"linear", "block"}, "streaming unit: one Linear weight or a whole block"),
-      Int("DDO_RING_SLOTS", "", "streaming ring slots (2-64); unset: 8 for linear units, 3 for blocks"),
+      Int("DDO_RING_SLOTS", "", "streaming ring size in largest units (2-64); smaller units pack in; unset: 8 for linear units, 3 for blocks"),
       Number("DDO_VRAM_BUDGET_GB", "", "everything a streaming session may use on its device; unset: no session cap"),
       Number("DDO_ACTIVATION_RESERVE_GB", "2", "kept free for the runner's activations inside DDO_VRAM_BUDGET_GB"),
   };

@@ -214,7 +214,7 @@ void AppendSettingLines(const google::protobuf::RepeatedPtrField<ddo::v1::Settin
 std::string FormatPlan(const ddo::v1::PlanExplanation& plan) {
   std::string out = absl::StrFormat("route: %s\n", plan.route());
   if (plan.route() == "ddo_stream") {
-    out += absl::StrFormat("resident %s, streamed %s through %d + 1 ring slots\n",
+    out += absl::StrFormat("resident %s, streamed %s, up to %d units in flight\n",
                            FormatBytes(plan.resident_bytes()), FormatBytes(plan.streamed_bytes()),
                            plan.ring_slots());
   }
@@ -266,7 +266,7 @@ std::string FormatSessions(const ddo::v1::ListSessionsResponse& sessions) {
     if (session.device_uuid().empty()) continue;
     // A streaming session: where its bytes are and how the stream goes.
     out += absl::StrFormat(
-        "           device %s (resident %s, ring %d + 1 slots), schedule %s\n",
+        "           device %s (resident %s, up to %d units in flight), schedule %s\n",
         FormatBytes(session.device_bytes()), FormatBytes(session.resident_bytes()),
         session.ring_slots(),
         session.schedule_length() == 0 ? std::string("not known yet")

@@ -96,7 +96,7 @@ TEST(FormattingTest, SessionsShowHowAStreamGoes) {
   const std::string text = FormatSessions(sessions);
   EXPECT_THAT(text, HasSubstr("session aaaaaaaa  pid 0        vae on host\n  session"));
   EXPECT_THAT(text, HasSubstr("transformer on GPU-1234"));
-  EXPECT_THAT(text, HasSubstr("device 3.0 GiB (resident 2.0 GiB, ring 8 + 1 slots), schedule 209 uses/cycle"));
+  EXPECT_THAT(text, HasSubstr("device 3.0 GiB (resident 2.0 GiB, up to 8 units in flight), schedule 209 uses/cycle"));
   EXPECT_THAT(text, HasSubstr("streamed 9.0 GiB in 418 uses"));
   EXPECT_THAT(text, HasSubstr("209 out of schedule"));
 }

@@ -30,11 +30,11 @@ void FutexWakeAll(const std::atomic<uint32_t>* word) {
 }
 
 uint64_t ControlBlock::LayoutBytes(uint32_t slots) {
-  return control_layout::kSlotUseOffset + 8ull * (slots + 1);
+  return control_layout::kSlotUseOffset + 16ull * (slots + 1);
 }
 
 absl::StatusOr<ControlBlock> ControlBlock::Create(const std::string& name, uint32_t slots,
-                                                  uint32_t units) {
+                                                  uint32_t units, uint64_t arena_bytes) {
   DDO_ASSIGN_OR_RETURN(SharedSegment segment,
                        SharedSegment::Create(name, RoundUpToSegmentGranularity(LayoutBytes(slots))));
   char* base = segment.data();
@@ -45,8 +45,10 @@ absl::StatusOr<ControlBlock> ControlBlock::Create(const std::string& name, uint3
   std::memcpy(base + control_layout::kSlotsOffset, &slots, 4);
   std::memcpy(base + control_layout::kUnitsOffset, &units, 4);
   std::memcpy(base + control_layout::kDaemonPidOffset, &pid, 8);
+  std::memcpy(base + control_layout::kArenaBytesOffset, &arena_bytes, 8);
   ControlBlock block(std::move(segment), slots);
   for (uint32_t slot = 0; slot <= slots; ++slot) block.slot_use(slot).store(control_layout::kNoUse);
+  block.slot_offset(slots).store(arena_bytes);  // the out-of-schedule slot never moves
   // The magic last: a runner that sees it sees an initialised block.
   block.U32(control_layout::kMagicOffset).store(control_layout::kMagic);
   return block;

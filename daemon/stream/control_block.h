@@ -22,13 +22,14 @@ namespace ddo {
 
 namespace control_layout {
 inline constexpr uint32_t kMagic = 0x434F4444;  // "DDOC"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 inline constexpr uint64_t kMagicOffset = 0;
 inline constexpr uint64_t kVersionOffset = 4;
 inline constexpr uint64_t kSlotsOffset = 8;
 inline constexpr uint64_t kUnitsOffset = 12;
 inline constexpr uint64_t kDaemonPidOffset = 16;
 inline constexpr uint64_t kScheduleLengthOffset = 24;
+inline constexpr uint64_t kArenaBytesOffset = 32;  // u64: the ring's arena (the sync slot follows)
 inline constexpr uint64_t kReadyOffset = 64;
 inline constexpr uint64_t kConsumedOffset = 128;
 inline constexpr uint64_t kStateOffset = 192;
@@ -39,7 +40,7 @@ inline constexpr uint64_t kSyncDoneOffset = 320;
 inline constexpr uint64_t kSkippedUsesOffset = 384;
 inline constexpr uint64_t kSyncUsesOffset = 392;
 inline constexpr uint64_t kConsumedUsesOffset = 400;
-inline constexpr uint64_t kSlotUseOffset = 1024;
+inline constexpr uint64_t kSlotUseOffset = 1024;  // u64[slots + 1]; then slot_offset u64[slots + 1]
 inline constexpr uint64_t kNoUse = ~0ull;
 }  // namespace control_layout
 
@@ -65,9 +66,9 @@ inline const std::atomic<uint32_t>* LowWord(const std::atomic<uint64_t>* counter
 class ControlBlock {
  public:
   // Creates the segment `name` for a session with `slots` streaming slots (plus the
-  // out-of-schedule slot) and `units` units.
+  // out-of-schedule slot, at `arena_bytes` in the ring) and `units` units.
   static absl::StatusOr<ControlBlock> Create(const std::string& name, uint32_t slots,
-                                             uint32_t units);
+                                             uint32_t units, uint64_t arena_bytes);
   // Bytes of the layout for `slots` streaming slots (before rounding to the segment size).
   static uint64_t LayoutBytes(uint32_t slots);
 
@@ -85,6 +86,10 @@ class ControlBlock {
   std::atomic<uint64_t>& sync_done() { return U64(control_layout::kSyncDoneOffset); }
   std::atomic<uint64_t>& slot_use(uint32_t slot) {
     return U64(control_layout::kSlotUseOffset + 8ull * slot);
+  }
+  // Where in the ring the slot's unit lies; written before its slot_use.
+  std::atomic<uint64_t>& slot_offset(uint32_t slot) {
+    return U64(control_layout::kSlotUseOffset + 8ull * (slots_ + 1 + slot));
   }
   void set_schedule_length(uint32_t length);
   void set_state(SessionState state);

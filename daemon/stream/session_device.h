@@ -2,7 +2,8 @@
 //
 // The streaming ring of one session and its ordering primitives, behind one interface with two
 // backends (docs/streaming.md): CUDA (a cudaMalloc'd ring exported over CUDA IPC, a copy
-// stream of the session's own, interprocess events per slot) and host (a shared-memory ring,
+// stream of the session's own, interprocess events per slot, a slot being one unit in flight
+// wherever it lies in the ring) and host (a shared-memory ring,
 // memcpy, no events: both sides are synchronous). The resident slab is its own object
 // (resident_slab.h). The streaming engine
 // is written once against this interface, so the whole protocol runs in CI on the host
@@ -27,12 +28,11 @@ class SessionDevice {
  public:
   virtual ~SessionDevice() = default;
 
-  // Enqueues a copy of host bytes into a ring slot (slot == ring_slots is the out-of-schedule
-  // slot).
-  virtual absl::Status CopyToSlot(uint32_t slot, uint64_t offset, const void* source,
-                                  uint64_t bytes) = 0;
+  // Enqueues a copy of host bytes to `ring_offset` in the ring (in order with the copies
+  // enqueued before).
+  virtual absl::Status CopyToRing(uint64_t ring_offset, const void* source, uint64_t bytes) = 0;
   // True when the GPU work the runner last recorded as "consumed" for `slot` has finished
-  // (the slot may be overwritten). Polled on the CPU: a GPU-side wait on another process's
+  // (the ring bytes of the slot's use may be overwritten). Polled on the CPU: a GPU-side wait on another process's
   // event costs a cross-context dependency per unit, measured far slower (docs/streaming.md).
   virtual absl::StatusOr<bool> ConsumedDone(uint32_t slot) = 0;
   // Records "ready" of `slot` after the copies enqueued so far.
@@ -49,8 +49,8 @@ class SessionDevice {
 };
 
 struct SessionDeviceSpec {
-  uint64_t slot_bytes = 0;
-  uint32_t ring_slots = 0;  // streaming slots; one more is allocated
+  uint64_t ring_bytes = 0;  // the arena and the out-of-schedule slot
+  uint32_t ring_slots = 0;  // streaming slots; one more (out of schedule) has events too
   // Host backend: the ring's segment name ("<pool prefix>...").
   std::string ring_segment_name;
 };

@@ -25,26 +25,22 @@ namespace {
 
 class CudaSessionDevice final : public SessionDevice {
  public:
-  CudaSessionDevice(int ordinal, uint64_t slot_bytes, uint32_t ring_slots, DeviceBuffer ring,
-                    CudaStream stream, std::vector<IpcEvent> ready,
-                    std::vector<IpcEvent> consumed)
+  CudaSessionDevice(int ordinal, uint64_t ring_bytes, DeviceBuffer ring, CudaStream stream,
+                    std::vector<IpcEvent> ready, std::vector<IpcEvent> consumed)
       : ordinal_(ordinal),
-        slot_bytes_(slot_bytes),
-        ring_slots_(ring_slots),
+        ring_bytes_(ring_bytes),
         ring_(std::move(ring)),
         stream_(std::move(stream)),
         ready_(std::move(ready)),
         consumed_(std::move(consumed)) {}
 
-  absl::Status CopyToSlot(uint32_t slot, uint64_t offset, const void* source,
-                          uint64_t bytes) override {
-    if (slot > ring_slots_ || offset + bytes > slot_bytes_) {
-      return absl::InternalError(absl::StrCat("slot copy out of range (slot ", slot, ", ", offset,
-                                              "+", bytes, " > ", slot_bytes_, ")"));
+  absl::Status CopyToRing(uint64_t ring_offset, const void* source, uint64_t bytes) override {
+    if (ring_offset + bytes > ring_bytes_) {
+      return absl::InternalError(absl::StrCat("ring copy out of range (", ring_offset, " + ", bytes,
+                                              " > ", ring_bytes_, ")"));
     }
     DDO_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(ordinal_));
-    return stream_.CopyToDevice(static_cast<char*>(ring_.data()) + slot * slot_bytes_ + offset,
-                                source, bytes);
+    return stream_.CopyToDevice(static_cast<char*>(ring_.data()) + ring_offset, source, bytes);
   }
 
   absl::StatusOr<bool> ConsumedDone(uint32_t slot) override {
@@ -97,8 +93,7 @@ class CudaSessionDevice final : public SessionDevice {
 
  private:
   int ordinal_;
-  uint64_t slot_bytes_;
-  uint32_t ring_slots_;
+  uint64_t ring_bytes_;
   DeviceBuffer ring_;
   CudaStream stream_;
   std::vector<IpcEvent> ready_;
@@ -112,8 +107,7 @@ absl::StatusOr<std::unique_ptr<SessionDevice>> OpenCudaSessionDevice(
   // cudaMalloc of 0 bytes gives no exportable pointer: an empty ring gets a minimal allocation.
   DDO_ASSIGN_OR_RETURN(
       DeviceBuffer ring,
-      DeviceBuffer::Allocate(ordinal,
-                             std::max<uint64_t>(spec.slot_bytes * (spec.ring_slots + 1ull), 256)));
+      DeviceBuffer::Allocate(ordinal, std::max<uint64_t>(spec.ring_bytes, 256)));
   DDO_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(ordinal));
   std::vector<IpcEvent> ready, consumed;
   for (uint32_t slot = 0; slot <= spec.ring_slots; ++slot) {
@@ -123,8 +117,8 @@ absl::StatusOr<std::unique_ptr<SessionDevice>> OpenCudaSessionDevice(
     consumed.push_back(std::move(consumed_event));
   }
   return std::unique_ptr<SessionDevice>(new CudaSessionDevice(
-      ordinal, spec.slot_bytes, spec.ring_slots, std::move(ring),
-      std::move(stream), std::move(ready), std::move(consumed)));
+      ordinal, spec.ring_bytes, std::move(ring), std::move(stream), std::move(ready),
+      std::move(consumed)));
 }
 
 }  // namespace ddo

@@ -16,18 +16,17 @@ namespace {
 
 class HostSessionDevice final : public SessionDevice {
  public:
-  HostSessionDevice(SharedSegment ring, uint64_t slot_bytes, uint32_t ring_slots)
-      : ring_(std::move(ring)), slot_bytes_(slot_bytes), ring_slots_(ring_slots) {}
+  HostSessionDevice(SharedSegment ring, uint64_t ring_bytes)
+      : ring_(std::move(ring)), ring_bytes_(ring_bytes) {}
 
   ~HostSessionDevice() override { (void)ring_.Unlink(); }
 
-  absl::Status CopyToSlot(uint32_t slot, uint64_t offset, const void* source,
-                          uint64_t bytes) override {
-    if (slot > ring_slots_ || offset + bytes > slot_bytes_) {
-      return absl::InternalError(absl::StrCat("slot copy out of range (slot ", slot, ", ", offset,
-                                              "+", bytes, " > ", slot_bytes_, ")"));
+  absl::Status CopyToRing(uint64_t ring_offset, const void* source, uint64_t bytes) override {
+    if (ring_offset + bytes > ring_bytes_) {
+      return absl::InternalError(absl::StrCat("ring copy out of range (", ring_offset, " + ", bytes,
+                                              " > ", ring_bytes_, ")"));
     }
-    std::memcpy(ring_.data() + slot * slot_bytes_ + offset, source, bytes);
+    std::memcpy(ring_.data() + ring_offset, source, bytes);
     return absl::OkStatus();
   }
 
@@ -46,8 +45,7 @@ class HostSessionDevice final : public SessionDevice {
 
  private:
   SharedSegment ring_;
-  uint64_t slot_bytes_;
-  uint32_t ring_slots_;
+  uint64_t ring_bytes_;
 };
 
 }  // namespace
@@ -55,13 +53,11 @@ class HostSessionDevice final : public SessionDevice {
 absl::StatusOr<std::unique_ptr<SessionDevice>> OpenHostSessionDevice(
     const SessionDeviceSpec& spec) {
   // An empty ring still gets a segment: the runner's mapping code has one path.
-  const uint64_t ring_bytes = spec.slot_bytes * (spec.ring_slots + 1ull);
   DDO_ASSIGN_OR_RETURN(
       SharedSegment ring,
       SharedSegment::Create(spec.ring_segment_name,
-                            RoundUpToSegmentGranularity(std::max<uint64_t>(ring_bytes, 1))));
-  return std::unique_ptr<SessionDevice>(
-      new HostSessionDevice(std::move(ring), spec.slot_bytes, spec.ring_slots));
+                            RoundUpToSegmentGranularity(std::max<uint64_t>(spec.ring_bytes, 1))));
+  return std::unique_ptr<SessionDevice>(new HostSessionDevice(std::move(ring), spec.ring_bytes));
 }
 
 }  // namespace ddo

@@ -19,7 +19,10 @@
 namespace ddo {
 namespace {
 
+// DDO_RING_SLOTS: the arena's size in largest units.
 constexpr uint32_t kMaxRingSlots = 64;
+// Units in flight at most (each slot has a use, an offset and two interprocess events).
+constexpr uint64_t kMaxSlotsInFlight = 128;
 
 uint64_t AlignUp(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
@@ -283,7 +286,7 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
   for (uint32_t i = 0; i < tensors.size(); ++i) {
     if (!streamed[i]) mandatory_resident += AlignUp(tensors[i].byte_size, kTensorAlignment);
   }
-  const uint64_t ring_estimate = largest_unit * (slots + 1ull);
+  const uint64_t ring_estimate = largest_unit * (slots + 1ull);  // the arena + the extra slot
 
   // The resident budget.
   uint64_t budget = 0;
@@ -385,13 +388,26 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
   }
   plan.signature = absl::StrFormat("%016x", XXH3_64bits_digest(hash));
   XXH3_freeState(hash);
-  plan.ring_slots = plan.units.empty() ? 0 : slots;
+  if (!plan.units.empty()) {
+    uint64_t smallest_unit = plan.slot_bytes;
+    for (const StreamUnit& unit : plan.units) smallest_unit = std::min(smallest_unit, unit.span_bytes);
+    plan.arena_bytes = plan.slot_bytes * slots;
+    // As many slots as the arena can hold of the smallest unit, so that packing is never
+    // limited by the slot count (within reason: each slot has a pair of events).
+    plan.ring_slots = static_cast<uint32_t>(std::clamp<uint64_t>(
+        plan.arena_bytes / std::max<uint64_t>(smallest_unit, 1), slots, kMaxSlotsInFlight));
+  }
   decide("streamed", absl::StrCat(plan.units.size(), " units, ", FormatBytes(plan.streamed_bytes)),
          "weights neither small, always resident nor in a resident block");
-  decide("ring", plan.units.empty() ? "none"
-                                    : absl::StrCat(slots, " + 1 slots of ", FormatBytes(plan.slot_bytes)),
+  decide("ring",
+         plan.units.empty()
+             ? "none"
+             : absl::StrCat(FormatBytes(plan.arena_bytes), " arena (", slots, " x the largest unit, ",
+                            FormatBytes(plan.slot_bytes), "), up to ", plan.ring_slots,
+                            " units in flight, + 1 out-of-schedule slot"),
          plan.units.empty() ? "nothing is streamed"
-                            : "slot = the largest unit; the extra slot serves out-of-schedule uses");
+                            : "units pack into the arena back to back; the extra slot serves "
+                              "out-of-schedule uses");
   decide("slab", FormatBytes(plan.slab_bytes), "every resident tensor, 256-byte aligned");
   return plan;
 }

@@ -27,7 +27,8 @@ enum class ResidentSelection { kSpread, kFirst, kLargest };
 // Per-session settings, from AttachRequest.settings (DDO_* names).
 struct StreamSettings {
   UnitGrouping grouping = UnitGrouping::kLinear;
-  uint32_t ring_slots = 0;  // 0: the grouping's default
+  // The ring's arena in units of the largest unit (DDO_RING_SLOTS); 0: the grouping's default.
+  uint32_t ring_slots = 0;
   std::optional<uint64_t> vram_budget_bytes;
   uint64_t activation_reserve_bytes = 2ull << 30;
   std::optional<uint64_t> resident_budget_bytes;  // unset: auto
@@ -45,7 +46,7 @@ absl::StatusOr<StreamSettings> ParseStreamSettings(const std::map<std::string, s
 
 struct PlannedTensor {
   uint32_t table_index = 0;  // into the component's tensor table
-  uint64_t offset = 0;       // in the slab, or in a slot
+  uint64_t offset = 0;       // in the slab, or from the start of its unit
 };
 
 struct StreamUnit {
@@ -66,8 +67,12 @@ struct SessionPlan {
   uint64_t slab_bytes = 0;
   uint64_t resident_bytes = 0;  // tensor bytes in the slab
   std::vector<StreamUnit> units;
-  uint64_t slot_bytes = 0;
-  uint32_t ring_slots = 0;  // streaming slots; one more serves out-of-schedule uses
+  // The ring: an arena that packs the units streaming the schedule (each at its own offset,
+  // so small units do not take a slot of the largest one), then one slot of the largest unit
+  // for out-of-schedule uses.
+  uint64_t slot_bytes = 0;   // the largest unit
+  uint64_t arena_bytes = 0;  // DDO_RING_SLOTS x slot_bytes
+  uint32_t ring_slots = 0;   // units in flight at most; slot ring_slots is the out-of-schedule one
   uint64_t streamed_bytes = 0;  // tensor bytes of all units
   std::vector<PlanDecisionEntry> decisions;
   // Identifies the units (names and grouping): a schedule learned for one plan fits another
@@ -77,7 +82,7 @@ struct SessionPlan {
   // signature, of the same component bytes, can serve another session.
   std::string slab_signature;
 
-  uint64_t ring_bytes() const { return slot_bytes * (ring_slots + 1ull); }
+  uint64_t ring_bytes() const { return arena_bytes + slot_bytes; }
   uint64_t device_bytes() const { return slab_bytes + ring_bytes(); }
 };
 

@@ -74,7 +74,47 @@ bool StreamSession::HasWork() {
   if (control_.sync_request().load() > sync_served_) return true;
   if (!LoadSchedule()) return false;
   const uint64_t consumed = control_.consumed().load();
-  return std::max(next_use_, consumed) < consumed + plan_.ring_slots;
+  const uint64_t use = std::max(next_use_, consumed);
+  if (use >= consumed + plan_.ring_slots) return false;
+  return WouldFit(use, consumed);
+}
+
+uint64_t StreamSession::PlacementStart(uint64_t use) const {
+  const uint64_t length = worker_schedule_.size();
+  return use / length * packing_.cycle_bytes + packing_.starts[use % length];
+}
+
+uint64_t StreamSession::Span(uint64_t use) const {
+  return plan_.units[worker_schedule_[use % worker_schedule_.size()]].span_bytes;
+}
+
+bool StreamSession::WouldFit(uint64_t use, uint64_t consumed) const {
+  const uint64_t end = PlacementStart(use) + Span(use);
+  for (const Placed& oldest : placed_) {
+    const bool slot_taken = oldest.use + plan_.ring_slots <= use;
+    const bool bytes_taken = end - oldest.start > packing_.arena_bytes;
+    if (!slot_taken && !bytes_taken) return true;
+    if (oldest.use >= consumed) return false;  // the runner has to move first
+  }
+  return true;
+}
+
+absl::StatusOr<StreamSession::Room> StreamSession::MakeRoom(uint64_t use, uint64_t consumed) {
+  const uint64_t start = PlacementStart(use);
+  const uint64_t end = start + Span(use);
+  while (!placed_.empty()) {
+    const Placed& oldest = placed_.front();
+    const bool slot_taken = oldest.use + plan_.ring_slots <= use;
+    const bool bytes_taken = end - oldest.start > packing_.arena_bytes;
+    if (!slot_taken && !bytes_taken) break;
+    if (oldest.use >= consumed) return Room{Room::kWaitingOnRunner};
+    // The runner published it is done with that use; its kernels may still be reading it.
+    absl::StatusOr<bool> done = device_memory_->ConsumedDone(oldest.slot);
+    if (!done.ok()) return done.status();
+    if (!*done) return Room{Room::kWaitingOnDevice};
+    placed_.pop_front();
+  }
+  return Room{Room::kFits, start};
 }
 
 bool StreamSession::LoadSchedule() {
@@ -82,6 +122,9 @@ bool StreamSession::LoadSchedule() {
     absl::MutexLock lock(&mu_);
     if (schedule_.empty()) return false;
     worker_schedule_ = schedule_;
+    std::vector<uint64_t> spans;
+    for (uint32_t unit : worker_schedule_) spans.push_back(plan_.units[unit].span_bytes);
+    packing_ = PackCycle(spans, plan_.arena_bytes);
   }
   return true;
 }
@@ -107,6 +150,7 @@ StreamSession::StepResult StreamSession::Step() {
     }
     const InFlight finished = in_flight_.front();
     in_flight_.pop_front();
+    control_.slot_offset(finished.slot).store(finished.ring_offset);
     control_.slot_use(finished.slot).store(finished.use);
     control_.ready().store(finished.use + 1);
     produced_.fetch_add(1);
@@ -148,7 +192,7 @@ StreamSession::StepResult StreamSession::Step() {
       return StepResult::kWorked;
     }
     if (!*free) return StepResult::kWaitingOnDevice;
-    if (!CopyUnit(unit, sync_slot)) return StepResult::kWorked;
+    if (!CopyUnit(unit, sync_slot, plan_.arena_bytes)) return StepResult::kWorked;
     sync_served_ = request;
     sync_in_flight_ = request;
     return StepResult::kWorked;
@@ -159,33 +203,33 @@ StreamSession::StepResult StreamSession::Step() {
     const uint64_t consumed = control_.consumed().load();
     const uint64_t use = std::max(next_use_, consumed);
     if (use < consumed + plan_.ring_slots) {
-      const uint32_t slot = static_cast<uint32_t>(use % plan_.ring_slots);
-      // The runner published it is done with the slot's previous use; its kernels may still
-      // be reading it.
-      absl::StatusOr<bool> free = device_memory_->ConsumedDone(slot);
-      if (!free.ok()) {
-        Fail(free.status());
+      const uint32_t unit = worker_schedule_[use % worker_schedule_.size()];
+      absl::StatusOr<Room> room = MakeRoom(use, consumed);
+      if (!room.ok()) {
+        Fail(room.status());
         return StepResult::kWorked;
       }
-      if (*free) {
-        const uint32_t unit = worker_schedule_[use % worker_schedule_.size()];
-        if (!CopyUnit(unit, slot)) return StepResult::kWorked;
-        in_flight_.push_back({use, slot});
+      if (room->state == Room::kFits) {
+        const uint32_t slot = static_cast<uint32_t>(use % plan_.ring_slots);
+        const uint64_t ring_offset = room->start % packing_.arena_bytes;
+        if (!CopyUnit(unit, slot, ring_offset)) return StepResult::kWorked;
+        placed_.push_back({use, slot, room->start});
+        in_flight_.push_back({use, slot, ring_offset});
         next_use_ = use + 1;
         return StepResult::kWorked;
       }
-      waiting = true;
+      if (room->state == Room::kWaitingOnDevice) waiting = true;
     }
   }
   if (worked) return StepResult::kWorked;
   return waiting || !in_flight_.empty() ? StepResult::kWaitingOnDevice : StepResult::kIdle;
 }
 
-bool StreamSession::CopyUnit(uint32_t unit, uint32_t slot) {
+bool StreamSession::CopyUnit(uint32_t unit, uint32_t slot, uint64_t ring_offset) {
   const StreamUnit& planned = plan_.units[unit];
   for (const PlannedTensor& placed : planned.tensors) {
     const TensorEntry& tensor = tensors_[placed.table_index];
-    if (absl::Status copied = device_memory_->CopyToSlot(slot, placed.offset,
+    if (absl::Status copied = device_memory_->CopyToRing(ring_offset + placed.offset,
                                                          host_->data() + tensor.offset,
                                                          tensor.byte_size);
         !copied.ok()) {

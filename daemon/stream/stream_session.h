@@ -1,7 +1,9 @@
 // File: daemon/stream/stream_session.h
 //
 // One streaming session as ddod's copy worker drives it: the plan, the device memory, the
-// control block, the schedule and the producer's position. Step() does at most one unit of
+// control block, the schedule and the producer's position. Units of the schedule pack into the
+// ring's arena back to back, so the arena holds many small units ahead of the runner, not one
+// per slot of the largest unit. Step() does at most one unit of
 // work (an out-of-schedule request first, else the next use of the cycle) so that the worker
 // can share a device fairly between sessions (docs/streaming.md §4).
 //
@@ -24,6 +26,7 @@
 #include "daemon/pool/host_pool.h"
 #include "daemon/store/tensor_table.h"
 #include "daemon/stream/control_block.h"
+#include "daemon/stream/cycle_packing.h"
 #include "daemon/stream/resident_slab.h"
 #include "daemon/stream/session_device.h"
 #include "daemon/stream/session_plan.h"
@@ -84,9 +87,24 @@ class StreamSession {
   const ControlBlock& control() const { return control_; }
 
  private:
-  // Enqueues the copy of one unit into `slot` and its "ready" record; false (and the session
-  // marked failed) on a device error.
-  bool CopyUnit(uint32_t unit, uint32_t slot);
+  // Enqueues the copy of one unit to `ring_offset` and the "ready" record of `slot`; false (and
+  // the session marked failed) on a device error.
+  bool CopyUnit(uint32_t unit, uint32_t slot, uint64_t ring_offset);
+
+  // Room in the ring for use `use` of `span` bytes: its slot free and its bytes after the last
+  // placement (no unit wraps around the arena's end). Retires the oldest placements the runner
+  // is done with, once their kernels finished.
+  struct Room {
+    enum { kFits, kWaitingOnRunner, kWaitingOnDevice } state;
+    uint64_t start = 0;  // virtual: the ring offset is start % arena_bytes
+  };
+  absl::StatusOr<Room> MakeRoom(uint64_t use, uint64_t consumed);
+  // Whether MakeRoom would fit `use` once the runner's finished kernels are retired (no device
+  // query: for deciding whether the worker may sleep).
+  bool WouldFit(uint64_t use, uint64_t consumed) const;
+  // Where use `use` starts (virtual) and how many bytes it spans.
+  uint64_t PlacementStart(uint64_t use) const;
+  uint64_t Span(uint64_t use) const;
   // Takes the worker's copy of the schedule once there is one; false while there is none.
   bool LoadSchedule();
   void Fail(const absl::Status& status);
@@ -105,15 +123,26 @@ class StreamSession {
 
   absl::Mutex mu_;
   std::vector<uint32_t> schedule_ ABSL_GUARDED_BY(mu_);
-  // The worker's copy of the schedule, taken when it first sees one (never changes after).
+  // The worker's copy of the schedule, taken when it first sees one (never changes after),
+  // and where each use of a cycle lies in the arena.
   std::vector<uint32_t> worker_schedule_;
+  CyclePacking packing_;
 
   // The worker's state.
   struct InFlight {
     uint64_t use;
     uint32_t slot;
+    uint64_t ring_offset;
   };
   std::deque<InFlight> in_flight_;  // copies enqueued, not yet published, in use order
+  // Uses whose bytes are in the arena, until the runner is done with them, in use order.
+  // Positions are virtual (they only grow): the ring offset is position % arena_bytes.
+  struct Placed {
+    uint64_t use;
+    uint32_t slot;
+    uint64_t start;
+  };
+  std::deque<Placed> placed_;
   uint64_t next_use_ = 0;
   uint64_t sync_served_ = 0;     // the last request copied
   uint64_t sync_in_flight_ = 0;  // that request, until its copy finished and was published

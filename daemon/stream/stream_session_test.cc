@@ -67,10 +67,14 @@ class TestRunner {
     if (U64(control_layout::kSlotUseOffset + 8ull * slot).load() != expected_tag) {
       return absl::InternalError(absl::StrCat("slot ", slot, " holds the wrong use"));
     }
+    const uint64_t ring_offset = U64(control_layout::kSlotUseOffset + 8ull * (slots_ + 1 + slot)).load();
     const StreamUnit& planned = plan_.units[unit];
+    if (ring_offset + planned.span_bytes > plan_.ring_bytes()) {
+      return absl::InternalError(absl::StrCat("slot ", slot, " lies outside the ring"));
+    }
     for (const PlannedTensor& placed : planned.tensors) {
       const TensorEntry& tensor = tensors_[placed.table_index];
-      if (std::memcmp(ring_->data() + slot * plan_.slot_bytes + placed.offset, host_ + tensor.offset,
+      if (std::memcmp(ring_->data() + ring_offset + placed.offset, host_ + tensor.offset,
                       tensor.byte_size) != 0) {
         return absl::InternalError(absl::StrCat("slot ", slot, " does not hold ", tensor.name));
       }
@@ -152,13 +156,13 @@ class StreamFixture {
     StreamSettings settings = *ParseStreamSettings(
         {{"DDO_SMALL_TENSOR_THRESHOLD_KB", "0"}, {"DDO_RING_SLOTS", absl::StrCat(slots)}});
     SessionPlan plan = *PlanSession(tensors, streamable, settings);
-    SessionDeviceSpec spec{plan.slot_bytes, plan.ring_slots,
+    SessionDeviceSpec spec{plan.ring_bytes(), plan.ring_slots,
                            pool.name_prefix() + "r" + RandomId().substr(0, 15)};
     auto memory = *OpenHostSessionDevice(spec);
     std::shared_ptr<ResidentSlab> slab =
         *OpenHostSlab(pool.name_prefix() + "s" + RandomId().substr(0, 15), plan.slab_bytes);
     auto control = *ControlBlock::Create(pool.name_prefix() + "c" + RandomId().substr(0, 15),
-                                         plan.ring_slots, plan.units.size());
+                                         plan.ring_slots, plan.units.size(), plan.arena_bytes);
     session = std::make_shared<StreamSession>(RandomId(), "lease", "key", "cpu", tensors, host,
                                               std::move(plan), slab, /*slab_filled=*/false,
                                               std::move(memory), std::move(control));
@@ -219,14 +223,14 @@ TEST_F(StreamSessionTest, RingWrapsAroundOverManyStepsWithExactBytes) {
     }
     StreamSessionStats stats = fixture.session->Stats();
     EXPECT_GE(stats.produced_uses, 40u * 7);
-    EXPECT_LE(stats.produced_uses, 40u * 7 + slots);
+    EXPECT_LE(stats.produced_uses, 40u * 7 + fixture.session->plan().ring_slots);
     EXPECT_EQ(stats.sync_uses, 0u);
     worker_->Remove(fixture.session->id());
   }
 }
 
 TEST_F(StreamSessionTest, LearningForwardThenOutOfScheduleUsesAreServedCorrectly) {
-  StreamFixture fixture(*pool_, *worker_, 6, 3);
+  StreamFixture fixture(*pool_, *worker_, 6, 2);
   // No schedule yet: the learning forward is served out of schedule.
   for (uint32_t unit = 0; unit < 6; ++unit) {
     auto served = fixture.runner->Use(unit);
@@ -238,11 +242,12 @@ TEST_F(StreamSessionTest, LearningForwardThenOutOfScheduleUsesAreServedCorrectly
   fixture.runner->SetSchedule(Iota(6));
   worker_->Ring();
   // A forward that uses 0, 1, then 4 (skipping 2 and 3: within the ring, so skipped), 5, then
-  // 3 again (not among the next uses: out of schedule).
+  // 5 again (not among the next uses, 0..4: out of schedule).
+  ASSERT_LE(fixture.session->plan().ring_slots, 5u);  // the runner looks ahead K - 1 uses
   for (uint32_t unit : {0u, 1u}) EXPECT_EQ(*fixture.runner->Use(unit), TestRunner::Served::kInSchedule);
   EXPECT_EQ(*fixture.runner->Use(4), TestRunner::Served::kSkipped);
   EXPECT_EQ(*fixture.runner->Use(5), TestRunner::Served::kInSchedule);
-  EXPECT_EQ(*fixture.runner->Use(3), TestRunner::Served::kOutOfSchedule);
+  EXPECT_EQ(*fixture.runner->Use(5), TestRunner::Served::kOutOfSchedule);
   // The next cycles are in schedule again.
   for (int step = 0; step < 5; ++step) {
     for (uint32_t unit = 0; unit < 6; ++unit) {
@@ -288,13 +293,41 @@ TEST_F(StreamSessionTest, AStalledRunnerDoesNotBlockAnother) {
   ASSERT_TRUE(running.session->SetSchedule(Iota(4)).ok());
   running.runner->SetSchedule(Iota(4));
   worker_->Ring();
-  // `stalled` never consumes: its ring fills and stays full.
+  // `stalled` never consumes: its ring fills and stays full (units of 64 and 80 KiB fill an
+  // arena of 2 x 112 KiB; the next, 96 KiB, does not fit).
   for (int step = 0; step < 30; ++step) {
     for (uint32_t unit = 0; unit < 4; ++unit) ASSERT_TRUE(running.runner->Use(unit).ok());
   }
   EXPECT_EQ(stalled.session->Stats().produced_uses, 2u);
   worker_->Remove(stalled.session->id());
   worker_->Remove(running.session->id());
+}
+
+TEST_F(StreamSessionTest, SmallUnitsPackIntoTheArena) {
+  // Units of 64, 80, ..., 160 KiB; an arena of 2 x 160 KiB holds the first three at once
+  // (240 KiB), where slots of the largest unit would hold two.
+  StreamFixture fixture(*pool_, *worker_, 7, 2);
+  const SessionPlan& plan = fixture.session->plan();
+  EXPECT_EQ(plan.arena_bytes, 2 * plan.slot_bytes);
+  EXPECT_GE(plan.ring_slots, 4u);  // the arena / the smallest unit
+  ASSERT_TRUE(fixture.session->SetSchedule(Iota(7)).ok());
+  worker_->Ring();
+  const absl::Time give_up = absl::Now() + kPatience;
+  while (fixture.session->Stats().produced_uses < 3 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  absl::SleepFor(absl::Milliseconds(20));  // nothing more fits until the runner moves
+  EXPECT_EQ(fixture.session->Stats().produced_uses, 3u);
+  // The runner then streams many cycles with exact bytes, through wrap-arounds of the arena.
+  fixture.runner->SetSchedule(Iota(7));
+  for (int step = 0; step < 25; ++step) {
+    for (uint32_t unit = 0; unit < 7; ++unit) {
+      auto served = fixture.runner->Use(unit);
+      ASSERT_TRUE(served.ok()) << served.status() << " step " << step << " unit " << unit;
+      EXPECT_EQ(*served, TestRunner::Served::kInSchedule);
+    }
+  }
+  worker_->Remove(fixture.session->id());
 }
 
 TEST_F(StreamSessionTest, ClosingWakesAWaitingRunner) {

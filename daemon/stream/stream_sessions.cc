@@ -156,7 +156,7 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
                                        : "no warm slab of this component and plan"});
 
   SessionDeviceSpec spec;
-  spec.slot_bytes = plan->slot_bytes;
+  spec.ring_bytes = plan->ring_bytes();
   spec.ring_slots = plan->ring_slots;
   spec.ring_segment_name = NewSegmentName('r');
   absl::StatusOr<std::unique_ptr<SessionDevice>> memory =
@@ -166,7 +166,8 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
     return fail(memory.status());
   }
   absl::StatusOr<ControlBlock> control = ControlBlock::Create(
-      NewSegmentName('c'), plan->ring_slots, static_cast<uint32_t>(plan->units.size()));
+      NewSegmentName('c'), plan->ring_slots, static_cast<uint32_t>(plan->units.size()),
+      plan->arena_bytes);
   if (!control.ok()) {
     unreserve();
     return fail(control.status());
@@ -217,6 +218,7 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
   }
   resources->set_ring_slots(placed.ring_slots);
   resources->set_ring_slot_bytes(placed.slot_bytes);
+  resources->set_ring_arena_bytes(placed.arena_bytes);
   resources->set_control_block_shm(session->control().name());
   resources->set_control_block_bytes(session->control().size());
   resources->set_daemon_pid(::getpid());
@@ -246,10 +248,11 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
   }
   device_worker->Add(session);
   Logger("stream")->info(
-      "session {} of '{}' on {}: slab {} {} in {:.3f} s, {} units streamed through {} + 1 "
-      "slots of {}{}",
+      "session {} of '{}' on {}: slab {} {} in {:.3f} s, {} units streamed through a {} "
+      "arena (up to {} in flight) + a {} out-of-schedule slot{}",
       session->id().substr(0, 8), request.cache_key(), device.label, FormatBytes(placed.slab_bytes),
-      slab_warm ? "warm" : "filled", fill_seconds, placed.units.size(), placed.ring_slots, FormatBytes(placed.slot_bytes),
+      slab_warm ? "warm" : "filled", fill_seconds, placed.units.size(),
+      FormatBytes(placed.arena_bytes), placed.ring_slots, FormatBytes(placed.slot_bytes),
       known.empty() ? "" : ", schedule known");
   return attached.component;
 }

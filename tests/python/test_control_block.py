@@ -64,10 +64,11 @@ class Segment:
 def control_block_segment(daemon_pid: int) -> Segment:
     segment = Segment(BLOCK_BYTES)
     segment.put("<I", 0, CONTROL_MAGIC)
-    segment.put("<I", 4, 1)
+    segment.put("<I", 4, 2)
     segment.put("<I", 8, K)
     segment.put("<I", 12, 7)
     segment.put("<q", 16, daemon_pid)
+    segment.put("<Q", 32, 1 << 20)
     return segment
 
 
@@ -89,16 +90,19 @@ def doorbell_segment() -> Iterator[Segment]:
 def test_fields_are_read_and_written_at_the_documented_offsets(segment):
     with ControlBlock(segment.name, BLOCK_BYTES) as block:
         assert (block.slots, block.units, block.daemon_pid) == (K, 7, os.getpid())
+        assert block.arena_bytes == 1 << 20
         segment.put("<Q", 64, 2**40 + 5)
         segment.put("<I", 24, 12)
         segment.put("<I", 192, 0)
         segment.put("<Q", 320, 9)
         for slot in range(K + 1):
             segment.put("<Q", 1024 + 8 * slot, 100 + slot)
+            segment.put("<Q", 1024 + 8 * (K + 1 + slot), 4096 * slot)
         assert block.ready.value == 2**40 + 5
         assert block.schedule_length.value == 12
         assert block.sync_done.value == 9
         assert [word.value for word in block.slot_use] == [100, 101, 102, 103]
+        assert [word.value for word in block.slot_offset] == [0, 4096, 8192, 12288]
         block.consumed.value = 2**33 + 1
         block.runner_waiting.value = 1
         block.sync_unit.value = 6
@@ -117,12 +121,12 @@ def test_a_segment_that_is_not_a_control_block_is_refused(segment):
     with pytest.raises(DdoError, match="magic 0x12345678"):
         ControlBlock(segment.name, BLOCK_BYTES)
     segment.put("<I", 0, CONTROL_MAGIC)
-    segment.put("<I", 4, 2)
-    with pytest.raises(DdoError, match="layout version 2"):
-        ControlBlock(segment.name, BLOCK_BYTES)
     segment.put("<I", 4, 1)
-    segment.put("<I", 8, 400)  # slot_use of 401 slots does not fit 4 KiB
-    with pytest.raises(DdoError, match="needs 4232"):
+    with pytest.raises(DdoError, match="layout version 1"):
+        ControlBlock(segment.name, BLOCK_BYTES)
+    segment.put("<I", 4, 2)
+    segment.put("<I", 8, 400)  # slot_use and slot_offset of 401 slots do not fit 4 KiB
+    with pytest.raises(DdoError, match="needs 7440"):
         ControlBlock(segment.name, BLOCK_BYTES)
     with pytest.raises(DdoError, match="cannot open"):
         ControlBlock("/ddo-test-missing-segment", BLOCK_BYTES)

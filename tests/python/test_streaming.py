@@ -69,7 +69,8 @@ def test_streamed_forwards_are_bitwise_equal_over_many_ring_cycles(client, dtype
     units = LINEAR_UNITS if unit == "linear" else DEPTH
     with open_session(client, model, unit, slots) as session:
         stats = session.stats()
-        assert stats["units"] == units and stats["ring_slots"] == slots
+        assert stats["units"] == units and stats["ring_slots"] >= slots
+        assert stats["ring_arena_bytes"] == slots * stats["ring_slot_bytes"]
         assert stats["learning"] and session.schedule == ()
         # The module's tensors keep their shapes and dtypes (streamed weights: the read-only
         # pool view; the rest: the slab).
@@ -93,7 +94,7 @@ def test_streamed_forwards_are_bitwise_equal_over_many_ring_cycles(client, dtype
         assert 0 < stats["overhead_us_per_unit"] < 1000, stats
         info = sessions(client)[session.session_id[:8]]
         assert info.device_uuid == "cpu" and info.schedule_length == units
-        assert info.ring_slots == slots
+        assert info.ring_slots == stats["ring_slots"]
     # Closed: the module runs on the host pool's read-only views, with the same results.
     assert session.closed
     assert not listed(client, session.session_id)

@@ -33,16 +33,16 @@ from .errors import DaemonGoneError, DdoError, SessionClosedError, StreamingErro
 from .shm import segment_path
 
 CONTROL_MAGIC = 0x434F4444  # "DDOC"
-CONTROL_VERSION = 1
+CONTROL_VERSION = 2
 DOORBELL_MAGIC = 0x424F4444  # "DDOB"
 DOORBELL_BYTES = 4096
 
 #: Offsets of the control block's fields (docs/streaming.md, section 3).
-_MAGIC, _VERSION, _SLOTS, _UNITS, _DAEMON_PID, _SCHEDULE_LENGTH = 0, 4, 8, 12, 16, 24
+_MAGIC, _VERSION, _SLOTS, _UNITS, _DAEMON_PID, _SCHEDULE_LENGTH, _ARENA_BYTES = 0, 4, 8, 12, 16, 24, 32
 _READY, _CONSUMED, _STATE, _RUNNER_WAITING = 64, 128, 192, 196
 _SYNC_REQUEST, _SYNC_UNIT, _SYNC_DONE = 256, 264, 320
 _STAT_SKIPPED, _STAT_SYNC, _STAT_STREAMED = 384, 392, 400
-_SLOT_USE = 1024
+_SLOT_USE = 1024  # u64[K + 1], then slot_offset u64[K + 1]
 
 #: The doorbell's fields.
 _BELL_MAGIC, _BELL_SEQ, _BELL_SLEEPING = 0, 64, 128
@@ -168,14 +168,18 @@ class ControlBlock(Closeable):
     """One session's control block, mapped read-write.
 
     The counters are ctypes words: read and write their ``.value``. ddod writes ``ready``,
-    ``state``, ``sync_done`` and ``slot_use``; the runner writes ``consumed``,
+    ``state``, ``sync_done``, ``slot_use`` and ``slot_offset``; the runner writes ``consumed``,
     ``runner_waiting``, ``sync_request``, ``sync_unit`` and the statistics words.
 
     Attributes:
-        slots: K, the number of streaming slots (slot K serves out-of-schedule uses).
+        slots: K, the number of streaming slots: units of the schedule in flight at most
+            (slot K serves out-of-schedule uses).
         units: The number of units.
         daemon_pid: ddod's process id.
+        arena_bytes: The ring's arena; the out-of-schedule slot lies right after it.
         slot_use: ``slot_use[s]`` for s in 0..K: the use (slot K: the request) it holds.
+        slot_offset: ``slot_offset[s]``: where in the ring that use's unit lies (written before
+            ``slot_use``).
     """
 
     def __init__(
@@ -193,7 +197,7 @@ class ControlBlock(Closeable):
             stall_timeout: Seconds a wait tolerates without any progress from ddod.
 
         Raises:
-            DdoError: the segment is missing, too small for its K, or not a version 1 block.
+            DdoError: the segment is missing, too small for its K, or not a version 2 block.
         """
         self._segment = _SharedSegment(shm_name, size, "control block")
         try:
@@ -205,6 +209,7 @@ class ControlBlock(Closeable):
         self.slots: int = segment.u32(_SLOTS).value
         self.units: int = segment.u32(_UNITS).value
         self.daemon_pid: int = segment.i64(_DAEMON_PID).value
+        self.arena_bytes: int = segment.u64(_ARENA_BYTES).value
         self.schedule_length = segment.u32(_SCHEDULE_LENGTH)
         self.ready = segment.u64(_READY)
         self.consumed = segment.u64(_CONSUMED)
@@ -218,6 +223,9 @@ class ControlBlock(Closeable):
         self.streamed_uses = segment.u64(_STAT_STREAMED)
         self.slot_use: List[ctypes.c_uint64] = [
             segment.u64(_SLOT_USE + 8 * slot) for slot in range(self.slots + 1)
+        ]
+        self.slot_offset: List[ctypes.c_uint64] = [
+            segment.u64(_SLOT_USE + 8 * (self.slots + 1 + slot)) for slot in range(self.slots + 1)
         ]
         self.stall_timeout_ns = int(stall_timeout * 1e9)
         # A ddod in another pid namespace has a pid this process cannot see: then only
@@ -239,7 +247,7 @@ class ControlBlock(Closeable):
                 f"reads version {CONTROL_VERSION} (update the client or ddod)"
             )
         slots = segment.u32(_SLOTS).value
-        needed = _SLOT_USE + 8 * (slots + 1)
+        needed = _SLOT_USE + 16 * (slots + 1)
         if slots < 1 or segment.size < needed:
             raise DdoError(
                 f"the control block {segment.path} has {segment.size} bytes for K={slots} "
@@ -345,6 +353,7 @@ class ControlBlock(Closeable):
         ):
             delattr(self, name)
         self.slot_use = []
+        self.slot_offset = []
         self._segment.close()
 
     def __repr__(self) -> str:

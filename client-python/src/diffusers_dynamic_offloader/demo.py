@@ -92,7 +92,7 @@ def stream_model(client: DdoClient, model, expected: float) -> None:
         stats = session.stats()
     same = all(abs(output - expected) < 1e-3 for output in outputs)
     print(f"stream:    on {device}: session opened in {opened:.3f} s; 3 forwards streamed "
-          f"{stats['units']} units through {stats['ring_slots']} + 1 slots "
+          f"{stats['units']} units (up to {stats['ring_slots']} in flight) "
           f"({stats['sync_uses']} out of schedule while learning, then {stats['streamed_uses']} "
           f"in schedule, {stats['overhead_us_per_unit']:.0f} us per unit); outputs "
           f"{'match' if same else 'DIFFER from'} the unstreamed model's")

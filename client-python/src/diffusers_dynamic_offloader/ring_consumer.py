@@ -7,11 +7,12 @@ one unit at a time: asking for another unit first releases the held one (publish
 and then acquires the new one, in one of three ways:
 
 - **in schedule**: the unit is ``schedule[u mod L]``; wait until ``ready > u``, check
-  ``slot_use[u mod K] == u``, use slot ``u mod K``;
+  ``slot_use[u mod K] == u``, use the unit where ``slot_offset[u mod K]`` says it lies (units
+  pack into the ring's arena back to back, so the place of a unit changes from use to use);
 - **skip**: the unit is one of the next K-1 of the schedule; publish ``consumed`` past the
   uses in between (counted as skipped), then acquire it in schedule;
 - **out of schedule** (also every use of the learning forward): ask ddod for the unit through
-  ``sync_request`` and the doorbell, wait for ``sync_done``, use slot K.
+  ``sync_request`` and the doorbell, wait for ``sync_done``, use slot K (right after the arena).
 
 A root forward begins with :meth:`begin_forward` (which realigns the use counter to the start
 of the schedule's cycle) and ends with :meth:`end_forward` (which releases the held unit and,
@@ -36,10 +37,93 @@ import torch
 from .control_block import ControlBlock, Doorbell
 from .errors import StreamingError
 
-#: A unit's tensors in one slot, in the order of its UnitLayout.
+#: A unit's tensors where they lie in the ring, in the order of its UnitLayout.
 UnitViews = Tuple[torch.Tensor, ...]
 
 _NOTHING_HELD = -1
+
+
+class RingViews:
+    """Zero-copy views of units placed anywhere in the ring, cached by (unit, offset).
+
+    A view is one ``as_strided`` on the ring reinterpreted as the tensor's dtype (a few
+    microseconds in Python); placements that recur hit the cache, which is cleared when it
+    grows past ``max_cached`` entries.
+    """
+
+    #: ddod places units, and tensors inside units, at multiples of this (docs/streaming.md).
+    ALIGNMENT = 256
+
+    def __init__(
+        self,
+        ring: torch.Tensor,
+        layouts: Sequence[Sequence[Tuple[str, int, int, torch.dtype, Sequence[int]]]],
+        max_cached: int = 8192,
+    ) -> None:
+        """
+        Args:
+            ring: The whole ring as one uint8 tensor.
+            layouts: ``layouts[unit]``: (name, offset in the unit, byte size, dtype, shape) of
+                each of its tensors.
+        """
+        self._size = ring.numel()
+        typed: Dict[torch.dtype, torch.Tensor] = {}
+        # Per unit: its span and, per tensor, (ring as its dtype, shape, strides, element
+        # size, offset in the unit in elements).
+        self._units: List[Tuple[int, Tuple[Tuple[torch.Tensor, Tuple[int, ...], Tuple[int, ...], int, int], ...]]] = []
+        for tensors in layouts:
+            parts = []
+            span = 0
+            for name, offset, size, dtype, shape in tensors:
+                itemsize = torch.empty((), dtype=dtype).element_size()
+                if offset % itemsize or self.ALIGNMENT % itemsize:
+                    raise StreamingError(f"{name!r} lies at offset {offset} of its unit, not "
+                                         f"aligned to its {itemsize}-byte elements")
+                if dtype not in typed:
+                    typed[dtype] = ring[: self._size - self._size % itemsize].view(dtype)
+                shape = tuple(int(d) for d in shape)
+                strides = []
+                stride = 1
+                for dim in reversed(shape):
+                    strides.append(stride)
+                    stride *= max(dim, 1)
+                parts.append((typed[dtype], shape, tuple(reversed(strides)), itemsize,
+                              offset // itemsize))
+                span = max(span, offset + size)
+            self._units.append((span, tuple(parts)))
+        self._cache: Dict[Tuple[int, int], UnitViews] = {}
+        self._max_cached = max_cached
+
+    @property
+    def unit_count(self) -> int:
+        return len(self._units)
+
+    def views(self, unit: int, offset: int) -> UnitViews:
+        """The views of ``unit``'s tensors with the unit at ``offset`` in the ring."""
+        key = (unit, offset)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        span, parts = self._units[unit]
+        if offset % self.ALIGNMENT or offset < 0 or offset + span > self._size:
+            raise StreamingError(f"ddod placed unit {unit} at bytes [{offset}, {offset + span}) "
+                                 f"of a {self._size}-byte ring (units lie at multiples of "
+                                 f"{self.ALIGNMENT} bytes)")
+        if len(parts) == 1:  # a Linear unit: the hot case
+            typed, shape, strides, itemsize, first = parts[0]
+            views: UnitViews = (typed.as_strided(shape, strides, offset // itemsize + first),)
+        else:
+            views = tuple([typed.as_strided(shape, strides, offset // itemsize + first)
+                           for typed, shape, strides, itemsize, first in parts])
+        if len(self._cache) >= self._max_cached:
+            self._cache.clear()
+        self._cache[key] = views
+        return views
+
+    def close(self) -> None:
+        """Forgets the ring and every view of it (before its memory is closed)."""
+        self._cache.clear()
+        self._units = []
 
 
 class RingEvents:
@@ -73,7 +157,7 @@ class RingConsumer:
         self,
         block: ControlBlock,
         doorbell: Doorbell,
-        slot_views: Sequence[Sequence[UnitViews]],
+        ring_views: RingViews,
         schedule: Sequence[int],
         send_schedule: Callable[[List[int]], int],
         events: Optional[RingEvents] = None,
@@ -82,8 +166,7 @@ class RingConsumer:
         Args:
             block: The session's control block.
             doorbell: The device's doorbell.
-            slot_views: ``slot_views[slot][unit]``: the unit's tensors as they lie in the slot,
-                for slots 0..K (slot K is the out-of-schedule slot).
+            ring_views: Views of a unit at an offset of the ring.
             schedule: The schedule ddod already knows; empty: learn it on the first forward.
             send_schedule: Sends the learned order to ddod (SetSchedule); returns the number
                 of uses per cycle ddod accepted.
@@ -92,12 +175,9 @@ class RingConsumer:
         self._block = block
         self._doorbell = doorbell
         self._slots = block.slots
-        if len(slot_views) != self._slots + 1:
-            raise StreamingError(
-                f"the ring has {len(slot_views)} slots of views for K={self._slots}"
-            )
-        self._slot_views = [list(views) for views in slot_views]
-        self._unit_count = len(self._slot_views[0])
+        self._slot_offset = block.slot_offset
+        self._ring_views = ring_views
+        self._unit_count = ring_views.unit_count
         self._send_schedule = send_schedule
         self._events = events
         self._schedule: Tuple[int, ...] = ()
@@ -181,7 +261,7 @@ class RingConsumer:
         waited = block.wait_until(block.ready, use + 1, "ready")
         block.check_slot(slot, use, "use")
         self._held_unit = unit
-        self._held_views = self._slot_views[slot][unit]
+        self._held_views = self._ring_views.views(unit, self._slot_offset[slot].value)
         self._held_slot = slot
         self._held_streamed = True
         return waited
@@ -202,7 +282,7 @@ class RingConsumer:
         self.sync_uses += 1
         block.sync_uses.value = self.sync_uses
         self._held_unit = unit
-        self._held_views = self._slot_views[slot][unit]
+        self._held_views = self._ring_views.views(unit, self._slot_offset[slot].value)
         self._held_slot = slot
         self._held_streamed = False
         return waited
@@ -278,7 +358,7 @@ class RingConsumer:
 
     def drop_views(self) -> None:
         """Forgets every view of the ring (before its memory is closed)."""
-        self._slot_views = []
+        self._ring_views.close()
         self._held_unit = _NOTHING_HELD
         self._held_views = ()
 

@@ -58,7 +58,7 @@ from .control_block import DEFAULT_STALL_TIMEOUT_S, ControlBlock, Doorbell
 from .errors import BindError, ConfigurationError, DaemonError, DdoError, describe_names
 from .module_tensors import ModuleTensor, alias_groups, assign, module_tensors
 from .quantized import is_plain_tensor
-from .ring_consumer import RingConsumer, RingEvents, UnitViews
+from .ring_consumer import RingConsumer, RingEvents, RingViews, UnitViews
 from .shm import SegmentMapping
 
 if TYPE_CHECKING:
@@ -267,6 +267,18 @@ class _DeviceMemory:
             return self._whole[offset : offset + byte_size].view(dtype).reshape(tuple(shape))
         raise DdoError(f"ddod placed {name!r} in the session's {self.what}, which is empty")
 
+    def whole(self) -> torch.Tensor:
+        """The whole memory as one uint8 tensor."""
+        if self._segment is not None:
+            return self._segment.tensor(0, self.size, torch.uint8, (self.size,))
+        if self._ipc is not None:
+            from .cuda_ipc import tensor_view
+
+            if self._whole is None:
+                self._whole = tensor_view(self._ipc, 0, (self.size,), torch.uint8)
+            return self._whole
+        raise DdoError(f"the session's {self.what} is empty")
+
     def close(self) -> None:
         self._whole = None
         if self._segment is not None:
@@ -360,9 +372,10 @@ class StreamingSession(Closeable):
             "resident slab", resources.resident_slab_bytes, resources.resident_slab_shm,
             resources.resident_slab_handle, self.device,
         )
+        # The arena (units of the schedule, packed) and the out-of-schedule slot after it.
         self._ring = _DeviceMemory(
-            "ring", (slots + 1) * slot_bytes if resources.units else 0, resources.ring_shm,
-            resources.ring_handle, self.device,
+            "ring", resources.ring_arena_bytes + slot_bytes if resources.units else 0,
+            resources.ring_shm, resources.ring_handle, self.device,
         )
         resident = self._resident_views(resources, specs)
         streamed = self._streamed_layout(resources, specs, slot_bytes)
@@ -377,10 +390,12 @@ class StreamingSession(Closeable):
             resources.control_block_shm, resources.control_block_bytes,
             stall_timeout=self._stall_timeout,
         )
-        if self._block.slots != slots or self._block.units != len(resources.units):
+        if (self._block.slots != slots or self._block.units != len(resources.units)
+                or self._block.arena_bytes != resources.ring_arena_bytes):
             raise DdoError(
-                f"the control block says K={self._block.slots} and {self._block.units} units, "
-                f"the Attach answer K={slots} and {len(resources.units)} units"
+                f"the control block says K={self._block.slots}, {self._block.units} units and a "
+                f"{self._block.arena_bytes}-byte arena, the Attach answer K={slots}, "
+                f"{len(resources.units)} units and {resources.ring_arena_bytes} bytes"
             )
         self._doorbell = Doorbell(resources.doorbell_shm)
         if self.device.type == "cuda":
@@ -388,7 +403,7 @@ class StreamingSession(Closeable):
         self._consumer = RingConsumer(
             self._block,
             self._doorbell,
-            self._slot_views(resources, specs, slot_bytes),
+            self._ring_views(resources, specs),
             list(response.schedule),
             self._send_schedule,
             self._events,
@@ -507,25 +522,17 @@ class StreamingSession(Closeable):
                 + "; ".join(problems)
             )
 
-    def _slot_views(
+    def _ring_views(
         self, resources: sessions_pb2.DeviceResources,
-        specs: Mapping[str, components_pb2.TensorSpec], slot_bytes: int,
-    ) -> List[List[UnitViews]]:
-        """``[slot][unit]``: the unit's tensors as they lie in the slot, slots 0..K."""
+        specs: Mapping[str, components_pb2.TensorSpec],
+    ) -> RingViews:
+        """Views of any unit wherever ddod places it in the ring."""
         layouts = [
             [(p.name, p.offset, p.byte_size, _dtype(specs[p.name]), list(specs[p.name].shape))
              for p in layout.tensors]
             for layout in resources.units
         ]
-        views = []
-        for slot in range(resources.ring_slots + 1):
-            base = slot * slot_bytes
-            views.append([
-                tuple(self._ring.view(base + offset, size, dtype, shape, name)
-                      for name, offset, size, dtype, shape in tensors)
-                for tensors in layouts
-            ])
-        return views
+        return RingViews(self._ring.whole(), layouts)
 
     def _open_events(self, resources: sessions_pb2.DeviceResources) -> RingEvents:
         count = resources.ring_slots + 1
@@ -637,8 +644,9 @@ class StreamingSession(Closeable):
         ``uses``: units acquired (``streamed_uses`` from the schedule + ``sync_uses`` out of
         schedule); ``skipped_uses``: uses of the schedule passed over; ``wait_seconds``: time
         blocked on ddod; ``overhead_us_per_unit``: mean CPU time of the acquire and release
-        bookkeeping per acquired unit, waits excluded; ``units``, ``ring_slots``,
-        ``ring_slot_bytes``, ``resident_bytes``; ``streamed_bytes_per_cycle``: the bytes of
+        bookkeeping per acquired unit, waits excluded; ``units``; ``ring_slots`` (units in
+        flight at most), ``ring_slot_bytes`` (the largest unit: the out-of-schedule slot),
+        ``ring_arena_bytes`` (where the schedule's units pack); ``resident_bytes``; ``streamed_bytes_per_cycle``: the bytes of
         the units of one schedule cycle; ``schedule_length``; ``learning``: True until the
         schedule is known.
         """
@@ -659,6 +667,7 @@ class StreamingSession(Closeable):
             units=len(resources.units),
             ring_slots=resources.ring_slots,
             ring_slot_bytes=resources.ring_slot_bytes,
+            ring_arena_bytes=resources.ring_arena_bytes,
             resident_bytes=resources.resident_slab_bytes,
             streamed_bytes_per_cycle=sum(sizes[unit] for unit in schedule),
             schedule_length=len(schedule),
