@@ -19,6 +19,7 @@ from .errors import (
     DaemonUnavailableError,
     DdoError,
     EmbeddedDaemonError,
+    InvalidSettingError,
     MissingDependencyError,
     SessionClosedError,
     StreamingError,
@@ -63,6 +64,12 @@ __all__ = [
     "DynamicOffloadSettings",
     "load_dynamic_offload_settings_from_env",
     "build_dynamic_offload_event_payload",
+    "dynamic_offload_env_value",
+    "dynamic_offload_preset_env_value",
+    "from_pretrained_with_dynamic_offload",
+    "DynamicOffloadLoadResult",
+    "clear_dynamic_offload_pinned_tensor_cache",
+    "InvalidSettingError",
 ]
 
 _LAZY = {
@@ -89,6 +96,11 @@ _LAZY = {
     "DynamicOffloadSettings": "offload_settings",
     "load_dynamic_offload_settings_from_env": "offload_settings",
     "build_dynamic_offload_event_payload": "event_payload",
+    "dynamic_offload_env_value": "presets",
+    "dynamic_offload_preset_env_value": "presets",
+    "from_pretrained_with_dynamic_offload": "loading",
+    "DynamicOffloadLoadResult": "loading",
+    "clear_dynamic_offload_pinned_tensor_cache": "offload_api",
 }
 
 

@@ -63,9 +63,15 @@ class DaemonError(DdoError):
 
     def __init__(self, rpc: str, error: grpc.RpcError) -> None:
         self.rpc = rpc
+        self.cause = error
         self.code: grpc.StatusCode = _status_code(error)
         self.details: str = _details(error)
         super().__init__(f"ddod {rpc} failed: {self.code.name}: {self.details}")
+
+
+class InvalidSettingError(DaemonError, ValueError):
+    """ddod refused a setting (INVALID_ARGUMENT): the message names the variable, its value,
+    where it came from and what is valid. A ValueError, as the seed's resolver raised."""
 
 
 class TensorTableError(DdoError, ValueError):

@@ -12,6 +12,7 @@ with the resolved arguments; ``none`` moves the module to the execution device.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Union
 import torch
 from torch import nn
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, DaemonError
 from .quantized import detect_quantized_backend_modules
 from .resolved_settings import ResolvedSettings, setting_text
 
@@ -68,7 +69,7 @@ _PYTHON_ONLY_FIELDS = ("available_system_ram_gb", "show_profile", "verbose", "pr
                        "build_profile", "profile_vram_headroom_gb", "target_module_classes",
                        "skip_modules_pattern", "execution_device", "offload_device",
                        "small_tensor_threshold_bytes", "load_safetensors_backend",
-                       "profile_resident_module_budget_gb")
+                       "profile_resident_module_budget_gb", "_profile_budget_applied")
 
 
 def _config_fields(config: Any):
@@ -99,6 +100,10 @@ class DynamicOffloadApplyResult:
     hook: Any = None
     should_move_to_execution_device: bool = False
     event_payload: Dict[str, Any] = field(default_factory=dict)
+
+    def profile_run(self) -> contextlib.AbstractContextManager:
+        """The seed's profiling context; nothing to measure without a named profile."""
+        return contextlib.nullcontext()
 
 
 @dataclass
@@ -213,12 +218,16 @@ def enable_offload(
         raise ValueError(f"Invalid route {route!r}. Valid values: {VALID_ROUTES}")
     client = _client(client)
     settings = _resolved_of(settings)
-    # Pre-resolved settings serve unless this call adds overrides or a component they lack.
-    if settings is None or overrides or component not in settings.components:
+    if settings is None:
         settings = resolve_offload_settings(
             components=[component], preset=preset, environ=environ,
             use_environment=use_environment, overrides=overrides,
             component_policies=component_policies, client=client)
+    elif overrides or component_policies or component not in settings.components:
+        # Pre-resolved settings (the seed's from_env) serve as they are unless this call adds
+        # overrides, policies or a component they lack: then ddod resolves again from what
+        # they were resolved from (their preset, environment and policies), plus the additions.
+        settings = _resolve_again(settings, component, overrides, component_policies, client)
     values = settings.components[component]
 
     chosen = values[prefix + "ROUTE"]
@@ -403,6 +412,19 @@ def get_dynamic_offload_state(module: nn.Module) -> Optional[Dict[str, Any]]:
     return session.stats()
 
 
+def _resolve_again(settings: ResolvedSettings, component: str, overrides: Mapping[str, object],
+                   component_policies: Optional[Mapping[str, Mapping[str, object]]],
+                   client) -> ResolvedSettings:
+    inputs = settings.inputs
+    policies: Dict[str, Dict[str, object]] = {
+        name: dict(values) for name, values in inputs.component_policies.items()}
+    for name, values in (component_policies or {}).items():
+        policies.setdefault(name, {}).update(values)
+    return client.resolve_settings(
+        inputs.preset, environ=inputs.environ, overrides={**inputs.overrides, **overrides},
+        components=sorted(set(settings.components) | {component}), component_policies=policies)
+
+
 def _resolved_of(settings: Any) -> Optional[ResolvedSettings]:
     """ResolvedSettings from either form the seed's callers pass."""
     if settings is None or isinstance(settings, ResolvedSettings):
@@ -437,3 +459,19 @@ def _device_text(device: Union[str, torch.device]) -> str:
 def _fire(callback: Optional[EventCallback], name: str, started: float, payload: Dict[str, Any]) -> None:
     if callback is not None:
         callback(name, time.perf_counter() - started, **payload)
+
+
+def clear_dynamic_offload_pinned_tensor_cache(client=None) -> int:
+    """The seed's pinned-weight cache lives in ddod here: evicts every component no session
+    uses from ddod's pool (and their warm device slabs with them). Returns the bytes freed."""
+    client = _client(client)
+    freed = 0
+    for component in client.components():
+        if component.sessions or component.state != "READY":
+            continue
+        try:
+            freed += client.evict(component.cache_key)
+        except DaemonError as error:  # attached meanwhile, or gone: keep the rest going
+            if error.code.name not in ("FAILED_PRECONDITION", "NOT_FOUND"):
+                raise
+    return freed

@@ -57,6 +57,8 @@ class DynamicOffloadConfig:
     load_safetensors_backend: str = ""
     verbose: bool = False
     show_profile: bool = True
+    # Set by the seed's named profiles once a profile's budget was applied (issue 6 fills it).
+    _profile_budget_applied: bool = False
 
 
 def _number(values: Dict[str, str], name: str) -> float:

@@ -107,6 +107,38 @@ def format_dynamic_offload_presets(
     return "\n".join(lines) + "\n"
 
 
+def dynamic_offload_env_value(name: str, default: str = "",
+                              environ: Optional[Mapping[str, str]] = None) -> str:
+    """``environ[name]`` (default ``os.environ``), or ``default`` when it is not set."""
+    source = os.environ if environ is None else environ
+    return source.get(name, default)
+
+
+def dynamic_offload_preset_env_value(
+    name: str, default: str = "", *, requested_preset: str = "",
+    effective_preset: Optional[str] = None, running_on_wsl: Optional[bool] = None,
+    environ: Optional[Mapping[str, str]] = None, client: Optional["DdoClient"] = None,
+) -> str:
+    """The environment's value when the variable exists (even empty); otherwise the preset's
+    (``effective_preset``, or ``requested_preset`` resolved; DDO_PRESET in the environment
+    wins over ``requested_preset``), otherwise ``default``. Seed runners read their
+    ``DDO_RUNNER_*`` values this way.
+
+    Raises:
+        ValueError: an unknown preset.
+    """
+    source = os.environ if environ is None else environ
+    if name in source:
+        return source[name]
+    if effective_preset is None:
+        requested = source.get("DDO_PRESET", requested_preset)
+        effective_preset = resolve_dynamic_offload_preset(requested, running_on_wsl=running_on_wsl,
+                                                          client=client)
+    if not effective_preset:
+        return default
+    return get_dynamic_offload_presets(client).get(effective_preset, {}).get(name, default)
+
+
 def is_wsl_environment() -> bool:
     """True under WSL: ``microsoft`` or ``wsl`` in the kernel release (lowercased), else in
     ``/proc/version``; False on Windows and on any read error (the seed's rule)."""

@@ -9,11 +9,15 @@ seed (component policy, ``DDO_<C>_*``, ``DDO_RUNNER_<C>_*``), and platform rules
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, Iterable, Mapping, Optional
 
+import grpc
+
 from ._proto import settings_pb2
+from .errors import DaemonError, InvalidSettingError
 
 if TYPE_CHECKING:
     from .client import DdoClient
@@ -51,6 +55,8 @@ class ResolvedSettings:
     effective_preset: str
     values: Dict[str, ResolvedValue]
     components: Dict[str, Dict[str, ResolvedValue]] = field(default_factory=dict)
+    #: What was asked: resolving again with other components or more overrides starts here.
+    inputs: "ResolveInputs" = field(default_factory=lambda: ResolveInputs())
 
     def value(self, name: str) -> str:
         """The value of a library setting; KeyError for a name ddod did not resolve."""
@@ -75,6 +81,16 @@ def environment_settings(environ: Optional[Mapping[str, str]] = None) -> Dict[st
     return {name: value for name, value in source.items() if name.startswith("DDO_")}
 
 
+@dataclass(frozen=True)
+class ResolveInputs:
+    """The inputs of one ResolveSettings call (the environment as its DDO_* variables)."""
+
+    preset: str = ""
+    environ: Mapping[str, str] = field(default_factory=dict)
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    component_policies: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
 def resolve_settings(
     client: "DdoClient",
     preset: str = "",
@@ -95,8 +111,9 @@ def resolve_settings(
         component_policies: the seed's ``component_policies={"transformer": {...}}``.
 
     Raises:
-        DaemonError: INVALID_ARGUMENT naming the variable, its value, where it came from and
-            what is valid (an unknown preset lists the presets).
+        InvalidSettingError: (a ValueError) INVALID_ARGUMENT naming the variable, its value,
+            where it came from and what is valid (an unknown preset lists the presets).
+        DaemonError: another failure of the call.
     """
     request = settings_pb2.ResolveSettingsRequest(
         preset=preset or "",
@@ -108,7 +125,19 @@ def resolve_settings(
         request.component_policies[component].values.update(
             {str(key): setting_text(value) for key, value in policy.items()}
         )
-    return ResolvedSettings.from_proto(client._unary("ResolveSettings", request))
+    try:
+        resolved = ResolvedSettings.from_proto(client._unary("ResolveSettings", request))
+    except DaemonError as error:
+        if error.code != grpc.StatusCode.INVALID_ARGUMENT:
+            raise
+        raise InvalidSettingError(error.rpc, error.cause) from error
+    return dataclasses.replace(resolved, inputs=ResolveInputs(
+        preset=request.preset,
+        environ=dict(request.environment),
+        overrides=dict(request.overrides),
+        component_policies={name: dict(policy.values)
+                            for name, policy in request.component_policies.items()},
+    ))
 
 
 def setting_text(value: object) -> str:

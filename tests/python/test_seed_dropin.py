@@ -1,0 +1,185 @@
+"""A runner written for the seed, unchanged: every name it imports from the package root, its
+pre-resolved settings, its DDO_RUNNER_* lookups, its staged loading and its profile context,
+against a real ddod (research/seed-ddo.md §1, §3, §7.2)."""
+
+import contextlib
+import sys
+import types
+
+import pytest
+import torch
+from torch import nn
+
+import diffusers_dynamic_offloader as ddo
+from diffusers_dynamic_offloader import DdoClient
+
+# The seed's §1.1 names that issue 5 covers (profiles and the Windows purge are issue 6's).
+SEED_NAMES = [
+    "DDO_PRESETS", "DynamicOffloadApplyResult", "DynamicOffloadConfig", "DynamicOffloadLoadResult",
+    "DynamicOffloadSettings", "DiffusersGroupOffloadResult", "build_dynamic_offload_event_payload",
+    "clear_dynamic_offload_pinned_tensor_cache", "detect_quantized_backend_modules",
+    "dynamic_offload_env_value", "dynamic_offload_preset_env_value",
+    "enable_diffusers_group_offload", "enable_dynamic_offload", "enable_offload",
+    "enable_pipeline_offload", "format_dynamic_offload_presets",
+    "from_pretrained_with_dynamic_offload", "get_available_system_ram_gb",
+    "get_dynamic_offload_presets", "get_dynamic_offload_state", "is_wsl_environment",
+    "load_dynamic_offload_settings_from_env", "remove_dynamic_offload",
+    "resolve_dynamic_offload_preset",
+]
+
+
+@pytest.fixture
+def client(daemon):
+    with DdoClient.connect(daemon.address) as connected:
+        yield connected
+
+
+def test_every_seed_name_imports_from_the_package_root():
+    missing = [name for name in SEED_NAMES if not hasattr(ddo, name)]
+    assert missing == []
+    assert set(SEED_NAMES) <= set(ddo.__all__)
+
+
+def test_pre_resolved_settings_keep_their_preset_environment_and_policies(client):
+    # The seed's pattern: resolve once (no component list), then route each component.
+    settings = ddo.DynamicOffloadSettings.from_env(
+        default_preset="low_ram_safe", environ={"DDO_SMALL_TENSOR_THRESHOLD_KB": "0"},
+        component_policies={"transformer": {"route": "none"}}, client=client)
+    assert settings.effective_preset == "low_ram_safe"
+    result = ddo.enable_offload(nn.Linear(4, 4), settings=settings, component="transformer",
+                                execution_device="cpu", client=client)
+    assert result.route == "none"  # the policy given to from_env
+    assert result.settings.effective_preset == "low_ram_safe"
+    assert result.settings.value("DDO_SMALL_TENSOR_THRESHOLD_KB") == "0"  # its environment
+    # An override added by this call is applied on top of the same inputs.
+    again = ddo.enable_offload(nn.Linear(4, 4), settings=settings, component="vae",
+                               execution_device="cpu", client=client, execution_mode="plan")
+    assert again.settings.effective_preset == "low_ram_safe"
+    assert again.settings.value("DDO_EXECUTION_MODE") == "plan"
+    assert again.settings.value("DDO_SMALL_TENSOR_THRESHOLD_KB") == "0"
+
+
+def test_an_unknown_preset_is_a_value_error_naming_it(client):
+    with pytest.raises(ValueError, match="windows_fast"):
+        ddo.DynamicOffloadSettings.from_env(default_preset="windows_fast", client=client)
+    with pytest.raises(ValueError, match="windows_fast"):
+        ddo.enable_offload(nn.Linear(4, 4), preset="windows_fast", execution_device="cpu",
+                           client=client)
+
+
+def test_runner_values_come_from_the_environment_then_the_preset(client):
+    environ = {"DDO_RUNNER_STAGED": "", "DDO_PRESET": "warm_process"}
+    assert ddo.dynamic_offload_env_value("DDO_RUNNER_STAGED", "x", environ) == ""
+    assert ddo.dynamic_offload_env_value("DDO_RUNNER_OTHER", "x", environ) == "x"
+    # Set (even empty) wins; else DDO_PRESET's value; else the default.
+    assert ddo.dynamic_offload_preset_env_value("DDO_RUNNER_STAGED", "d", environ=environ,
+                                                client=client) == ""
+    presets = ddo.get_dynamic_offload_presets(client)
+    name, value = sorted(presets["warm_process"].items())[0]
+    assert ddo.dynamic_offload_preset_env_value(name, "d", environ={"DDO_PRESET": "warm_process"},
+                                                client=client) == value
+    assert ddo.dynamic_offload_preset_env_value(name, "d", requested_preset="auto", environ={},
+                                                client=client) == presets["one_shot_fast"].get(name, "d")
+    assert ddo.dynamic_offload_preset_env_value("DDO_NOT_A_PRESET_KEY", "d", environ={},
+                                                effective_preset="off", client=client) == "d"
+    with pytest.raises(ValueError, match="nope"):
+        ddo.dynamic_offload_preset_env_value(name, environ={"DDO_PRESET": "nope"}, client=client)
+
+
+class _Loader:
+    """A model class as diffusers has them: from_pretrained(path, **kwargs)."""
+
+    calls = []
+
+    @classmethod
+    def from_pretrained(cls, path, **kwargs):
+        cls.calls.append((path, kwargs))
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 8))
+
+
+def test_staged_loading_passes_the_keywords_through_and_can_stream_at_once(client):
+    _Loader.calls.clear()
+    loaded = ddo.from_pretrained_with_dynamic_offload(
+        "some/model", model_loader=_Loader, subfolder="transformer", torch_dtype=torch.float32)
+    assert _Loader.calls == [("some/model", {"subfolder": "transformer",
+                                             "torch_dtype": torch.float32})]
+    assert loaded.hook is None and loaded.should_move_to_execution_device
+    with loaded.profile_run():
+        pass
+    with pytest.raises(ValueError, match="apply_dynamic=True"):
+        ddo.from_pretrained_with_dynamic_offload("some/model", model_loader=_Loader,
+                                                 profile_name="x")
+    # A plain callable is a loader too; apply_dynamic streams the result through ddod.
+    reference = _Loader.from_pretrained("some/model")
+    config = ddo.DynamicOffloadConfig(execution_device="cpu", small_tensor_threshold_bytes=0,
+                                      execution_mode="linear_runtime")
+    streamed = ddo.from_pretrained_with_dynamic_offload(
+        "some/model", model_loader=lambda path: _Loader.from_pretrained(path),
+        dynamic_offload_config=config, apply_dynamic=True, client=client)
+    try:
+        assert streamed.hook is not None and not streamed.should_move_to_execution_device
+        inputs = torch.randn(3, 64)
+        with torch.no_grad():
+            for _ in range(3):
+                assert torch.equal(streamed.module(inputs), reference(inputs))
+    finally:
+        ddo.remove_dynamic_offload(streamed.module)
+
+
+def test_an_unknown_safetensors_backend_is_refused():
+    config = ddo.DynamicOffloadConfig(load_safetensors_backend="gds")
+    with pytest.raises(ValueError, match="gds"):
+        ddo.from_pretrained_with_dynamic_offload("x", model_loader=_Loader,
+                                                 dynamic_offload_config=config)
+
+
+def test_the_backend_is_switched_only_during_the_load(monkeypatch):
+    seen = []
+    fake = types.ModuleType("safetensors")
+    fake_torch = types.ModuleType("safetensors.torch")
+
+    def safe_open(path, framework="pt", **kwargs):
+        seen.append(("safe_open", kwargs.get("backend")))
+
+    def load_file(path, **kwargs):
+        seen.append(("load_file", kwargs.get("backend")))
+
+    fake.safe_open, fake_torch.load_file, fake.torch = safe_open, load_file, fake_torch
+    importer = types.ModuleType("diffusers.models.model_loading_utils")
+    importer.safe_open, importer.safe_load_file = safe_open, load_file
+    for name, module in (("safetensors", fake), ("safetensors.torch", fake_torch),
+                         ("diffusers.models.model_loading_utils", importer)):
+        monkeypatch.setitem(sys.modules, name, module)
+
+    def loader(path):
+        importer.safe_open(path)
+        importer.safe_load_file(path)
+        fake_torch.load_file(path, backend="mmap")  # the caller's choice stays
+        return nn.Linear(2, 2)
+
+    config = ddo.DynamicOffloadConfig(load_safetensors_backend="pread")
+    ddo.from_pretrained_with_dynamic_offload("x", model_loader=loader,
+                                             dynamic_offload_config=config)
+    assert seen == [("safe_open", "pread"), ("load_file", "pread"), ("load_file", "mmap")]
+    assert importer.safe_open is safe_open and fake_torch.load_file is load_file
+
+
+def test_the_seed_config_field_for_profile_budgets_is_accepted(client):
+    config = ddo.DynamicOffloadConfig(_profile_budget_applied=True)
+    assert config._profile_budget_applied
+    result = ddo.enable_offload(nn.Linear(4, 4), preset="off", execution_device="cpu",
+                                client=client, _profile_budget_applied=True)
+    assert isinstance(result.profile_run(), contextlib.AbstractContextManager)
+
+
+def test_clearing_the_pinned_cache_evicts_what_no_session_uses(client):
+    model = nn.Sequential(nn.Linear(256, 256))
+    client.register_module("dropin/unused", model)
+    busy = nn.Sequential(nn.Linear(256, 256))
+    client.register_module("dropin/busy", busy)
+    with client.stream(busy, "dropin/busy", device="cpu"):
+        freed = ddo.clear_dynamic_offload_pinned_tensor_cache(client)
+        keys = {component.cache_key for component in client.components()}
+    assert freed > 0
+    assert "dropin/unused" not in keys and "dropin/busy" in keys
