@@ -54,7 +54,13 @@ def test_the_transformer_streams_and_computes_exactly(daemon):
             assert payload["route"] == "dynamic_offload"
             # The seed's payload keys (research/seed-ddo.md §1.5).
             assert payload["patched_module_count"] == 24
-            assert payload["bytes_by_placement"]["streamed"] > 0
+            assert payload["bytes_by_placement"]["streamed_large"] > 0
+            assert set(payload["bytes_by_placement"]) <= {"resident_module", "resident_small",
+                                                          "streamed_large"}
+            for key in ("module_count", "total_gb", "pin_cpu_memory", "sdnq_parameter_pinning",
+                        "resolved_resident_module_patterns", "cache_pinned_weights",
+                        "pin_weight_selection", "available_system_ram_gb"):
+                assert key in payload, key
             assert payload["execution_mode"] == "linear_runtime"
             assert payload["auto_budget_policy"] == "balanced"
             assert "stream_unit" in payload["planner_decisions"]
@@ -143,7 +149,14 @@ def test_seed_style_settings_and_removal_by_module(daemon):
         assert result.route == "dynamic_offload"
         assert mismatches(model, reference, range(2), torch.float32) == []
         state = get_dynamic_offload_state(model)
-        assert state is not None and state["uses"] > 0
+        assert state is not None and state is result.hook.state
+        summary = state.as_dict()
+        assert summary["copy_runtime"]["streamed"]["calls"] > 0
+        placements = {entry["placement"] for entry in summary["entries"]}
+        assert "streamed_large" in placements and "resident_small" in placements
+        assert summary["patched_module_count"] == len(result.hook.resources.units)
+        assert set(summary["setup_runtime"]) == {"register_module", "open_session"}
+        assert state.clone_for_runtime().copy_calls_by_name == {}
         remove_dynamic_offload(model)
         assert get_dynamic_offload_state(model) is None
         # The module runs on its host views again.

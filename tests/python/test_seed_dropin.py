@@ -183,3 +183,65 @@ def test_clearing_the_pinned_cache_evicts_what_no_session_uses(client):
         keys = {component.cache_key for component in client.components()}
     assert freed > 0
     assert "dropin/unused" not in keys and "dropin/busy" in keys
+
+
+def _pipeline_parts():
+    torch.manual_seed(0)
+    return {"transformer": nn.Sequential(nn.Linear(512, 512), nn.Linear(512, 512)),
+            "vae": nn.Linear(8, 8), "scheduler": object(), "tokenizer": "not a module"}
+
+
+def test_a_pipeline_shares_the_settings_object_it_was_given(client):
+    settings = ddo.DynamicOffloadSettings.from_env(
+        default_preset="auto", environ={}, component_policies={"vae": {"route": "none"}},
+        client=client)
+    parts = _pipeline_parts()
+    results = ddo.enable_pipeline_offload(types.SimpleNamespace(components=parts),
+                                          settings=settings, client=client,
+                                          execution_device="cpu")
+    try:
+        assert set(results) == {"transformer", "vae"}  # non-modules skipped
+        assert results["transformer"].settings is results["vae"].settings
+        assert results["vae"].route == "none"  # the policy given to from_env
+        assert results["transformer"].route == "dynamic_offload"
+        assert results["transformer"].settings.effective_preset == "one_shot_fast"
+    finally:
+        for result in results.values():
+            ddo.remove_dynamic_offload(result)
+
+
+@pytest.mark.parametrize("form", ["mapping", "names"])
+def test_a_pipeline_can_be_a_mapping_or_named_attributes(client, form):
+    parts = _pipeline_parts()
+    if form == "mapping":
+        pipeline, components = parts, None
+    else:
+        pipeline, components = types.SimpleNamespace(**parts), ["vae", "scheduler"]
+    results = ddo.enable_pipeline_offload(pipeline, components=components, client=client,
+                                          environ={"DDO_EXECUTION_MODE": "plan"},
+                                          execution_device="cpu")
+    expected = {"transformer", "vae"} if form == "mapping" else {"vae"}
+    assert set(results) == expected
+    for result in results.values():
+        # Nothing placed them (plan mode): the pipeline helper moved them to the device.
+        assert not result.should_move_to_execution_device
+
+
+def test_plan_mode_keeps_a_state_with_ddods_decisions(client):
+    model = nn.Sequential(nn.Linear(512, 512), nn.Linear(512, 512))
+    events = []
+    result = ddo.enable_offload(model, component="transformer", client=client,
+                                environ={"DDO_PLAN": "1"}, execution_device="cpu",
+                                execution_mode="plan",
+                                record_event=lambda name, *args, **kwargs: events.append(name))
+    assert result.hook is None and result.should_move_to_execution_device
+    state = ddo.get_dynamic_offload_state(model)
+    assert state is not None and state.session is None
+    assert "stream_unit" in state.planner_decisions
+    assert state.bytes_by_placement["streamed_large"] + state.bytes_by_placement["resident_module"] > 0
+    payload = ddo.build_dynamic_offload_event_payload(result.settings, state)
+    assert payload["planner_decisions"] == state.planner_decisions
+    assert payload["pin_cpu_memory"] == result.settings.effective_pin_cpu_memory
+    assert events == ["setup_transformer_dynamic_offload"]
+    ddo.remove_dynamic_offload(model)
+    assert ddo.get_dynamic_offload_state(model) is None

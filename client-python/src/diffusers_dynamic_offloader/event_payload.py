@@ -1,5 +1,5 @@
-"""The seed's event payload of the DDO route (research/seed-ddo.md §1.5), from a streaming
-session and the settings it was opened with."""
+"""The seed's event payload of the DDO route (research/seed-ddo.md §1.5), from the settings and
+the module's DynamicOffloadState."""
 
 from __future__ import annotations
 
@@ -15,34 +15,31 @@ _CONFIG_KEYS = (
     "pin_weight_selection",
 )
 
+#: The state's keys the payload carries.
+_STATE_KEYS = ("module_count", "total_gb", "bytes_by_placement", "patched_module_count",
+               "sdnq_parameter_pinning", "resolved_resident_module_patterns",
+               "planner_decisions", "setup_runtime")
 
-def build_dynamic_offload_event_payload(settings: Any, session: Any = None,
-                                        setup_seconds: Optional[float] = None) -> Dict[str, Any]:
-    """The payload keys of the seed: the plan summary (``module_count``, ``total_gb``,
-    ``bytes_by_placement``), the config's fields, ``pin_cpu_memory`` (effective), and the
-    state's (``patched_module_count``, ``resolved_resident_module_patterns``,
-    ``planner_decisions``, ``setup_runtime``). ``settings`` is a DynamicOffloadSettings;
-    ``session`` the StreamingSession (None in plan mode)."""
-    config = settings.config
+
+def build_dynamic_offload_event_payload(settings: Any, state: Any = None,
+                                        config: Any = None) -> Dict[str, Any]:
+    """The seed's keys: the plan summary (``module_count``, ``total_gb``,
+    ``bytes_by_placement`` in GB by placement), the config's fields (``config``, else
+    ``settings.config``), ``pin_cpu_memory`` (the settings' effective pin), and the state's
+    ``patched_module_count``, ``sdnq_parameter_pinning``, ``resolved_resident_module_patterns``,
+    ``planner_decisions`` and ``setup_runtime``. ``state`` is a DynamicOffloadState (or its
+    ``as_dict()``); None gives an empty plan."""
+    config = config if config is not None else settings.config
     payload: Dict[str, Any] = {key: getattr(config, key) for key in _CONFIG_KEYS}
     payload["pin_cpu_memory"] = settings.effective_pin_cpu_memory
-    payload["resolved_resident_module_patterns"] = list(config.resident_module_patterns)
-    if session is None:
-        payload.update(module_count=0, total_gb=0.0, bytes_by_placement={},
-                       patched_module_count=0, planner_decisions={}, setup_runtime={})
-        return payload
-    resources = session.resources
-    streamed = sum(placement.byte_size for unit in resources.units for placement in unit.tensors)
-    resident = sum(placement.byte_size for placement in resources.resident)
-    patched = sum(len(unit.tensors) for unit in resources.units)
-    payload.update(
-        module_count=patched + len({p.name.rsplit(".", 1)[0] for p in resources.resident}),
-        total_gb=round((streamed + resident) / 2**30, 4),
-        bytes_by_placement={"resident": resident, "streamed": streamed},
-        patched_module_count=patched,
-        planner_decisions={d.key: d.value for d in session.plan.decisions},
-        setup_runtime={} if setup_seconds is None else {"open_session": {"seconds": round(setup_seconds, 4)}},
-        sdnq_parameter_pinning={"pinned_count": 0, "pinned_gb": 0.0, "unpinned_count": 0,
-                                "unpinned_gb": 0.0},
-    )
+    summary: Optional[Dict[str, Any]] = None
+    if state is not None:
+        summary = state if isinstance(state, dict) else state.as_dict()
+    if summary is None:
+        summary = {"module_count": 0, "total_gb": 0.0, "bytes_by_placement": {},
+                   "patched_module_count": 0, "resolved_resident_module_patterns": [],
+                   "sdnq_parameter_pinning": {"pinned_count": 0, "pinned_gb": 0.0,
+                                              "unpinned_count": 0, "unpinned_gb": 0.0},
+                   "planner_decisions": {}, "setup_runtime": {}}
+    payload.update({key: summary[key] for key in _STATE_KEYS if key in summary})
     return payload

@@ -80,8 +80,9 @@ def _config_fields(config: Any):
         yield item.name, getattr(config, item.name)
 
 
-# The streaming session of each module enable_offload put on the DDO route.
+# The streaming session and the state of each module enable_offload put on the DDO route.
 _SESSIONS: "weakref.WeakKeyDictionary[nn.Module, Any]" = weakref.WeakKeyDictionary()
+_STATES: "weakref.WeakKeyDictionary[nn.Module, Any]" = weakref.WeakKeyDictionary()
 EventCallback = Callable[..., Any]
 
 
@@ -96,7 +97,7 @@ class DynamicOffloadApplyResult:
     module: nn.Module
     component: str
     route: str
-    settings: ResolvedSettings
+    settings: Any  # DynamicOffloadSettings (its ``resolved``: ddod's answer with sources)
     hook: Any = None
     should_move_to_execution_device: bool = False
     event_payload: Dict[str, Any] = field(default_factory=dict)
@@ -217,6 +218,7 @@ def enable_offload(
             "diffusers_group", "group", "group_offload", "dynamic", "ddo", "cuda", "standard", "off"}:
         raise ValueError(f"Invalid route {route!r}. Valid values: {VALID_ROUTES}")
     client = _client(client)
+    given = settings
     settings = _resolved_of(settings)
     if settings is None:
         settings = resolve_offload_settings(
@@ -246,32 +248,60 @@ def enable_offload(
             chosen = type(chosen)("diffusers_group_offload", "quantized_backend")
             payload["route_reason"] = "quantized weights are moved whole by Diffusers group offload"
     payload["route"] = chosen.value
-    result = DynamicOffloadApplyResult(module, component, chosen.value, settings)
+    from .offload_settings import DynamicOffloadSettings
+
+    if isinstance(given, DynamicOffloadSettings) and given.resolved is settings:
+        seed_settings = given  # shared, as the seed's pipeline helper shares one object
+    else:
+        seed_settings = DynamicOffloadSettings.from_resolved(
+            settings, execution_device=_device_text(execution_device),
+            offload_device=_device_text(offload_device), running_on_wsl=running_on_wsl)
+    result = DynamicOffloadApplyResult(module, component, chosen.value, seed_settings)
     started = time.perf_counter()
 
     if chosen.value == "dynamic_offload":
         enabled = (settings.value("DDO_EXECUTION_MODE") != "plan"
                    or settings.value("DDO_PLAN") == "1" or config is not None)
         streaming = settings.value("DDO_EXECUTION_MODE") != "plan"
+        from .event_payload import build_dynamic_offload_event_payload
+        from .offload_state import build_state
+        from .streaming import streamable_weights
+
+        session_settings = {name: settings.value(name) for name in SESSION_SETTINGS
+                            if settings.values.get(name) and settings.value(name) != ""}
         if apply_hook and enabled and streaming:
             key = cache_key or f"{type(module).__module__}.{type(module).__qualname__}/{component}"
-            client.register_module(key, module, content_hash=cache_key is None)
-            session_settings = {name: settings.value(name) for name in SESSION_SETTINGS
-                                if settings.values.get(name) and settings.value(name) != ""}
+            registered = time.perf_counter()
+            stored = client.register_module(key, module, content_hash=cache_key is None)
+            opened = time.perf_counter()
             result.hook = client.stream(module, key, device=_device_text(execution_device),
                                         settings=session_settings)
             _SESSIONS[module] = result.hook
+            state = build_state(
+                module, streamed=[p.name for unit in result.hook.resources.units for p in unit.tensors],
+                streamable=streamable_weights(module),
+                decisions={d.key: d.value for d in result.hook.plan.decisions},
+                device=_device_text(execution_device),
+                pinned=seed_settings.effective_pin_cpu_memory, session=result.hook)
+            state.add_setup("register_module", opened - registered, stored.total_bytes)
+            state.add_setup("open_session", time.perf_counter() - opened,
+                            result.hook.resources.resident_slab_bytes)
+            result.hook.state = state
             payload.update({"cache_key": key, "session": result.hook.stats()})
         else:
             result.should_move_to_execution_device = True
-        from .event_payload import build_dynamic_offload_event_payload
-        from .offload_settings import DynamicOffloadSettings
-
-        seed_settings = DynamicOffloadSettings.from_resolved(
-            settings, execution_device=_device_text(execution_device),
-            offload_device=_device_text(offload_device), running_on_wsl=running_on_wsl)
-        payload.update(build_dynamic_offload_event_payload(
-            seed_settings, result.hook, time.perf_counter() - started))
+            # Plan mode: ddod's decisions for the module, without a session.
+            plan = client.explain_plan(module, component=component,
+                                       device=_device_text(execution_device),
+                                       settings=session_settings)
+            state = build_state(module, streamed=[], streamable=[],
+                                decisions={d.key: d.value for d in plan.decisions},
+                                device=_device_text(offload_device), pinned=False)
+            state.entries = []  # placements are known only once a session plans them
+            state.bytes_by_placement = {"resident_module": int(plan.resident_bytes),
+                                        "streamed_large": int(plan.streamed_bytes)}
+        _STATES[module] = state
+        payload.update(build_dynamic_offload_event_payload(seed_settings, state))
         payload["execution_mode"] = settings.value("DDO_EXECUTION_MODE")
         # Explicit fields without a DDO_* variable are reported as given.
         payload.update({name: value for name, value in explicit.items()
@@ -360,7 +390,7 @@ def enable_diffusers_group_offload(
 def enable_pipeline_offload(
     pipeline: Any,
     *,
-    settings: Optional[ResolvedSettings] = None,
+    settings: Any = None,
     components: Union[None, Mapping[str, Any], Iterable[str]] = None,
     preset: str = "auto",
     environ: Optional[Mapping[str, str]] = None,
@@ -371,18 +401,36 @@ def enable_pipeline_offload(
     """Routes every ``nn.Module`` component of a Diffusers pipeline, a ModularPipeline, a
     mapping, or the named attributes (schedulers, tokenizers and other non-modules are
     skipped). Settings are resolved once, for all components, and shared."""
+    from .offload_settings import DynamicOffloadSettings
+
     found = _pipeline_components(pipeline, components)
     client = _client(client)
-    settings = _resolved_of(settings)
-    if settings is None:
-        settings = resolve_offload_settings(
+    resolved = _resolved_of(settings)
+    policies = kwargs.pop("component_policies", None)
+    if resolved is None:
+        resolved = resolve_offload_settings(
             components=list(found), preset=preset, environ=environ,
-            use_environment=use_environment, client=client)
+            use_environment=use_environment, component_policies=policies, client=client)
+        settings = None
+    elif policies or any(name not in resolved.components for name in found):
+        resolved = _resolve_again(resolved, "", {}, policies, client, components=list(found))
+        settings = None
+    if not isinstance(settings, DynamicOffloadSettings):
+        settings = DynamicOffloadSettings.from_resolved(
+            resolved, execution_device=_device_text(kwargs.get("execution_device", "cuda:0")),
+            offload_device=_device_text(kwargs.get("offload_device", "cpu")),
+            running_on_wsl=kwargs.get("running_on_wsl"), component_policies=policies)
     results = {}
     for name, module in found.items():
-        results[name] = enable_offload(module, settings=settings, component=name, preset=preset,
-                                       environ=environ, use_environment=use_environment,
-                                       client=client, **kwargs)
+        result = enable_offload(module, settings=settings, component=name, preset=preset,
+                                environ=environ, use_environment=use_environment,
+                                client=client, **kwargs)
+        if result.should_move_to_execution_device and kwargs.get("apply_hook", True):
+            # As the seed's pipeline helper: what no route placed runs on the device.
+            module.to(_device_text(kwargs.get("execution_device", "cuda:0")))
+            result.should_move_to_execution_device = False
+            result.event_payload["unmanaged_module_moved_to_execution_device"] = True
+        results[name] = result
     return results
 
 
@@ -396,25 +444,28 @@ def remove_dynamic_offload(target: Union[nn.Module, DynamicOffloadApplyResult],
             target.hook.close()
             _SESSIONS.pop(target.module, None)
             target.hook = None
+        _STATES.pop(target.module, None)
         return
     modules = list(target.modules()) if recurse else [target]
     for module in modules:
         session = _SESSIONS.pop(module, None)
+        _STATES.pop(module, None)
         if session is not None:
             session.close()
 
 
-def get_dynamic_offload_state(module: nn.Module) -> Optional[Dict[str, Any]]:
-    """The streaming statistics of a module on the DDO route, or None."""
-    session = _SESSIONS.get(module)
-    if session is None or session.closed:
+def get_dynamic_offload_state(module: nn.Module) -> Optional[Any]:
+    """The DynamicOffloadState of a module on the DDO route (its session open, or planned in
+    plan mode), or None."""
+    state = _STATES.get(module)
+    if state is None or (state.session is not None and state.session.closed):
         return None
-    return session.stats()
+    return state
 
 
 def _resolve_again(settings: ResolvedSettings, component: str, overrides: Mapping[str, object],
                    component_policies: Optional[Mapping[str, Mapping[str, object]]],
-                   client) -> ResolvedSettings:
+                   client, components: Iterable[str] = ()) -> ResolvedSettings:
     inputs = settings.inputs
     policies: Dict[str, Dict[str, object]] = {
         name: dict(values) for name, values in inputs.component_policies.items()}
@@ -422,7 +473,8 @@ def _resolve_again(settings: ResolvedSettings, component: str, overrides: Mappin
         policies.setdefault(name, {}).update(values)
     return client.resolve_settings(
         inputs.preset, environ=inputs.environ, overrides={**inputs.overrides, **overrides},
-        components=sorted(set(settings.components) | {component}), component_policies=policies)
+        components=sorted((set(settings.components) | {component} | set(components)) - {""}),
+        component_policies=policies)
 
 
 def _resolved_of(settings: Any) -> Optional[ResolvedSettings]:

@@ -14,6 +14,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from torch import nn
 
+from .errors import ConfigurationError
 from .presets import get_available_system_ram_gb, is_wsl_environment
 from .resolved_settings import ResolvedSettings
 
@@ -160,6 +161,21 @@ class DynamicOffloadSettings:
             component_policies=dict(component_policies or {}),
             resolved=resolved,
         )
+
+    def value(self, name: str) -> str:
+        """ddod's resolved value of a library setting (KeyError for an unknown name)."""
+        return self._resolved().value(name)
+
+    @property
+    def components(self) -> Dict[str, Any]:
+        """ddod's resolved per-component values, by component name."""
+        return self._resolved().components
+
+    def _resolved(self):
+        if self.resolved is None:
+            raise ConfigurationError("these settings were not resolved by ddod "
+                                     "(build them with DynamicOffloadSettings.from_env())")
+        return self.resolved
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> "DynamicOffloadSettings":

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from typing import (
     TYPE_CHECKING,
+    Any,
     Callable,
     Dict,
     List,
@@ -325,6 +326,8 @@ class StreamingSession(Closeable):
     ) -> None:
         """Takes over an attached session; :func:`stream` calls :meth:`_open` next."""
         self.session_id: str = response.session_id
+        #: The seed's DynamicOffloadState, when enable_offload opened the session.
+        self.state: Any = None
         self.device = device
         self.module = module
         self._client: Optional["DdoClient"] = client
