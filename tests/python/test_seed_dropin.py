@@ -245,3 +245,66 @@ def test_plan_mode_keeps_a_state_with_ddods_decisions(client):
     assert events == ["setup_transformer_dynamic_offload"]
     ddo.remove_dynamic_offload(model)
     assert ddo.get_dynamic_offload_state(model) is None
+
+
+def test_an_edited_config_on_pre_resolved_settings_is_applied(client):
+    import dataclasses
+
+    settings = ddo.DynamicOffloadSettings.from_env(default_preset="auto", environ={}, client=client)
+    edited = dataclasses.replace(settings, config=dataclasses.replace(
+        settings.config, resident_module_selection="first", execution_mode="plan"))
+    result = ddo.enable_offload(nn.Linear(4, 4), settings=edited, component="transformer",
+                                execution_device="cpu", client=client, apply_hook=False)
+    assert result.settings.value("DDO_RESIDENT_MODULE_SELECTION") == "first"
+    assert result.settings.config.execution_mode == "plan"
+    # Unedited settings serve as they are.
+    same = ddo.enable_offload(nn.Linear(4, 4), settings=settings, component="transformer",
+                              execution_device="cpu", client=client, apply_hook=False)
+    assert same.settings.value("DDO_RESIDENT_MODULE_SELECTION") == settings.value(
+        "DDO_RESIDENT_MODULE_SELECTION")
+
+
+def _streamed_names(result):
+    return sorted(p.name for unit in result.hook.resources.units for p in unit.tensors)
+
+
+def test_config_fields_decide_what_streams(client):
+    def model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64), nn.Embedding(10, 64))
+
+    config = ddo.DynamicOffloadConfig(execution_device="cpu", execution_mode="linear_runtime",
+                                      small_tensor_threshold_bytes=0)
+    # The config's 0-byte threshold reaches ddod: 16 KiB weights stream.
+    first = model()
+    result = ddo.enable_offload(first, config=config, component="transformer", client=client,
+                                environ={}, execution_device="cpu")
+    try:
+        assert _streamed_names(result) == ["0.weight", "1.weight"]
+    finally:
+        ddo.remove_dynamic_offload(result)
+    # skip_modules_pattern keeps matching modules resident.
+    second = model()
+    result = ddo.enable_offload(second, config=config, component="transformer", client=client,
+                                environ={}, execution_device="cpu", skip_modules_pattern=("^1$",))
+    try:
+        assert _streamed_names(result) == ["0.weight"]
+        assert result.hook.state.bytes_by_placement["resident_module"] == 64 * 64 * 4
+    finally:
+        ddo.remove_dynamic_offload(result)
+    # Targets without nn.Linear: nothing streams.
+    third = model()
+    result = ddo.enable_offload(third, config=config, component="transformer", client=client,
+                                environ={}, execution_device="cpu",
+                                target_module_classes=(nn.Embedding,))
+    try:
+        assert result.hook is not None and _streamed_names(result) == []
+    finally:
+        ddo.remove_dynamic_offload(result)
+
+
+def test_none_means_the_default_always_resident_pattern(client):
+    result = ddo.enable_offload(nn.Linear(4, 4), component="transformer", client=client,
+                                environ={}, execution_device="cpu", apply_hook=False,
+                                always_resident_modules_pattern=None)
+    assert "proj_out" in result.settings.value("DDO_ALWAYS_RESIDENT_MODULE_PATTERNS")

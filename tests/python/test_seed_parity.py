@@ -118,7 +118,10 @@ def test_19_overrides_without_a_hook(client):
                                     available_system_ram_gb=64, show_profile=True)
     assert result.hook is None
     assert result.event_payload["available_system_ram_gb"] == 64
-    assert result.event_payload["show_profile"] is True
+    # Applied to the settings (ddod resolved them, so its planner sees the RAM too).
+    assert result.settings.config.available_system_ram_gb == 64
+    assert result.settings.config.show_profile is True
+    assert result.settings.value("DDO_AVAILABLE_SYSTEM_RAM_GB") == "64"
 
 
 def test_20_an_explicit_plan_config_beats_the_off_preset(client):

@@ -350,13 +350,15 @@ class DdoClient(Closeable):
         *,
         device: Union[str, int, "torch.device"] = "cuda:0",
         settings: Optional[Mapping[str, object]] = None,
+        keep_resident: Sequence[str] = (),
     ) -> "StreamingSession":
         """Opens a streaming session: ``module`` runs on ``device`` ("cpu": the host backend)
         with its large Linear weights streamed by ddod from the component ``cache_key``; see
         :func:`diffusers_dynamic_offloader.streaming.stream`."""
         from . import streaming
 
-        return streaming.stream(self, module, cache_key, device=device, settings=settings)
+        return streaming.stream(self, module, cache_key, device=device, settings=settings,
+                                keep_resident=keep_resident)
 
     def component(self, cache_key: str, *, with_layout: bool = False) -> "Component":
         """The READY component under ``cache_key``; DaemonError NOT_FOUND otherwise."""

@@ -16,7 +16,7 @@ import contextlib
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -53,6 +53,11 @@ CONFIG_FIELDS: Dict[str, str] = {
     "ring_slots": "DDO_RING_SLOTS",
     "vram_budget_gb": "DDO_VRAM_BUDGET_GB",
     "activation_reserve_gb": "DDO_ACTIVATION_RESERVE_GB",
+    "available_system_ram_gb": "DDO_AVAILABLE_SYSTEM_RAM_GB",
+    "profile_vram_headroom_gb": "DDO_PROFILE_VRAM_HEADROOM_GB",
+    "load_safetensors_backend": "DDO_LOAD_SAFETENSORS_BACKEND",
+    "verbose": "DDO_VERBOSE",
+    "show_profile": "DDO_SHOW_PROFILE",
 }
 
 #: The resolved settings a streaming session reads (docs/streaming.md).
@@ -65,11 +70,10 @@ SESSION_SETTINGS = (
 VALID_ROUTES = "auto, dynamic_offload, diffusers_group_offload, none"
 
 #: DynamicOffloadConfig fields with no DDO_* variable: accepted, reported in the payload.
-_PYTHON_ONLY_FIELDS = ("available_system_ram_gb", "show_profile", "verbose", "profile_name",
-                       "build_profile", "profile_vram_headroom_gb", "target_module_classes",
+_PYTHON_ONLY_FIELDS = ("profile_name", "build_profile", "target_module_classes",
                        "skip_modules_pattern", "execution_device", "offload_device",
-                       "small_tensor_threshold_bytes", "load_safetensors_backend",
-                       "profile_resident_module_budget_gb", "_profile_budget_applied")
+                       "small_tensor_threshold_bytes", "profile_resident_module_budget_gb",
+                       "_profile_budget_applied")
 
 
 def _config_fields(config: Any):
@@ -199,10 +203,16 @@ def enable_offload(
     if unknown:
         raise TypeError(f"Unknown DynamicOffloadConfig override(s): {', '.join(unknown)}")
     prefix = _prefix(component)
-    explicit = dict(_config_fields(config)) if config is not None else {}
+    from .offload_settings import DynamicOffloadSettings
+
+    # Explicit fields, weakest first: a config edited on pre-resolved settings
+    # (dataclasses.replace), config=, then keyword overrides. None means "the default".
+    explicit = _edited_config_fields(settings) if isinstance(settings, DynamicOffloadSettings) else {}
+    if config is not None:
+        explicit.update(_config_fields(config))
     explicit.update(config_overrides)
-    overrides: Dict[str, object] = {CONFIG_FIELDS[name]: setting_text(value)
-                                    for name, value in explicit.items() if name in CONFIG_FIELDS}
+    explicit = {name: value for name, value in explicit.items() if value is not None}
+    overrides = _setting_overrides(explicit)
     explicit_route = route is not None and route.strip().lower() != "auto"
     for suffix, value in (("ROUTE", route), ("GROUP_OFFLOAD", group_offload),
                           ("DYNAMIC_OFFLOAD", dynamic_offload), ("OFFLOAD_TYPE", offload_type),
@@ -220,6 +230,8 @@ def enable_offload(
     client = _client(client)
     given = settings
     settings = _resolved_of(settings)
+    if settings is None and isinstance(given, DynamicOffloadSettings):
+        preset = given.requested_preset or preset
     if settings is None:
         settings = resolve_offload_settings(
             components=[component], preset=preset, environ=environ,
@@ -255,7 +267,11 @@ def enable_offload(
     else:
         seed_settings = DynamicOffloadSettings.from_resolved(
             settings, execution_device=_device_text(execution_device),
-            offload_device=_device_text(offload_device), running_on_wsl=running_on_wsl)
+            offload_device=_device_text(offload_device), running_on_wsl=running_on_wsl,
+            component_policies=component_policies or settings.inputs.component_policies,
+            **{name: tuple(explicit[name]) for name in (
+                "target_module_classes", "skip_modules_pattern", "always_resident_modules_pattern")
+               if name in explicit})
     result = DynamicOffloadApplyResult(module, component, chosen.value, seed_settings)
     started = time.perf_counter()
 
@@ -275,7 +291,8 @@ def enable_offload(
             stored = client.register_module(key, module, content_hash=cache_key is None)
             opened = time.perf_counter()
             result.hook = client.stream(module, key, device=_device_text(execution_device),
-                                        settings=session_settings)
+                                        settings=session_settings,
+                                        keep_resident=_kept_resident(seed_settings.config))
             _SESSIONS[module] = result.hook
             state = build_state(
                 module, streamed=[p.name for unit in result.hook.resources.units for p in unit.tensors],
@@ -463,6 +480,36 @@ def get_dynamic_offload_state(module: nn.Module) -> Optional[Any]:
     return state
 
 
+def _kept_resident(config: Any) -> Tuple[str, ...]:
+    """Module-path regexes whose weights never stream: the config's skip_modules_pattern, and
+    everything when its target classes leave nn.Linear out."""
+    if not any(issubclass(nn.Linear, target) for target in config.target_module_classes):
+        return ("",)
+    return tuple(config.skip_modules_pattern)
+
+
+def _setting_overrides(explicit: Mapping[str, Any]) -> Dict[str, object]:
+    """DDO_* overrides of explicit config fields."""
+    overrides: Dict[str, object] = {CONFIG_FIELDS[name]: setting_text(value)
+                                    for name, value in explicit.items() if name in CONFIG_FIELDS}
+    if "small_tensor_threshold_bytes" in explicit:
+        kib = explicit["small_tensor_threshold_bytes"] / 1024
+        overrides["DDO_SMALL_TENSOR_THRESHOLD_KB"] = setting_text(int(kib) if kib == int(kib) else kib)
+    if not explicit.get("available_system_ram_gb"):  # 0: measure it, as the seed's resolver
+        overrides.pop("DDO_AVAILABLE_SYSTEM_RAM_GB", None)
+    return overrides
+
+
+def _edited_config_fields(settings: Any) -> Dict[str, Any]:
+    """The fields of ``settings.config`` that differ from what its resolved values gave: a
+    caller's ``dataclasses.replace(settings, config=replace(settings.config, ...))``; every
+    field of settings built by hand."""
+    if settings.resolved is None or settings.resolved_config is None:
+        return dict(_config_fields(settings.config))
+    return {name: value for name, value in _config_fields(settings.config)
+            if value != getattr(settings.resolved_config, name)}
+
+
 def _resolve_again(settings: ResolvedSettings, component: str, overrides: Mapping[str, object],
                    component_policies: Optional[Mapping[str, Mapping[str, object]]],
                    client, components: Iterable[str] = ()) -> ResolvedSettings:
@@ -484,6 +531,8 @@ def _resolved_of(settings: Any) -> Optional[ResolvedSettings]:
     resolved = getattr(settings, "resolved", None)
     if isinstance(resolved, ResolvedSettings):
         return resolved
+    if hasattr(settings, "config") and resolved is None:
+        return None  # built by hand: resolved afresh, its config fields explicit
     raise ConfigurationError(
         f"settings must come from DynamicOffloadSettings.from_env() or resolve_settings(), "
         f"not {type(settings).__name__}")

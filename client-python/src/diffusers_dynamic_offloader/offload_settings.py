@@ -86,6 +86,8 @@ class DynamicOffloadSettings:
     running_on_wsl: bool
     component_policies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     resolved: Optional[ResolvedSettings] = field(default=None, compare=False, repr=False)
+    #: The config as ddod's values gave it: a caller's edits to ``config`` are what differs.
+    resolved_config: Optional[DynamicOffloadConfig] = field(default=None, compare=False, repr=False)
 
     @property
     def execution_mode(self) -> str:
@@ -160,6 +162,7 @@ class DynamicOffloadSettings:
             running_on_wsl=wsl,
             component_policies=dict(component_policies or {}),
             resolved=resolved,
+            resolved_config=config,
         )
 
     def value(self, name: str) -> str:

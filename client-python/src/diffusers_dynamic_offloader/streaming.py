@@ -33,6 +33,8 @@ the module at once would interleave their uses of the ring. Do not move the modu
 
 from __future__ import annotations
 
+import re
+
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -73,15 +75,28 @@ DeviceArgument = Union[str, int, torch.device]
 HOST_DEVICE = "cpu"
 
 
-def streamable_weights(module: nn.Module) -> List[str]:
+def streamable_weights(module: nn.Module, keep_resident: Sequence[str] = ()) -> List[str]:
     """The names of the weights a streaming session can stream: the ``weight`` of every module
     of class exactly ``nn.Linear``, 2-D floating of shape ``(out_features, in_features)``,
     under the name a component stores it by (the first of its names); a weight tied to
-    anything else than another Linear's weight is left out."""
+    anything else than another Linear's weight is left out, and so is one whose module path
+    matches a ``keep_resident`` regex.
+
+    Raises:
+        ConfigurationError: a ``keep_resident`` pattern is not a valid regex.
+    """
+    try:
+        patterns = [re.compile(pattern) for pattern in keep_resident]
+    except re.error as error:
+        raise ConfigurationError(f"keep_resident pattern {error.pattern!r}: {error}") from error
     names = []
     for group in alias_groups(module_tensors(module)):
-        if all(_is_linear_weight(entry) for entry in group):
-            names.append(group[0].name)
+        if not all(_is_linear_weight(entry) for entry in group):
+            continue
+        paths = [entry.name.rsplit(".", 1)[0] for entry in group]
+        if any(pattern.search(path) for pattern in patterns for path in paths):
+            continue
+        names.append(group[0].name)
     return names
 
 
@@ -106,6 +121,7 @@ def stream(
     *,
     device: DeviceArgument = "cuda:0",
     settings: Optional[Mapping[str, object]] = None,
+    keep_resident: Sequence[str] = (),
     stall_timeout: float = DEFAULT_STALL_TIMEOUT_S,
 ) -> "StreamingSession":
     """Opens a streaming session of ``module`` on the component ``cache_key``.
@@ -121,6 +137,8 @@ def stream(
             torch's).
         settings: Per-session ``DDO_*`` settings (docs/streaming.md), e.g.
             ``{"DDO_STREAM_UNIT": "block", "DDO_RING_SLOTS": "3"}``; values are sent as text.
+        keep_resident: Regexes (``re.search``) of module paths whose weights never stream
+            (the seed's ``skip_modules_pattern``): they stay in the resident slab.
         stall_timeout: Seconds a wait for ddod tolerates without any progress before it
             raises StreamingError (ddod's death or the session's end raise within ~2 s).
 
@@ -145,7 +163,7 @@ def stream(
         cache_key=cache_key,
         device_uuid=device_uuid,
         settings=_settings_text(settings),
-        streamable=streamable_weights(module),
+        streamable=streamable_weights(module, keep_resident),
     )
     response = client._unary("Attach", request)
     session = StreamingSession(client, module, response, torch_device, stall_timeout)
