@@ -9,14 +9,12 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/config/setting_catalog.h"
 #include "daemon/config/values.h"
-#include "daemon/policy/balanced_planner.h"
+#include "daemon/policy/resident_policy.h"
 #include "daemon/store/tensor_table.h"
 #include "daemon/stream/session_plan.h"
 
 namespace ddo {
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 void Decide(ddo::v1::PlanExplanation* out, std::string key, std::string value, std::string reason) {
   auto* decision = out->add_decisions();
@@ -29,13 +27,6 @@ void Decide(ddo::v1::PlanExplanation* out, std::string key, std::string value, s
 bool IsFloatingWeight(const TensorEntry& tensor) {
   return IsFloatingPoint(tensor.dtype) && tensor.shape.size() == 2 && tensor.module_class == "Linear" &&
          tensor.name == tensor.module_path + ".weight";
-}
-
-double Number(const std::map<std::string, std::string>& values, const std::string& name) {
-  double value = 0;
-  auto it = values.find(name);
-  if (it != values.end()) (void)absl::SimpleAtod(it->second, &value);
-  return value;
 }
 
 }  // namespace
@@ -105,53 +96,9 @@ absl::StatusOr<ddo::v1::PlanExplanation> ExplainPlan(
        {"DDO_ALWAYS_RESIDENT_MODULE_PATTERNS", values["DDO_ALWAYS_RESIDENT_MODULE_PATTERNS"]}});
   if (!stream_settings.ok()) return stream_settings.status();
 
-  // The resident budget: explicit, or the seed's balanced planner.
-  const double explicit_budget = Number(values, "DDO_RESIDENT_MODULE_BUDGET_GB");
-  if (explicit_budget > 0) {
-    stream_settings->resident_budget_bytes = GiBToBytes(explicit_budget);
-    Decide(&out, "resident_budget_source", "explicit", "DDO_RESIDENT_MODULE_BUDGET_GB");
-  } else if (values["DDO_AUTO_BUDGET_POLICY"] == "balanced") {
-    // Candidates as the seed counts them: streamable weights above the small threshold; the
-    // "model" of the VRAM ratio is everything inside repeated blocks.
-    std::vector<std::string> paths;
-    for (const TensorEntry& tensor : tensors) paths.push_back(tensor.module_path);
-    const std::map<std::string, std::string> blocks = BlocksOf(paths);
-    BalancedInputs in;
-    for (const TensorEntry& tensor : tensors) {
-      if (streamable.count(tensor.name) && tensor.byte_size > stream_settings->small_tensor_bytes) {
-        in.candidate_weight_gib += tensor.byte_size / kGiB;
-      }
-      if (!blocks.at(tensor.module_path).empty()) in.candidate_module_gib += tensor.byte_size / kGiB;
-    }
-    in.total_vram_gib = machine.total_vram_gib;
-    in.available_ram_gib = values["DDO_AVAILABLE_SYSTEM_RAM_GB"].empty()
-                               ? machine.available_ram_gib
-                               : Number(values, "DDO_AVAILABLE_SYSTEM_RAM_GB");
-    in.pin_cpu_memory = values["DDO_PIN_CPU_MEMORY"] == "1";
-    in.pin_weight_budget_gib = Number(values, "DDO_PIN_WEIGHT_BUDGET_GB");
-    in.pin_weight_budget_ratio = Number(values, "DDO_PIN_WEIGHT_BUDGET_RATIO");
-    in.max_pin_weight_budget_gib = Number(values, "DDO_MAX_PIN_WEIGHT_BUDGET_GB");
-    in.max_resident_module_budget_gib = Number(values, "DDO_MAX_RESIDENT_MODULE_BUDGET_GB");
-    in.auto_vram_headroom_gib = Number(values, "DDO_AUTO_VRAM_HEADROOM_GB");
-    in.system_ram_headroom_gib = Number(values, "DDO_SYSTEM_RAM_HEADROOM_GB");
-    in.full_pin_min_model_to_vram_ratio = Number(values, "DDO_AUTO_FULL_PIN_MIN_MODEL_TO_VRAM_RATIO");
-    const BalancedPlan balanced = PlanBalanced(in);
-    for (const PlannerDecision& decision : balanced.decisions) {
-      Decide(&out, decision.key, decision.value, "the seed's balanced planner");
-    }
-    if (balanced.resident_budget_gib) {
-      stream_settings->resident_budget_bytes = GiBToBytes(*balanced.resident_budget_gib);
-    }
-    if (balanced.pin_budget_gib) {
-      Decide(&out, "host_pinning",
-             balanced.pin_decision == "skip_insufficient_ram" ? "none" : "whole component",
-             "ddod pins a component's pool segment whole; the seed's partial pin budget is "
-             "reported above for comparison");
-    }
-  } else {
-    Decide(&out, "resident_budget_source", "none",
-           "DDO_RESIDENT_MODULE_BUDGET_GB is 0 and DDO_AUTO_BUDGET_POLICY is off");
-  }
+  std::vector<PlanDecisionEntry> policy;
+  ApplyResidentPolicy(tensors, streamable, values, machine, &*stream_settings, &policy);
+  for (const PlanDecisionEntry& entry : policy) Decide(&out, entry.key, entry.value, entry.reason);
 
   DDO_ASSIGN_OR_RETURN(SessionPlan plan, PlanSession(tensors, streamable, *stream_settings));
   for (const PlanDecisionEntry& entry : plan.decisions) Decide(&out, entry.key, entry.value, entry.reason);

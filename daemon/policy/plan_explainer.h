@@ -14,17 +14,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "daemon/policy/resident_policy.h"
 #include "daemon/policy/settings_resolver.h"
 #include "ddo/v1/sessions.pb.h"
 
 namespace ddo {
 
-// What ddod knows of the machine for the plan.
-struct MachineFacts {
-  PlatformFacts platform;
-  double total_vram_gib = 0;      // the requested device's; 0: unknown
-  double available_ram_gib = 0;   // 0: unknown
-};
 
 // InvalidArgument for a bad tensor table or setting (named).
 absl::StatusOr<ddo::v1::PlanExplanation> ExplainPlan(

@@ -170,19 +170,14 @@ grpc::Status DdoService::ResolveSettings(grpc::ServerContext*,
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::ExplainPlan(grpc::ServerContext*,
-                                     const ddo::v1::ExplainPlanRequest* request,
-                                     ddo::v1::PlanExplanation* response) {
-  constexpr char kMethod[] = "ExplainPlan";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+MachineFacts DdoService::MachineFactsFor(const std::string& device_uuid) const {
   MachineFacts machine;
   machine.platform.wsl = context_.wsl;
   machine.platform.windows = context_.windows;
   // The device's VRAM: the one named, else the first GPU; unknown on the host backend.
   for (const GpuDevice& gpu : context_.gpus.devices) {
-    const bool named = request->device_uuid() == gpu.uuid ||
-                       request->device_uuid() == absl::StrCat("cuda:", gpu.ordinal);
-    if (named || (request->device_uuid().empty() && gpu.ordinal == 0)) {
+    const bool named = device_uuid == gpu.uuid || device_uuid == absl::StrCat("cuda:", gpu.ordinal);
+    if (named || (device_uuid.empty() && gpu.ordinal == 0)) {
       machine.total_vram_gib = gpu.total_bytes / (1024.0 * 1024.0 * 1024.0);
     }
   }
@@ -190,8 +185,16 @@ grpc::Status DdoService::ExplainPlan(grpc::ServerContext*,
       QuerySystemInfo(context_.options.available_ram_override_gb, context_.options.platform_override)
           .memory.available_bytes /
       (1024.0 * 1024.0 * 1024.0);
-  absl::StatusOr<ddo::v1::PlanExplanation> plan =
-      ddo::ExplainPlan(*request, context_.options.setting_environment, machine);
+  return machine;
+}
+
+grpc::Status DdoService::ExplainPlan(grpc::ServerContext*,
+                                     const ddo::v1::ExplainPlanRequest* request,
+                                     ddo::v1::PlanExplanation* response) {
+  constexpr char kMethod[] = "ExplainPlan";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<ddo::v1::PlanExplanation> plan = ddo::ExplainPlan(
+      *request, context_.options.setting_environment, MachineFactsFor(request->device_uuid()));
   if (!plan.ok()) return Finish(kMethod, plan.status());
   *response = *std::move(plan);
   return Finish(kMethod, absl::OkStatus());
@@ -326,7 +329,14 @@ grpc::Status DdoService::Attach(grpc::ServerContext*, const ddo::v1::AttachReque
   absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
   if (!lease.ok()) return Finish(kMethod, lease.status());
   if (!request->device_uuid().empty()) {
-    absl::StatusOr<ComponentSnapshot> component = streams_.Open(*lease, *request, response);
+    const MachineFacts machine = MachineFactsFor(request->device_uuid());
+    auto policy = [&machine](const std::vector<TensorEntry>& tensors,
+                             const std::set<std::string>& streamable,
+                             const std::map<std::string, std::string>& values,
+                             StreamSettings* settings, std::vector<PlanDecisionEntry>* decisions) {
+      ApplyResidentPolicy(tensors, streamable, values, machine, settings, decisions);
+    };
+    absl::StatusOr<ComponentSnapshot> component = streams_.Open(*lease, *request, policy, response);
     if (!component.ok()) return Finish(kMethod, component.status());
     if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
     ToProto(*component, /*with_layout=*/true, response->mutable_component());

@@ -15,6 +15,7 @@
 #include "daemon/service/daemon_context.h"
 #include "daemon/service/rpc_counters.h"
 #include "daemon/store/component_store.h"
+#include "daemon/policy/resident_policy.h"
 #include "daemon/stream/stream_sessions.h"
 #include "daemon/session/lease_registry.h"
 #include "ddo/v1/ddo.grpc.pb.h"
@@ -98,6 +99,8 @@ class DdoService final : public ddo::v1::Ddo::Service {
   absl::Status ReleaseIfLeaseEnded(const Lease& lease);
   // The answer of an RPC whose capability is not built yet.
   grpc::Status NotYet(const char* method, const char* capability);
+  // The platform, the named device's VRAM (else the first GPU's) and the available RAM.
+  MachineFacts MachineFactsFor(const std::string& device_uuid) const;
 
   const DaemonContext& context_;
   HostPool& pool_;

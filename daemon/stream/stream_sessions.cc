@@ -81,6 +81,7 @@ absl::StatusOr<StreamWorker*> StreamSessions::WorkerFor(const Device& device) {
 
 absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
                                                        const ddo::v1::AttachRequest& request,
+                                                       const ResidentPolicy& resident_policy,
                                                        ddo::v1::AttachResponse* response) {
   DDO_ASSIGN_OR_RETURN(Device device, ResolveDevice(request.device_uuid()));
   std::map<std::string, std::string> values(request.settings().begin(), request.settings().end());
@@ -93,9 +94,14 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
     (void)store_.Detach(attached.session_id);
     return status;
   };
+  std::vector<PlanDecisionEntry> policy_decisions;
+  if (resident_policy) {
+    resident_policy(attached.component.tensors, streamable, values, &settings, &policy_decisions);
+  }
   absl::StatusOr<SessionPlan> plan =
       PlanSession(attached.component.tensors, streamable, settings);
   if (!plan.ok()) return fail(plan.status());
+  plan->decisions.insert(plan->decisions.begin(), policy_decisions.begin(), policy_decisions.end());
   if (device.ordinal >= 0 && !attached.segment->pinned()) {
     plan->decisions.push_back({"host_memory", "not pinned",
                                "copies from pageable memory are staged by the driver (slower)"});

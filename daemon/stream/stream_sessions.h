@@ -11,8 +11,10 @@
 #define DDO_DAEMON_STREAM_STREAM_SESSIONS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,7 +64,14 @@ class StreamSessions {
   // response's session id, device resources, plan and known schedule; returns the component
   // (the caller describes it). NotFound (component, device), InvalidArgument (settings,
   // streamable names), ResourceExhausted (VRAM budget, device memory), Unavailable (no CUDA).
+  // `resident_policy` sizes the resident budget from the request's settings when they leave
+  // it open (policy/resident_policy) and records its decisions in the plan.
+  using ResidentPolicy = std::function<void(
+      const std::vector<TensorEntry>& tensors, const std::set<std::string>& streamable,
+      const std::map<std::string, std::string>& values, StreamSettings* settings,
+      std::vector<PlanDecisionEntry>* decisions)>;
   absl::StatusOr<ComponentSnapshot> Open(const Lease& lease, const ddo::v1::AttachRequest& request,
+                                         const ResidentPolicy& resident_policy,
                                          ddo::v1::AttachResponse* response);
 
   // Returns the cycle length.

@@ -60,11 +60,16 @@ CONFIG_FIELDS: Dict[str, str] = {
     "show_profile": "DDO_SHOW_PROFILE",
 }
 
-#: The resolved settings a streaming session reads (docs/streaming.md).
+#: The resolved settings a streaming session reads (docs/streaming.md), and those of the
+#: balanced planner that sizes its resident budget when none is explicit.
 SESSION_SETTINGS = (
     "DDO_STREAM_UNIT", "DDO_RING_SLOTS", "DDO_VRAM_BUDGET_GB", "DDO_ACTIVATION_RESERVE_GB",
     "DDO_RESIDENT_MODULE_BUDGET_GB", "DDO_RESIDENT_MODULE_SELECTION",
     "DDO_SMALL_TENSOR_THRESHOLD_KB", "DDO_ALWAYS_RESIDENT_MODULE_PATTERNS",
+    "DDO_AUTO_BUDGET_POLICY", "DDO_MAX_RESIDENT_MODULE_BUDGET_GB", "DDO_AUTO_VRAM_HEADROOM_GB",
+    "DDO_AVAILABLE_SYSTEM_RAM_GB", "DDO_PIN_CPU_MEMORY", "DDO_PIN_WEIGHT_BUDGET_GB",
+    "DDO_PIN_WEIGHT_BUDGET_RATIO", "DDO_MAX_PIN_WEIGHT_BUDGET_GB", "DDO_SYSTEM_RAM_HEADROOM_GB",
+    "DDO_AUTO_FULL_PIN_MIN_MODEL_TO_VRAM_RATIO",
 )
 
 VALID_ROUTES = "auto, dynamic_offload, diffusers_group_offload, none"

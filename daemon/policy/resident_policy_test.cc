@@ -1,0 +1,96 @@
+// File: daemon/policy/resident_policy_test.cc
+#include "daemon/policy/resident_policy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddo {
+namespace {
+
+// `blocks` repeated blocks of two 1024 x 1024 bf16 Linears (2 MiB each): 4 MiB per block.
+struct Model {
+  std::vector<TensorEntry> tensors;
+  std::set<std::string> streamable;
+};
+
+Model MakeModel(int blocks) {
+  Model model;
+  for (int b = 0; b < blocks; ++b) {
+    for (const char* linear : {"to_q", "ff"}) {
+      TensorEntry weight;
+      weight.module_path = absl::StrCat("blocks.", b, ".", linear);
+      weight.name = weight.module_path + ".weight";
+      weight.dtype = DType::kBF16;
+      weight.shape = {1024, 1024};
+      weight.byte_size = 2u << 20;
+      model.tensors.push_back(weight);
+      model.streamable.insert(weight.name);
+    }
+  }
+  return model;
+}
+
+std::map<std::string, std::string> Decisions(const std::vector<PlanDecisionEntry>& entries) {
+  std::map<std::string, std::string> out;
+  for (const PlanDecisionEntry& entry : entries) out[entry.key] = entry.value;
+  return out;
+}
+
+TEST(ResidentPolicyTest, AnExplicitBudgetWins) {
+  const Model model = MakeModel(8);
+  StreamSettings settings;
+  std::vector<PlanDecisionEntry> decisions;
+  ApplyResidentPolicy(model.tensors, model.streamable,
+                      {{"DDO_RESIDENT_MODULE_BUDGET_GB", "0.5"}, {"DDO_AUTO_BUDGET_POLICY", "balanced"}},
+                      MachineFacts{}, &settings, &decisions);
+  ASSERT_TRUE(settings.resident_budget_bytes.has_value());
+  EXPECT_EQ(*settings.resident_budget_bytes, 512u << 20);
+  EXPECT_EQ(Decisions(decisions).at("resident_budget_source"), "explicit");
+}
+
+TEST(ResidentPolicyTest, WithoutAPolicyNothingIsDecidedHere) {
+  const Model model = MakeModel(8);
+  StreamSettings settings;
+  std::vector<PlanDecisionEntry> decisions;
+  ApplyResidentPolicy(model.tensors, model.streamable, {}, MachineFacts{}, &settings, &decisions);
+  EXPECT_FALSE(settings.resident_budget_bytes.has_value());
+  EXPECT_EQ(Decisions(decisions).at("resident_budget_source"), "none");
+  settings.vram_budget_bytes = 1ull << 30;
+  decisions.clear();
+  ApplyResidentPolicy(model.tensors, model.streamable, {}, MachineFacts{}, &settings, &decisions);
+  EXPECT_EQ(Decisions(decisions).at("resident_budget_source"), "vram_budget");
+}
+
+TEST(ResidentPolicyTest, TheBalancedPlannerSizesTheBudgetFromTheDevice) {
+  // 32 MiB of candidates on a 24 GiB device: the seed's rules (research/seed-ddo.md §4.4;
+  // their numbers are balanced_planner_test's) give a budget, and the session gets it.
+  const Model model = MakeModel(8);
+  StreamSettings settings;
+  std::vector<PlanDecisionEntry> decisions;
+  MachineFacts machine;
+  machine.total_vram_gib = 24;
+  machine.available_ram_gib = 64;
+  ApplyResidentPolicy(model.tensors, model.streamable,
+                      {{"DDO_AUTO_BUDGET_POLICY", "balanced"}, {"DDO_PIN_CPU_MEMORY", "1"}},
+                      machine, &settings, &decisions);
+  const auto decided = Decisions(decisions);
+  EXPECT_EQ(decided.at("cuda_total_vram_gb"), "24.0000");
+  EXPECT_EQ(decided.at("available_system_ram_gb"), "64.0000");
+  ASSERT_TRUE(settings.resident_budget_bytes.has_value());
+  EXPECT_GT(*settings.resident_budget_bytes, 0u);
+  EXPECT_TRUE(decided.count("auto_resident_module_decision"));
+  EXPECT_NEAR(static_cast<double>(*settings.resident_budget_bytes) / (1 << 30),
+              std::stod(decided.at("auto_resident_module_budget_gb")), 1e-4)
+      << "the budget is the one the planner reports";
+  // The caller's RAM figure replaces the machine's.
+  decisions.clear();
+  ApplyResidentPolicy(model.tensors, model.streamable,
+                      {{"DDO_AUTO_BUDGET_POLICY", "balanced"}, {"DDO_AVAILABLE_SYSTEM_RAM_GB", "16"}},
+                      machine, &settings, &decisions);
+  EXPECT_EQ(Decisions(decisions).at("available_system_ram_gb"), "16.0000");
+}
+
+}  // namespace
+}  // namespace ddo
