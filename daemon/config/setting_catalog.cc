@@ -83,6 +83,8 @@ std::vector<SettingSpec> BuildLibrarySettings() {
       Int("DDO_RING_SLOTS", "", "streaming ring size in largest units (2-64); smaller units pack in; unset: 8 for linear units, 3 for blocks"),
       Number("DDO_VRAM_BUDGET_GB", "", "everything a streaming session may use on its device; unset: no session cap"),
       Number("DDO_ACTIVATION_RESERVE_GB", "2", "kept free for the runner's activations inside DDO_VRAM_BUDGET_GB"),
+      Choice("DDO_RESIDENT_BUDGET_RULE", "bandwidth", {"bandwidth", "seed"},
+             "balanced policy on a GPU: bandwidth keeps resident all the VRAM the headroom leaves (less is streamed per pass); seed: the seed's capped budget"),
   };
 }
 

@@ -107,6 +107,7 @@ absl::StatusOr<ddo::v1::PlanExplanation> ExplainPlan(
   out.set_ring_slots(plan.ring_slots);
   Decide(&out, "device_bytes", absl::StrCat(plan.device_bytes()),
          "slab + ring that a streaming session of this plan allocates");
+  AddTransferEstimate(machine, &out);
   return out;
 }
 

@@ -1,7 +1,10 @@
 // File: daemon/policy/resident_policy.cc
 #include "daemon/policy/resident_policy.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "daemon/config/values.h"
 #include "daemon/policy/balanced_planner.h"
 
@@ -70,12 +73,15 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
       Number(values, "DDO_SYSTEM_RAM_HEADROOM_GB", in.system_ram_headroom_gib);
   in.full_pin_min_model_to_vram_ratio = Number(
       values, "DDO_AUTO_FULL_PIN_MIN_MODEL_TO_VRAM_RATIO", in.full_pin_min_model_to_vram_ratio);
+  if (settings->vram_budget_bytes) {
+    // The session's own budget is the device it may use.
+    in.total_vram_gib = in.total_vram_gib > 0
+                            ? std::min(in.total_vram_gib, *settings->vram_budget_bytes / kGiB)
+                            : *settings->vram_budget_bytes / kGiB;
+  }
   const BalancedPlan balanced = PlanBalanced(in);
   for (const PlannerDecision& decision : balanced.decisions) {
     decisions->push_back({decision.key, decision.value, "the seed's balanced planner"});
-  }
-  if (balanced.resident_budget_gib) {
-    settings->resident_budget_bytes = GiBToBytes(*balanced.resident_budget_gib);
   }
   if (balanced.pin_budget_gib) {
     decisions->push_back({"host_pinning",
@@ -83,6 +89,62 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
                           "ddod pins a component's pool segment whole; the seed's partial pin "
                           "budget is reported above for comparison"});
   }
+  const double seed_budget_gib = balanced.resident_budget_gib.value_or(0);
+  const double seed_streamed_gib = std::max(0.0, in.candidate_weight_gib - seed_budget_gib);
+  auto transfer = [&](double gib) {
+    return machine.h2d_gbps > 0
+               ? absl::StrFormat(" (%.3f s at the measured %.1f GB/s)", gib * kGiB / 1e9 / machine.h2d_gbps,
+                                 machine.h2d_gbps)
+               : std::string();
+  };
+  auto use_seed = [&](std::string reason) {
+    if (balanced.resident_budget_gib) {
+      settings->resident_budget_bytes = GiBToBytes(*balanced.resident_budget_gib);
+    }
+    decisions->push_back({"resident_budget_rule", "seed", std::move(reason)});
+  };
+  if (Text(values, "DDO_RESIDENT_BUDGET_RULE") == "seed") return use_seed("DDO_RESIDENT_BUDGET_RULE=seed");
+  if (in.total_vram_gib <= 0) {
+    return use_seed("the device's VRAM is unknown (host backend): the seed's budget");
+  }
+  // The bandwidth rule: the session may use the device up to the seed's headroom, and keeps
+  // resident what that leaves after the ring and the activation reserve.
+  const double ratio = in.candidate_module_gib / in.total_vram_gib;
+  const double headroom = in.auto_vram_headroom_gib > 0 ? in.auto_vram_headroom_gib
+                                                        : VramHeadroomGib(in.total_vram_gib, ratio);
+  const double usable_gib = std::max(0.0, in.total_vram_gib - headroom);
+  StreamSettings bandwidth = *settings;
+  bandwidth.vram_budget_bytes = GiBToBytes(usable_gib);
+  bandwidth.resident_budget_bytes.reset();
+  absl::StatusOr<SessionPlan> plan = PlanSession(tensors, streamable, bandwidth);
+  if (!plan.ok()) {
+    return use_seed(absl::StrCat("the bandwidth rule's ", absl::StrFormat("%.2f", usable_gib),
+                                 " GiB cannot hold the ring and the reserve: ", plan.status().message()));
+  }
+  const double streamed_gib = plan->streamed_bytes / kGiB;
+  if (streamed_gib >= seed_streamed_gib) {
+    return use_seed(absl::StrFormat("the bandwidth rule would copy %.2f GiB per pass, no less than "
+                                    "the seed's %.2f GiB", streamed_gib, seed_streamed_gib));
+  }
+  *settings = bandwidth;
+  decisions->push_back(
+      {"resident_budget_rule", "bandwidth",
+       absl::StrFormat("the session uses up to %.2f GiB (VRAM %.2f GiB - headroom %.2f GiB) and "
+                       "keeps resident what the ring and the activation reserve leave: %.2f GiB "
+                       "copied per pass%s, against %.2f GiB%s with the seed's %.2f GiB budget",
+                       usable_gib, in.total_vram_gib, headroom, streamed_gib, transfer(streamed_gib),
+                       seed_streamed_gib, transfer(seed_streamed_gib), seed_budget_gib)});
+}
+
+void AddTransferEstimate(const MachineFacts& machine, ddo::v1::PlanExplanation* plan) {
+  if (machine.h2d_gbps <= 0 || plan->route() != "ddo_stream") return;
+  auto* decision = plan->add_decisions();
+  decision->set_key("transfer_per_pass");
+  decision->set_value(absl::StrFormat("%.3f s", plan->streamed_bytes() / 1e9 / machine.h2d_gbps));
+  decision->set_reason(absl::StrFormat(
+      "streamed bytes per pass at the device's measured pinned H2D bandwidth, %.1f GB/s: the "
+      "least a pass can take, however fast the compute",
+      machine.h2d_gbps));
 }
 
 }  // namespace ddo

@@ -2,10 +2,14 @@
 //
 // How much of a component a streaming session keeps resident when the caller did not say:
 // an explicit DDO_RESIDENT_MODULE_BUDGET_GB wins; otherwise, with DDO_AUTO_BUDGET_POLICY=
-// balanced, the seed's balanced planner sizes it from the device's VRAM, the host's RAM and
-// the component (research/seed-ddo.md §4.4). A DDO_VRAM_BUDGET_GB caps either (the session
-// planner keeps slab + ring + activation reserve under it). ExplainPlan and Attach share this
-// function, so the explanation is the decision a session gets.
+// balanced, the seed's balanced planner runs (research/seed-ddo.md §4.4) and, on a GPU whose
+// VRAM is known, the bandwidth rule (DDO_RESIDENT_BUDGET_RULE=bandwidth, the default) keeps
+// resident everything the seed's VRAM headroom leaves after the ring and the activation
+// reserve: every byte kept resident is a byte not copied over PCIe in each pass, so a pass
+// cannot be slower, and the seed's cap (DDO_MAX_RESIDENT_MODULE_BUDGET_GB) would leave VRAM
+// idle. Both budgets and their transfer time per pass at the measured bandwidth are recorded.
+// A DDO_VRAM_BUDGET_GB caps either. ExplainPlan and Attach share this function, so the
+// explanation is the decision a session gets.
 //
 // Thread-safety: a pure function of its arguments.
 #ifndef DDO_DAEMON_POLICY_RESIDENT_POLICY_H_
@@ -19,6 +23,7 @@
 #include "daemon/policy/settings_resolver.h"
 #include "daemon/store/tensor_table.h"
 #include "daemon/stream/session_plan.h"
+#include "ddo/v1/sessions.pb.h"
 
 namespace ddo {
 
@@ -27,6 +32,7 @@ struct MachineFacts {
   PlatformFacts platform;
   double total_vram_gib = 0;     // the session's device; 0: unknown (host backend)
   double available_ram_gib = 0;  // 0: unknown
+  double h2d_gbps = 0;           // the device's measured pinned H2D bandwidth; 0: unknown
 };
 
 // Sets settings->resident_budget_bytes from `values` (resolved DDO_* values by name; names
@@ -36,6 +42,10 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
                          const std::map<std::string, std::string>& values,
                          const MachineFacts& machine, StreamSettings* settings,
                          std::vector<PlanDecisionEntry>* decisions);
+
+// Appends "transfer_per_pass": the plan's streamed bytes over the device's measured
+// bandwidth (nothing when the bandwidth is unknown).
+void AddTransferEstimate(const MachineFacts& machine, ddo::v1::PlanExplanation* plan);
 
 }  // namespace ddo
 

@@ -73,7 +73,8 @@ TEST(ResidentPolicyTest, TheBalancedPlannerSizesTheBudgetFromTheDevice) {
   machine.total_vram_gib = 24;
   machine.available_ram_gib = 64;
   ApplyResidentPolicy(model.tensors, model.streamable,
-                      {{"DDO_AUTO_BUDGET_POLICY", "balanced"}, {"DDO_PIN_CPU_MEMORY", "1"}},
+                      {{"DDO_AUTO_BUDGET_POLICY", "balanced"}, {"DDO_PIN_CPU_MEMORY", "1"},
+                       {"DDO_RESIDENT_BUDGET_RULE", "seed"}},
                       machine, &settings, &decisions);
   const auto decided = Decisions(decisions);
   EXPECT_EQ(decided.at("cuda_total_vram_gb"), "24.0000");
@@ -87,9 +88,53 @@ TEST(ResidentPolicyTest, TheBalancedPlannerSizesTheBudgetFromTheDevice) {
   // The caller's RAM figure replaces the machine's.
   decisions.clear();
   ApplyResidentPolicy(model.tensors, model.streamable,
-                      {{"DDO_AUTO_BUDGET_POLICY", "balanced"}, {"DDO_AVAILABLE_SYSTEM_RAM_GB", "16"}},
+                      {{"DDO_AUTO_BUDGET_POLICY", "balanced"}, {"DDO_AVAILABLE_SYSTEM_RAM_GB", "16"},
+                       {"DDO_RESIDENT_BUDGET_RULE", "seed"}},
                       machine, &settings, &decisions);
   EXPECT_EQ(Decisions(decisions).at("available_system_ram_gb"), "16.0000");
+}
+
+TEST(ResidentPolicyTest, TheBandwidthRuleKeepsResidentWhatTheHeadroomLeaves) {
+  // 128 MiB of candidates; on an 8 GiB device the seed's rules keep a quarter resident, the
+  // bandwidth rule all of it (what 8 GiB less the headroom, the ring and the reserve leave).
+  const Model model = MakeModel(32);
+  StreamSettings settings;
+  std::vector<PlanDecisionEntry> decisions;
+  MachineFacts machine;
+  machine.total_vram_gib = 8;
+  machine.available_ram_gib = 64;
+  machine.h2d_gbps = 25;
+  ApplyResidentPolicy(model.tensors, model.streamable, {{"DDO_AUTO_BUDGET_POLICY", "balanced"}},
+                      machine, &settings, &decisions);
+  const auto decided = Decisions(decisions);
+  ASSERT_EQ(decided.at("resident_budget_rule"), "bandwidth");
+  EXPECT_FALSE(settings.resident_budget_bytes.has_value());  // whatever the VRAM budget leaves
+  ASSERT_TRUE(settings.vram_budget_bytes.has_value());
+  EXPECT_LT(*settings.vram_budget_bytes, 8ull << 30);
+  absl::StatusOr<SessionPlan> plan = PlanSession(model.tensors, model.streamable, settings);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->streamed_bytes, 0u);
+  // The reason names both rules' bytes per pass and their time at the measured bandwidth.
+  for (const PlanDecisionEntry& entry : decisions) {
+    if (entry.key == "resident_budget_rule") {
+      EXPECT_THAT(entry.reason, ::testing::HasSubstr("25.0 GB/s"));
+    }
+  }
+}
+
+TEST(ResidentPolicyTest, TheSeedsBudgetServesWhenTheHeadroomLeavesNoRoom) {
+  // 2 GiB of VRAM: the headroom and the 2 GiB activation reserve leave nothing.
+  const Model model = MakeModel(32);
+  StreamSettings settings;
+  std::vector<PlanDecisionEntry> decisions;
+  MachineFacts machine;
+  machine.total_vram_gib = 2;
+  machine.available_ram_gib = 64;
+  ApplyResidentPolicy(model.tensors, model.streamable, {{"DDO_AUTO_BUDGET_POLICY", "balanced"}},
+                      machine, &settings, &decisions);
+  EXPECT_EQ(Decisions(decisions).at("resident_budget_rule"), "seed");
+  EXPECT_TRUE(settings.resident_budget_bytes.has_value());
+  EXPECT_FALSE(settings.vram_budget_bytes.has_value());
 }
 
 }  // namespace

@@ -175,10 +175,15 @@ MachineFacts DdoService::MachineFactsFor(const std::string& device_uuid) const {
   machine.platform.wsl = context_.wsl;
   machine.platform.windows = context_.windows;
   // The device's VRAM: the one named, else the first GPU; unknown on the host backend.
+  // ddod's own VRAM budget, when set, is the device it may use.
   for (const GpuDevice& gpu : context_.gpus.devices) {
     const bool named = device_uuid == gpu.uuid || device_uuid == absl::StrCat("cuda:", gpu.ordinal);
     if (named || (device_uuid.empty() && gpu.ordinal == 0)) {
       machine.total_vram_gib = gpu.total_bytes / (1024.0 * 1024.0 * 1024.0);
+      if (context_.options.vram_budget_gb && *context_.options.vram_budget_gb > 0) {
+        machine.total_vram_gib = std::min(machine.total_vram_gib, *context_.options.vram_budget_gb);
+      }
+      if (context_.bandwidth != nullptr) machine.h2d_gbps = context_.bandwidth->Get(gpu.ordinal);
     }
   }
   machine.available_ram_gib =
@@ -338,6 +343,7 @@ grpc::Status DdoService::Attach(grpc::ServerContext*, const ddo::v1::AttachReque
     };
     absl::StatusOr<ComponentSnapshot> component = streams_.Open(*lease, *request, policy, response);
     if (!component.ok()) return Finish(kMethod, component.status());
+    AddTransferEstimate(machine, response->mutable_plan());
     if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
     ToProto(*component, /*with_layout=*/true, response->mutable_component());
     return Finish(kMethod, absl::OkStatus());
