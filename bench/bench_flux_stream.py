@@ -313,6 +313,14 @@ def session_device_bytes(client, session, pid: int) -> int:
             + int(stats.get("ring_slot_bytes", 0)))
 
 
+def _decision(summary: Dict[str, Any], key: str) -> str:
+    """A decision's value (and reason) from a plan_summary, or "-"."""
+    for decision in summary.get("decisions", []):
+        if decision["key"] == key:
+            return f"{decision['value']} ({decision['reason']})"
+    return "-"
+
+
 def plan_summary(plan) -> Dict[str, Any]:
     if plan is None:
         return {}
@@ -322,7 +330,7 @@ def plan_summary(plan) -> Dict[str, Any]:
         "streamed_bytes": plan.streamed_bytes,
         "ring_slots": plan.ring_slots,
         "decisions": [{"key": d.key, "value": d.value, "reason": d.reason}
-                      for d in list(plan.decisions)[:80]],
+                      for d in list(plan.decisions)[:120]],
     }
 
 
@@ -701,6 +709,10 @@ def main() -> int:
                              "all weights on the GPU + 1 GiB, rounded up to 0.5 GiB")
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                         help="another DDO_* session setting (repeatable)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=VALUE,...",
+                        help="after the main DDO runs, run every cap again with these settings "
+                             "added (repeatable; e.g. DDO_AUTO_BUDGET_POLICY=balanced,"
+                             "DDO_RESIDENT_BUDGET_RULE=seed)")
     parser.add_argument("--h2d-gib", type=float, default=1.0, help="pinned copy size (1 GiB)")
     parser.add_argument("--warm-runs", type=int, default=2, help="fresh warm processes (2)")
     parser.add_argument("--warm-cap", type=float, default=None,
@@ -835,6 +847,27 @@ def main() -> int:
                     release_memory()
                 figures["ddo"]["caps"][str(cap)] = result
                 restore_parameters(model, host)  # every cap starts from the same host tensors
+            figures["ddo"]["variants"] = {}
+            for variant in args.variant:
+                extra = dict(item.split("=", 1) for item in variant.split(",") if item)
+                runs = figures["ddo"]["variants"][variant] = {}
+                for cap in caps:
+                    settings = {**ddo_settings(cap, reserve, args), **extra}
+                    try:
+                        result = ddo_at_cap(client, model, inputs, cap, settings, total, args)
+                        log(f"variant {variant} at {cap:g} GiB: {result['step_s']:.3f} s/step, "
+                            f"resident {result['stats'].get('resident_bytes', 0) / GIB:.2f} GiB, "
+                            f"streamed {result['stats'].get('streamed_bytes_per_cycle', 0) / 1e9:.2f}"
+                            f" GB/step; rule: "
+                            f"{_decision(result['plan'], 'resident_budget_rule')}")
+                    except Exception as error:  # noqa: BLE001 - recorded, the run goes on
+                        result = {"cap_gib": cap, "settings": settings,
+                                  "error": describe_error(error)}
+                        log(f"variant {variant} at {cap:g} GiB: {result['error']}")
+                        set_fraction(1.0)
+                        release_memory()
+                    runs[str(cap)] = result
+                    restore_parameters(model, host)
             if first_open is not None:
                 figures["cold"] = {"ddo": {
                     "seconds": figures["ddo"]["register_s"] + first_open["open_s"]
