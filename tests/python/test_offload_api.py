@@ -160,6 +160,9 @@ def test_seed_style_settings_and_removal_by_module(daemon):
         assert summary["patched_module_count"] == len(result.hook.resources.units)
         assert set(summary["setup_runtime"]) == {"register_module", "open_session"}
         assert state.clone_for_runtime().copy_calls_by_name == {}
+        # The seed's hook surface: its config and a printed summary.
+        assert result.hook.config is result.settings.config
+        result.hook.print_profile_summary(top_n=2)
         remove_dynamic_offload(model)
         assert get_dynamic_offload_state(model) is None
         # The module runs on its host views again.

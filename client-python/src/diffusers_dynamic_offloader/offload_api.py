@@ -309,6 +309,7 @@ def enable_offload(
             state.add_setup("open_session", time.perf_counter() - opened,
                             result.hook.resources.resident_slab_bytes)
             result.hook.state = state
+            result.hook.config = seed_settings.config
             payload.update({"cache_key": key, "session": result.hook.stats()})
         else:
             result.should_move_to_execution_device = True

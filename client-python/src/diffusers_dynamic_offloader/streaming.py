@@ -344,8 +344,10 @@ class StreamingSession(Closeable):
     ) -> None:
         """Takes over an attached session; :func:`stream` calls :meth:`_open` next."""
         self.session_id: str = response.session_id
-        #: The seed's DynamicOffloadState, when enable_offload opened the session.
+        #: The seed's DynamicOffloadState and DynamicOffloadConfig, when enable_offload
+        #: opened the session (the seed's hook had both).
         self.state: Any = None
+        self.config: Any = None
         self.device = device
         self.module = module
         self._client: Optional["DdoClient"] = client
@@ -658,6 +660,23 @@ class StreamingSession(Closeable):
     def closed(self) -> bool:
         """True after :meth:`close`."""
         return self._closed
+
+    def print_profile_summary(self, top_n: int = 8) -> None:
+        """The seed's hook summary: where the bytes are, what setting up cost, how the ring
+        served, and the ``top_n`` largest streamed units."""
+        stats = self.stats()
+        print(f"[ddo] {self.cache_key} on {self.device}: {stats['units']} streamed units, "
+              f"{stats['resident_bytes'] / 2**30:.2f} GiB resident, "
+              f"{stats['streamed_bytes_per_cycle'] / 2**30:.2f} GiB streamed per pass")
+        print(f"[ddo] uses {stats['uses']} ({stats['streamed_uses']} from the ring, "
+              f"{stats['sync_uses']} out of schedule, {stats['skipped_uses']} skipped), waited "
+              f"{stats['wait_seconds']:.3f} s, {stats['overhead_us_per_unit']:.1f} us per unit")
+        if self.state is not None:
+            for action, seconds in self.state.setup_seconds_by_action.items():
+                print(f"[ddo] setup {action}: {seconds:.3f} s")
+        units = sorted(self._response.device.units, key=lambda unit: -unit.byte_size)
+        for unit in units[:top_n]:
+            print(f"[ddo]   {unit.name}: {unit.byte_size / 2**20:.1f} MiB")
 
     def stats(self) -> Dict[str, Union[int, float, bool, str]]:
         """The session's counters and sizes.
