@@ -102,17 +102,17 @@ TEST_F(DaemonServerTest, UnbuiltCapabilitiesAnswerUnimplementedByName) {
   auto server = DaemonServer::Start(Options());
   ASSERT_TRUE(server.ok());
   auto stub = ddo::v1::Ddo::NewStub(Channel());
-  ddo::v1::PhaseResponse response;
-  grpc::Status status = stub->Phase(Deadline().get(), ddo::v1::PhaseRequest(), &response);
+  ddo::v1::Profile response;
+  grpc::Status status = stub->GetProfile(Deadline().get(), ddo::v1::GetProfileRequest(), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(status.error_message(), HasSubstr("Phase"));
-  EXPECT_THAT(status.error_message(), HasSubstr("pipeline phases"));
+  EXPECT_THAT(status.error_message(), HasSubstr("GetProfile"));
+  EXPECT_THAT(status.error_message(), HasSubstr("capacity profiles"));
   // And the daemon keeps serving.
   ddo::v1::Stats stats;
   ASSERT_TRUE(stub->GetStats(Deadline().get(), ddo::v1::GetStatsRequest(), &stats).ok());
   bool counted = false;
   for (const auto& rpc : stats.rpcs()) {
-    if (rpc.method() == "Phase") counted = rpc.failed() == 1;
+    if (rpc.method() == "GetProfile") counted = rpc.failed() == 1;
   }
   EXPECT_TRUE(counted);
 }

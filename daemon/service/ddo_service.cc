@@ -1,3 +1,4 @@
+#include "daemon/common/format_bytes.h"
 #include "daemon/service/ddo_service.h"
 
 #include "daemon/policy/plan_explainer.h"
@@ -418,9 +419,33 @@ grpc::Status DdoService::ListSessions(grpc::ServerContext*, const ddo::v1::ListS
   return Finish("ListSessions", absl::OkStatus());
 }
 
-grpc::Status DdoService::Phase(grpc::ServerContext*, const ddo::v1::PhaseRequest*,
-                               ddo::v1::PhaseResponse*) {
-  return NotYet("Phase", "pipeline phases");
+grpc::Status DdoService::Phase(grpc::ServerContext*, const ddo::v1::PhaseRequest* request,
+                               ddo::v1::PhaseResponse* response) {
+  constexpr char kMethod[] = "Phase";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
+  if (!lease.ok()) return Finish(kMethod, lease.status());
+  if (request->phase() == ddo::v1::PHASE_KIND_UNSPECIFIED) {
+    return Finish(kMethod, absl::InvalidArgumentError(
+                               "PhaseRequest.phase is unset: name before_run, prompt, denoise, "
+                               "decode or after_run"));
+  }
+  std::set<std::string> keep(request->needed().begin(), request->needed().end());
+  keep.insert(request->prefetch().begin(), request->prefetch().end());
+  const std::vector<std::string> prefetch(request->prefetch().begin(), request->prefetch().end());
+  StreamSessions::PhaseResult result = streams_.Phase(*lease, keep, prefetch);
+  response->set_released_bytes(result.released_bytes);
+  response->set_prefetched_bytes(result.prefetched_bytes);
+  for (std::string& note : result.notes) response->add_notes(std::move(note));
+  // The standby list is Windows's; ddod is not built for Windows yet (docs/architecture.md).
+  response->set_purged(false);
+  response->set_purge_reason(!request->purge_standby() ? "disabled"
+                             : context_.windows        ? "windows_purge_not_built"
+                                                       : "non_windows");
+  Logger("service")->info("phase {} of lease {}: released {}, prefetched {}",
+                          ddo::v1::PhaseKind_Name(request->phase()), lease->id.substr(0, 8),
+                          FormatBytes(result.released_bytes), FormatBytes(result.prefetched_bytes));
+  return Finish(kMethod, absl::OkStatus());
 }
 
 grpc::Status DdoService::ListProfiles(grpc::ServerContext*, const ddo::v1::ListProfilesRequest*,

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "ddo/v1/sessions.pb.h"
@@ -31,6 +32,14 @@ class ResidentSlab {
   virtual absl::Status Export(ddo::v1::DeviceResources* resources) const = 0;
   virtual uint64_t device_bytes() const = 0;
 };
+
+struct PlannedTensor;
+struct TensorEntry;
+
+// Copies every resident tensor of a plan from the component's host bytes into `slab` and waits
+// for the copies. InternalError naming the tensor on a device error.
+absl::Status FillResidentSlab(ResidentSlab& slab, const std::vector<PlannedTensor>& resident,
+                              const std::vector<TensorEntry>& tensors, const char* host);
 
 absl::StatusOr<std::unique_ptr<ResidentSlab>> OpenHostSlab(const std::string& segment_name,
                                                            uint64_t bytes);

@@ -33,19 +33,26 @@ StreamSession::~StreamSession() = default;
 
 absl::Status StreamSession::FillSlab() {
   if (slab_filled_) return absl::OkStatus();
-  for (const PlannedTensor& placed : plan_.resident) {
-    const TensorEntry& tensor = tensors_[placed.table_index];
+  if (absl::Status filled = FillResidentSlab(*slab_, plan_.resident, tensors_, host_->data());
+      !filled.ok()) {
+    return filled;
+  }
+  slab_filled_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status FillResidentSlab(ResidentSlab& slab, const std::vector<PlannedTensor>& resident,
+                              const std::vector<TensorEntry>& tensors, const char* host) {
+  for (const PlannedTensor& placed : resident) {
+    const TensorEntry& tensor = tensors[placed.table_index];
     if (tensor.byte_size == 0) continue;
-    if (absl::Status copied = slab_->Copy(placed.offset, host_->data() + tensor.offset,
-                                          tensor.byte_size);
+    if (absl::Status copied = slab.Copy(placed.offset, host + tensor.offset, tensor.byte_size);
         !copied.ok()) {
       return absl::Status(copied.code(),
                           absl::StrCat("filling the slab with '", tensor.name, "': ", copied.message()));
     }
   }
-  if (absl::Status finished = slab_->Finish(); !finished.ok()) return finished;
-  slab_filled_ = true;
-  return absl::OkStatus();
+  return slab.Finish();
 }
 
 absl::Status StreamSession::SetSchedule(std::vector<uint32_t> schedule) {

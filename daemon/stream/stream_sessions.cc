@@ -140,6 +140,9 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
     }
     reserved += needed;
     reserved_here += needed;
+    last_slabs_[request.cache_key()] = SlabRecipe{device, attached.component.segment_name,
+                                                  plan->slab_signature, plan->resident,
+                                                  plan->slab_bytes};
   }
   auto unreserve = [&] {
     absl::MutexLock lock(&mu_);
@@ -335,9 +338,11 @@ void StreamSessions::CloseSession(std::shared_ptr<StreamSession> session, Sessio
     // slab per device at most, the newest: VRAM held for nobody stays bounded, since other
     // processes on the GPU do not ask ddod's budget for room.
     if (options_.keep_slabs_warm && !failed && !slab_key.empty() && warm_slabs_.count(slab_key) == 0) {
-      while (DropWarmSlabLocked(device, &dropped)) {
+      // Slabs a Phase prefetched for coming sessions stay.
+      while (DropWarmSlabLocked(device, &dropped, /*spare_prefetched=*/true)) {
       }
-      warm_slabs_[slab_key] = WarmSlab{device, slab, plan.slab_bytes, absl::Now()};
+      warm_slabs_[slab_key] =
+          WarmSlab{device, slab, plan.slab_bytes, absl::Now(), session->cache_key(), false};
       reserved_[device] -= plan.ring_bytes();
       kept = true;
     } else {
@@ -353,10 +358,11 @@ void StreamSessions::CloseSession(std::shared_ptr<StreamSession> session, Sessio
 }
 
 bool StreamSessions::DropWarmSlabLocked(const std::string& device,
-                                        std::vector<std::shared_ptr<ResidentSlab>>* dropped) {
+                                        std::vector<std::shared_ptr<ResidentSlab>>* dropped,
+                                        bool spare_prefetched) {
   auto oldest = warm_slabs_.end();
   for (auto it = warm_slabs_.begin(); it != warm_slabs_.end(); ++it) {
-    if (it->second.device != device) continue;
+    if (it->second.device != device || (spare_prefetched && it->second.prefetched)) continue;
     if (oldest == warm_slabs_.end() || it->second.last_used < oldest->second.last_used) oldest = it;
   }
   if (oldest == warm_slabs_.end()) return false;
@@ -405,6 +411,101 @@ void StreamSessions::CloseAll() {
     workers.swap(workers_);
   }
   workers.clear();  // joins the threads
+}
+
+StreamSessions::PhaseResult StreamSessions::Phase(const Lease& lease,
+                                                  const std::set<std::string>& keep,
+                                                  const std::vector<std::string>& prefetch) {
+  PhaseResult result;
+  std::vector<std::shared_ptr<ResidentSlab>> dropped;  // freed outside the lock
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = warm_slabs_.begin(); it != warm_slabs_.end();) {
+      if (keep.count(it->second.cache_key)) {
+        ++it;
+        continue;
+      }
+      result.released_bytes += it->second.bytes;
+      result.notes.push_back(absl::StrCat("released the warm slab of '", it->second.cache_key,
+                                          "' on ", it->second.device, " (",
+                                          FormatBytes(it->second.bytes), ")"));
+      reserved_[it->second.device] -= it->second.bytes;
+      dropped.push_back(std::move(it->second.slab));
+      it = warm_slabs_.erase(it);
+    }
+  }
+  dropped.clear();
+
+  for (const std::string& key : prefetch) {
+    SlabRecipe recipe;
+    {
+      absl::MutexLock lock(&mu_);
+      auto found = last_slabs_.find(key);
+      if (found == last_slabs_.end()) {
+        result.notes.push_back(absl::StrCat("'", key, "': no earlier session shows its placement"));
+        continue;
+      }
+      recipe = found->second;
+    }
+    absl::StatusOr<HostAttachment> attached = store_.AttachHost(lease, key);
+    if (!attached.ok()) {
+      result.notes.push_back(absl::StrCat("'", key, "': ", attached.status().message()));
+      continue;
+    }
+    auto note = [&](std::string text) {
+      result.notes.push_back(absl::StrCat("'", key, "': ", text));
+      (void)store_.Detach(attached->session_id);
+    };
+    if (attached->component.segment_name != recipe.segment_name) {
+      note("registered again since its last session: nothing to prefetch");
+      continue;
+    }
+    const std::string slab_key =
+        absl::StrCat(recipe.device.label, "|", recipe.segment_name, "|", recipe.slab_signature);
+    {
+      absl::MutexLock lock(&mu_);
+      bool present = warm_slabs_.count(slab_key) > 0;
+      for (const auto& [id, open_key] : slab_keys_) present = present || open_key == slab_key;
+      if (present) {
+        note(absl::StrCat("its slab is already on ", recipe.device.label));
+        continue;
+      }
+      uint64_t& reserved = reserved_[recipe.device.label];
+      if (recipe.device.budget_bytes != 0 &&
+          reserved + recipe.slab_bytes > recipe.device.budget_bytes) {
+        note(absl::StrCat("no room for its ", FormatBytes(recipe.slab_bytes), " slab on ",
+                          recipe.device.label, " (ddod's budget ",
+                          FormatBytes(recipe.device.budget_bytes), ", held ",
+                          FormatBytes(reserved), ")"));
+        continue;
+      }
+      reserved += recipe.slab_bytes;
+    }
+    absl::StatusOr<std::unique_ptr<ResidentSlab>> opened =
+        recipe.device.ordinal < 0 ? OpenHostSlab(NewSegmentName('s'), recipe.slab_bytes)
+                                  : OpenCudaSlab(recipe.device.ordinal, recipe.slab_bytes);
+    absl::Status filled = opened.ok() ? FillResidentSlab(**opened, recipe.resident,
+                                                         attached->component.tensors,
+                                                         attached->segment->data())
+                                      : opened.status();
+    if (!filled.ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        reserved_[recipe.device.label] -= recipe.slab_bytes;
+      }
+      note(absl::StrCat("prefetch failed: ", filled.message()));
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      warm_slabs_[slab_key] = WarmSlab{recipe.device.label, std::shared_ptr<ResidentSlab>(*std::move(opened)),
+                                       recipe.slab_bytes, absl::Now(), key, true};
+    }
+    result.prefetched_bytes += recipe.slab_bytes;
+    note(absl::StrCat("prefetched its ", FormatBytes(recipe.slab_bytes), " slab on ",
+                      recipe.device.label));
+  }
+  return result;
 }
 
 std::vector<StreamSessionInfo> StreamSessions::List() {

@@ -86,6 +86,18 @@ class StreamSessions {
   // Closes everything (ddod stops).
   void CloseAll();
 
+  struct PhaseResult {
+    uint64_t released_bytes = 0;
+    uint64_t prefetched_bytes = 0;
+    std::vector<std::string> notes;  // what was released or warmed, and what could not be
+  };
+  // A pipeline phase of `lease` begins: warm slabs of components outside `keep` are freed;
+  // for each component of `prefetch` that had a session before, a slab of its last placement
+  // is filled on that device when ddod's budget there has room, so that its next Attach
+  // finds it warm (docs/streaming.md §6).
+  PhaseResult Phase(const Lease& lease, const std::set<std::string>& keep,
+                    const std::vector<std::string>& prefetch);
+
   std::vector<StreamSessionInfo> List();
   // Slabs kept warm, and their bytes.
   size_t warm_slab_count();
@@ -118,7 +130,19 @@ class StreamSessions {
     std::shared_ptr<ResidentSlab> slab;
     uint64_t bytes = 0;  // as reserved
     absl::Time last_used;
+    std::string cache_key;
+    bool prefetched = false;  // filled by Phase for a coming session, not left by a closed one
   };
+  // Where a component's last session put its resident tensors, to prefetch a slab of it.
+  struct SlabRecipe {
+    Device device;
+    std::string segment_name;
+    std::string slab_signature;
+    std::vector<PlannedTensor> resident;
+    uint64_t slab_bytes = 0;
+  };
+  // By cache key.
+  std::map<std::string, SlabRecipe> last_slabs_ ABSL_GUARDED_BY(mu_);
   // By "<device>|<component segment>|<slab signature>".
   std::map<std::string, WarmSlab> warm_slabs_ ABSL_GUARDED_BY(mu_);
   // The slab key of every open session.
@@ -126,8 +150,8 @@ class StreamSessions {
 
   // Drops the least recently used warm slab of `device` into `dropped`; false when none.
   bool DropWarmSlabLocked(const std::string& device,
-                          std::vector<std::shared_ptr<ResidentSlab>>* dropped)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                          std::vector<std::shared_ptr<ResidentSlab>>* dropped,
+                          bool spare_prefetched = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace ddo
