@@ -70,6 +70,11 @@ __all__ = [
     "DynamicOffloadLoadResult",
     "clear_dynamic_offload_pinned_tensor_cache",
     "InvalidSettingError",
+    "enter_phase",
+    "PHASES",
+    "purge_windows_standby_cache",
+    "purge_windows_standby_cache_event",
+    "maybe_purge_windows_standby_cache",
 ]
 
 _LAZY = {
@@ -101,6 +106,11 @@ _LAZY = {
     "from_pretrained_with_dynamic_offload": "loading",
     "DynamicOffloadLoadResult": "loading",
     "clear_dynamic_offload_pinned_tensor_cache": "offload_api",
+    "enter_phase": "phases",
+    "PHASES": "phases",
+    "purge_windows_standby_cache": "phases",
+    "purge_windows_standby_cache_event": "phases",
+    "maybe_purge_windows_standby_cache": "phases",
 }
 
 
