@@ -1,4 +1,5 @@
 #include "daemon/common/format_bytes.h"
+#include "daemon/profiles/profile_store.h"
 #include "daemon/service/ddo_service.h"
 
 #include "daemon/policy/plan_explainer.h"
@@ -55,15 +56,6 @@ grpc::Status DdoService::Finish(const char* method, const absl::Status& status) 
     Logger("service")->debug("{} -> {}", method, status.ToString());
   }
   return ToGrpcStatus(status);
-}
-
-grpc::Status DdoService::NotYet(const char* method, const char* capability) {
-  if (absl::Status serving = EnterCall(); !serving.ok()) {
-    return Finish(method, serving);
-  }
-  return Finish(method, absl::UnimplementedError(absl::StrCat(
-                            method, " is not implemented in ddod ", kVersion, " yet (",
-                            capability, "); see docs/protocol.md")));
 }
 
 grpc::Status DdoService::GetInfo(grpc::ServerContext*, const ddo::v1::GetInfoRequest*,
@@ -448,25 +440,72 @@ grpc::Status DdoService::Phase(grpc::ServerContext*, const ddo::v1::PhaseRequest
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::ListProfiles(grpc::ServerContext*, const ddo::v1::ListProfilesRequest*,
-                                      ddo::v1::ListProfilesResponse*) {
-  return NotYet("ListProfiles", "capacity profiles");
+namespace {
+
+// ddod's default profile directory: its DDO_PROFILE_DIR, else ~/.ddo/profiles of its user.
+std::string ProfileDir(const DaemonContext& context, const std::string& requested) {
+  auto configured = context.options.setting_environment.find("DDO_PROFILE_DIR");
+  const char* home = std::getenv("HOME");
+  return ResolveProfileDir(requested,
+                           configured == context.options.setting_environment.end()
+                               ? ""
+                               : configured->second,
+                           home == nullptr ? "" : home);
 }
 
-grpc::Status DdoService::GetProfile(grpc::ServerContext*, const ddo::v1::GetProfileRequest*,
-                                    ddo::v1::Profile*) {
-  return NotYet("GetProfile", "capacity profiles");
+void ToProto(const ProfileFile& file, ddo::v1::Profile* out) {
+  out->mutable_ref()->set_key(file.key);
+  out->mutable_ref()->set_name(file.name);
+  out->set_json(file.json);
+  out->set_modified_unix_ms(file.modified_unix_ms);
 }
 
-grpc::Status DdoService::PutProfile(grpc::ServerContext*, const ddo::v1::PutProfileRequest*,
-                                    ddo::v1::Profile*) {
-  return NotYet("PutProfile", "capacity profiles");
+}  // namespace
+
+grpc::Status DdoService::ListProfiles(grpc::ServerContext*, const ddo::v1::ListProfilesRequest* request,
+                                      ddo::v1::ListProfilesResponse* response) {
+  constexpr char kMethod[] = "ListProfiles";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<std::vector<ProfileFile>> files =
+      ddo::ListProfiles(ProfileDir(context_, request->profile_dir()));
+  if (!files.ok()) return Finish(kMethod, files.status());
+  for (const ProfileFile& file : *files) ToProto(file, response->add_profiles());
+  return Finish(kMethod, absl::OkStatus());
+}
+
+grpc::Status DdoService::GetProfile(grpc::ServerContext*, const ddo::v1::GetProfileRequest* request,
+                                    ddo::v1::Profile* response) {
+  constexpr char kMethod[] = "GetProfile";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<ProfileFile> file =
+      ReadProfile(ProfileDir(context_, request->profile_dir()), request->ref().key());
+  if (!file.ok()) return Finish(kMethod, file.status());
+  ToProto(*file, response);
+  return Finish(kMethod, absl::OkStatus());
+}
+
+grpc::Status DdoService::PutProfile(grpc::ServerContext*, const ddo::v1::PutProfileRequest* request,
+                                    ddo::v1::Profile* response) {
+  constexpr char kMethod[] = "PutProfile";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<ProfileFile> file =
+      WriteProfile(ProfileDir(context_, request->profile_dir()), request->profile().ref().key(),
+                   request->profile().json());
+  if (!file.ok()) return Finish(kMethod, file.status());
+  ToProto(*file, response);
+  return Finish(kMethod, absl::OkStatus());
 }
 
 grpc::Status DdoService::DeleteProfile(grpc::ServerContext*,
-                                       const ddo::v1::DeleteProfileRequest*,
-                                       ddo::v1::DeleteProfileResponse*) {
-  return NotYet("DeleteProfile", "capacity profiles");
+                                       const ddo::v1::DeleteProfileRequest* request,
+                                       ddo::v1::DeleteProfileResponse* response) {
+  constexpr char kMethod[] = "DeleteProfile";
+  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<bool> deleted =
+      ddo::DeleteProfile(ProfileDir(context_, request->profile_dir()), request->ref().key());
+  if (!deleted.ok()) return Finish(kMethod, deleted.status());
+  response->set_deleted(*deleted);
+  return Finish(kMethod, absl::OkStatus());
 }
 
 }  // namespace ddo

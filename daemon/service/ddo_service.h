@@ -97,8 +97,6 @@ class DdoService final : public ddo::v1::Ddo::Service {
   // After a call created something for `lease`: when the lease ended meanwhile (its client
   // died), releases what it owns and returns ABORTED.
   absl::Status ReleaseIfLeaseEnded(const Lease& lease);
-  // The answer of an RPC whose capability is not built yet.
-  grpc::Status NotYet(const char* method, const char* capability);
   // The platform, the named device's VRAM (else the first GPU's) and the available RAM.
   MachineFacts MachineFactsFor(const std::string& device_uuid) const;
 

@@ -120,17 +120,16 @@ def test_fixed_address_without_daemon(kind, short_dir, monkeypatch, ddod_binary)
     assert live_children(os.getpid()) == children_before  # no private ddod was started
 
 
-def test_unimplemented_rpc_is_reported_and_harmless(daemon):
-    # Capacity profiles are not built yet.
-    request = profiles_pb2.ListProfilesRequest()
+def test_a_refused_rpc_is_reported_and_harmless(daemon):
+    request = profiles_pb2.GetProfileRequest(ref=profiles_pb2.ProfileRef(key="../not-a-key"))
     with ddo_stub(daemon.address) as stub:
         with pytest.raises(grpc.RpcError) as raised:
-            stub.ListProfiles(request, timeout=5)
-        assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert "ListProfiles" in raised.value.details()
-        error = DaemonError("ListProfiles", raised.value)
-        assert str(error) == f"ddod ListProfiles failed: UNIMPLEMENTED: {raised.value.details()}"
-        assert error.code == grpc.StatusCode.UNIMPLEMENTED
+            stub.GetProfile(request, timeout=5)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "../not-a-key" in raised.value.details()
+        error = DaemonError("GetProfile", raised.value)
+        assert str(error) == f"ddod GetProfile failed: INVALID_ARGUMENT: {raised.value.details()}"
+        assert error.code == grpc.StatusCode.INVALID_ARGUMENT
         assert stub.GetInfo(info_pb2.GetInfoRequest(), timeout=5).pid == daemon.proc.pid
 
 

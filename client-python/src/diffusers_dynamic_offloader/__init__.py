@@ -75,6 +75,17 @@ __all__ = [
     "purge_windows_standby_cache",
     "purge_windows_standby_cache_event",
     "maybe_purge_windows_standby_cache",
+    "DYNAMIC_OFFLOAD_PROFILE_SCHEMA_VERSION",
+    "dynamic_offload_profile_key",
+    "dynamic_offload_profile_path",
+    "get_dynamic_offload_profile_capacity",
+    "get_dynamic_offload_profile_dir",
+    "get_dynamic_offload_profile_recommendation",
+    "load_dynamic_offload_profile",
+    "normalize_dynamic_offload_profile_context",
+    "record_dynamic_offload_profile",
+    "DynamicOffloadProfileSession",
+    "profile_capacity_run",
 ]
 
 _LAZY = {
@@ -111,6 +122,17 @@ _LAZY = {
     "purge_windows_standby_cache": "phases",
     "purge_windows_standby_cache_event": "phases",
     "maybe_purge_windows_standby_cache": "phases",
+    "DYNAMIC_OFFLOAD_PROFILE_SCHEMA_VERSION": "profiles",
+    "dynamic_offload_profile_key": "profiles",
+    "dynamic_offload_profile_path": "profiles",
+    "get_dynamic_offload_profile_capacity": "profiles",
+    "get_dynamic_offload_profile_dir": "profiles",
+    "get_dynamic_offload_profile_recommendation": "profiles",
+    "load_dynamic_offload_profile": "profiles",
+    "normalize_dynamic_offload_profile_context": "profiles",
+    "record_dynamic_offload_profile": "profiles",
+    "DynamicOffloadProfileSession": "profiles",
+    "profile_capacity_run": "profiles",
 }
 
 
