@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 #include "absl/time/time.h"
 
 namespace ddo {
@@ -275,6 +276,44 @@ std::string FormatSessions(const ddo::v1::ListSessionsResponse& sessions) {
         "           streamed %s in %d uses (%d consumed, %d skipped), %d out of schedule\n",
         FormatBytes(session.streamed_bytes()), session.produced_uses(), session.consumed_uses(),
         session.skipped_uses(), session.out_of_schedule_uses());
+  }
+  return out;
+}
+
+std::string FormatProfiles(const ddo::v1::ListProfilesResponse& profiles, const std::string& dir) {
+  if (profiles.profiles().empty()) return absl::StrFormat("no profiles in %s\n", dir);
+  std::string out = absl::StrFormat("%d profile%s in %s\n", profiles.profiles_size(),
+                                    profiles.profiles_size() == 1 ? "" : "s", dir);
+  for (const auto& profile : profiles.profiles()) {
+    const nlohmann::json record = nlohmann::json::parse(profile.json(), nullptr, false);
+    std::string limits;
+    if (record.is_object() && record.contains("capacity_limits") && record["capacity_limits"].is_object()) {
+      for (const auto& [metric, limit] : record["capacity_limits"].items()) {
+        std::string text = metric;
+        if (limit.contains("max_success")) absl::StrAppend(&text, " ok<=", limit["max_success"].dump());
+        if (limit.contains("min_failure")) absl::StrAppend(&text, " oom>=", limit["min_failure"].dump());
+        absl::StrAppend(&limits, limits.empty() ? "" : ", ", text);
+      }
+    }
+    const size_t observations =
+        record.is_object() && record.contains("observations") && record["observations"].is_array()
+            ? record["observations"].size()
+            : 0;
+    std::string recommendation;
+    if (record.is_object() && record.contains("recommendation") && record["recommendation"].is_object()) {
+      for (const auto& [key, value] : record["recommendation"].items()) {
+        absl::StrAppend(&recommendation, recommendation.empty() ? "" : ", ", key, "=", value.dump());
+      }
+    }
+    out += absl::StrFormat("  %s  %-20s  updated %s\n", profile.ref().key(),
+                           profile.ref().name().empty() ? "(capacity)" : profile.ref().name(),
+                           record.is_object() && record.contains("updated_at") &&
+                                   record["updated_at"].is_string()
+                               ? record["updated_at"].get<std::string>()
+                               : std::string("?"));
+    out += absl::StrFormat("      limits: %s; %d observation%s%s\n", limits.empty() ? "none" : limits,
+                           observations, observations == 1 ? "" : "s",
+                           recommendation.empty() ? "" : absl::StrCat("; recommends ", recommendation));
   }
   return out;
 }

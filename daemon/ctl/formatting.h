@@ -10,6 +10,7 @@
 #include "daemon/common/format_bytes.h"
 #include "ddo/v1/components.pb.h"
 #include "ddo/v1/info.pb.h"
+#include "ddo/v1/profiles.pb.h"
 #include "ddo/v1/sessions.pb.h"
 #include "ddo/v1/settings.pb.h"
 #include "ddo/v1/stats.pb.h"
@@ -35,6 +36,10 @@ std::string FormatSettings(const ddo::v1::ResolvedSettings& settings);
 std::string FormatSessions(const ddo::v1::ListSessionsResponse& sessions);
 // One row per component: key, state, size, pinned, sessions, last use.
 std::string FormatComponents(const ddo::v1::ListComponentsResponse& components);
+
+// `ddoctl profiles list`: a line per profile (key, name, update time, capacity limits,
+// observations, recommendation); `show` prints the stored JSON as it is.
+std::string FormatProfiles(const ddo::v1::ListProfilesResponse& profiles, const std::string& dir);
 
 }  // namespace ddo
 

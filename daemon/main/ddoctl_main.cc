@@ -16,6 +16,7 @@
 #include "daemon/ctl/ctl_connection.h"
 #include "daemon/ctl/daemon_address.h"
 #include "daemon/ctl/formatting.h"
+#include "daemon/profiles/profile_store.h"
 #include "daemon/ctl/layout_file.h"
 
 namespace {
@@ -40,7 +41,10 @@ constexpr char kUsage[] =
     "  stats            uptime, leases, pool accounting, RPC counts\n"
     "  sessions         connected clients (leases) and their sessions\n"
     "  components       the components in the host pool\n"
-    "  evict KEY        remove an unused component from the pool\n\n"
+    "  evict KEY        remove an unused component from the pool\n"
+    "  profiles [list]  capacity and workload profiles (DDO_PROFILE_DIR, else ~/.ddo/profiles)\n"
+    "  profiles show KEY | profiles rm KEY\n"
+    "                   one profile's stored JSON; delete it\n\n"
     "options:\n"
     "  --daemon ADDR    unix:/path, /path or host:port (default: DDO_DAEMON, else the\n"
     "                   user's socket, then /run/ddo/ddod.sock)\n"
@@ -83,6 +87,53 @@ grpc::Status Call(ddo::CtlConnection& connection, Method method, const Request& 
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + connection.timeout()));
   return (connection.stub().*method)(&context, request, response);
+}
+
+// `ddoctl profiles [list] | show KEY | rm KEY`, in this user's profile directory.
+int RunProfiles(const CtlArgs& args, ddo::CtlConnection& connection) {
+  using Stub = ddo::v1::Ddo::Stub;
+  const ddo::Environment env = ddo::ProcessEnvironment();
+  const std::string dir = ddo::ResolveProfileDir(
+      "", ddo::Lookup(env, "DDO_PROFILE_DIR").value_or(""), ddo::Lookup(env, "HOME").value_or(""));
+  const std::string action = args.operands.empty() ? "list" : args.operands.front();
+  if (action == "list" && args.operands.size() <= 1) {
+    ddo::v1::ListProfilesRequest request;
+    request.set_profile_dir(dir);
+    ddo::v1::ListProfilesResponse response;
+    if (auto status = Call(connection, &Stub::ListProfiles, request, &response); !status.ok()) {
+      return RpcFailed("ListProfiles", status);
+    }
+    std::fputs(args.json ? (ToJson(response) + "\n").c_str()
+                         : ddo::FormatProfiles(response, dir).c_str(),
+               stdout);
+    return kExitOk;
+  }
+  if ((action == "show" || action == "rm") && args.operands.size() == 2) {
+    ddo::v1::ProfileRef ref;
+    ref.set_key(args.operands[1]);
+    if (action == "show") {
+      ddo::v1::GetProfileRequest request;
+      *request.mutable_ref() = ref;
+      request.set_profile_dir(dir);
+      ddo::v1::Profile response;
+      if (auto status = Call(connection, &Stub::GetProfile, request, &response); !status.ok()) {
+        return RpcFailed("GetProfile", status);
+      }
+      std::fputs(args.json ? (ToJson(response) + "\n").c_str() : response.json().c_str(), stdout);
+      return kExitOk;
+    }
+    ddo::v1::DeleteProfileRequest request;
+    *request.mutable_ref() = ref;
+    request.set_profile_dir(dir);
+    ddo::v1::DeleteProfileResponse response;
+    if (auto status = Call(connection, &Stub::DeleteProfile, request, &response); !status.ok()) {
+      return RpcFailed("DeleteProfile", status);
+    }
+    std::printf("%s profile %s in %s\n", response.deleted() ? "deleted" : "there was no",
+                ref.key().c_str(), dir.c_str());
+    return response.deleted() ? kExitOk : kExitRpcFailed;
+  }
+  return Usage("profiles takes: list, show KEY or rm KEY (KEY: 24 hex digits, see `ddoctl profiles`)");
 }
 
 int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
@@ -224,6 +275,7 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
                 ddo::FormatBytes(response.freed_bytes()).c_str());
     return kExitOk;
   }
+  if (args.command == "profiles") return RunProfiles(args, connection);
   return Usage(absl::StrCat("unknown command '", args.command, "'"));
 }
 
@@ -268,7 +320,8 @@ int main(int argc, char** argv) {
     return Usage("no command given");
   }
   static const std::set<std::string> kCommands = {"status",   "presets",    "settings", "plan",
-                                                  "stats",    "sessions",   "components", "evict"};
+                                                  "stats",    "sessions",   "components", "evict",
+                                                  "profiles"};
   if (kCommands.count(args.command) == 0) {
     return Usage(absl::StrCat("unknown command '", args.command, "'"));
   }

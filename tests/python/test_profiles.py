@@ -132,3 +132,32 @@ def test_a_capacity_run_warns_beyond_the_validated_range_and_records_oom(client,
                                           client=client):
                 raise ValueError("not an OOM: nothing recorded")
     assert len(ddo.load_dynamic_offload_profile(CONTEXT, profile_dir, client)["observations"]) == 2
+
+
+def test_ddoctl_lists_shows_and_removes_profiles(daemon, client, profile_dir):
+    import subprocess
+
+    from test_explain_plan import ddoctl_binary
+
+    path = ddo.record_dynamic_offload_profile(
+        dict(CONTEXT, name="flux-1024"),
+        {"status": "success", "capacity": {"metric": "tokens", "value": 4096}}, profile_dir,
+        {"profile_resident_module_budget_gb": 3.5}, client)
+    key = path.name[16:40]
+    env = dict(os.environ, DDO_DAEMON="", DDO_PROFILE_DIR=profile_dir)
+
+    def ddoctl(*words):
+        return subprocess.run([ddoctl_binary(), "--daemon", daemon.address, "profiles", *words],
+                              capture_output=True, text=True, timeout=30, env=env)
+
+    listed = ddoctl()
+    assert listed.returncode == 0, listed.stderr
+    assert key in listed.stdout and "flux-1024" in listed.stdout
+    assert "tokens ok<=4096" in listed.stdout and "profile_resident_module_budget_gb=3.5" in listed.stdout
+    shown = ddoctl("show", key)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["profile_key"] == key
+    assert ddoctl("rm", key).returncode == 0
+    assert not path.exists()
+    missing = ddoctl("show", key)
+    assert missing.returncode == 1 and f"no profile {key}" in missing.stderr
+    assert ddoctl("show").returncode == 2
