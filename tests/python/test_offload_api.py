@@ -3,6 +3,7 @@ route streaming on the host backend, the Diffusers group route's arguments, quan
 diversion, pipelines."""
 
 import sys
+import time
 import types
 
 import pytest
@@ -167,3 +168,37 @@ def test_seed_style_settings_and_removal_by_module(daemon):
         assert get_dynamic_offload_state(model) is None
         # The module runs on its host views again.
         assert mismatches(model, reference, range(1), torch.float32) == []
+
+
+def _listed_sessions(client):
+    from diffusers_dynamic_offloader._proto import sessions_pb2
+
+    return {s.session_id for s in client._unary("ListSessions",
+                                                 sessions_pb2.ListSessionsRequest()).sessions}
+
+
+def test_releasing_a_result_or_dropping_everything_frees_the_session(daemon):
+    import gc
+    import weakref
+
+    with DdoClient.connect(daemon.address) as client:
+        # release(), or a with block.
+        with enable_offload(make_model(torch.float32), component="transformer",
+                            execution_device="cpu", client=client, environ={}) as result:
+            session_id = result.hook.session_id[:8]
+            assert session_id in _listed_sessions(client)
+        assert result.hook is None and session_id not in _listed_sessions(client)
+        # Nothing global keeps a module alive: dropping the result and the module without
+        # releasing them frees the session when they are collected (the seed's 50 GB leak).
+        model = make_model(torch.float32)
+        result = enable_offload(model, component="transformer", execution_device="cpu",
+                                client=client, environ={})
+        session_id = result.hook.session_id[:8]
+        collected = weakref.ref(model)
+        del result, model
+        gc.collect()
+        assert collected() is None
+        deadline = time.monotonic() + 5
+        while session_id in _listed_sessions(client) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert session_id not in _listed_sessions(client)

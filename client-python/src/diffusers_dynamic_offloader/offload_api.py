@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
 
@@ -89,9 +88,19 @@ def _config_fields(config: Any):
         yield item.name, getattr(config, item.name)
 
 
-# The streaming session and the state of each module enable_offload put on the DDO route.
-_SESSIONS: "weakref.WeakKeyDictionary[nn.Module, Any]" = weakref.WeakKeyDictionary()
-_STATES: "weakref.WeakKeyDictionary[nn.Module, Any]" = weakref.WeakKeyDictionary()
+# The streaming session and the state of a module enable_offload put on the DDO route live in
+# the module's own attributes: nothing global keeps a module (or its device memory) alive, so
+# dropping a pipeline without releasing its results still frees everything when collected.
+_SESSION_ATTRIBUTE = "_ddo_streaming_session"
+_STATE_ATTRIBUTE = "_ddo_offload_state"
+
+
+def _attach_to(module: nn.Module, name: str, value: Any) -> None:
+    object.__setattr__(module, name, value)
+
+
+def _detach_from(module: nn.Module, name: str) -> Any:
+    return module.__dict__.pop(name, None)
 EventCallback = Callable[..., Any]
 
 
@@ -114,6 +123,17 @@ class DynamicOffloadApplyResult:
     def profile_run(self) -> contextlib.AbstractContextManager:
         """The seed's profiling context; nothing to measure without a named profile."""
         return contextlib.nullcontext()
+
+    def release(self) -> None:
+        """Closes the streaming session (ddod frees its device memory) and forgets the state:
+        what the seed's users had to do by hand before ``gc.collect()``. Idempotent."""
+        remove_dynamic_offload(self)
+
+    def __enter__(self) -> "DynamicOffloadApplyResult":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
 
 
 @dataclass
@@ -298,7 +318,7 @@ def enable_offload(
             result.hook = client.stream(module, key, device=_device_text(execution_device),
                                         settings=session_settings,
                                         keep_resident=_kept_resident(seed_settings.config))
-            _SESSIONS[module] = result.hook
+            _attach_to(module, _SESSION_ATTRIBUTE, result.hook)
             state = build_state(
                 module, streamed=[p.name for unit in result.hook.resources.units for p in unit.tensors],
                 streamable=streamable_weights(module),
@@ -323,7 +343,7 @@ def enable_offload(
             state.entries = []  # placements are known only once a session plans them
             state.bytes_by_placement = {"resident_module": int(plan.resident_bytes),
                                         "streamed_large": int(plan.streamed_bytes)}
-        _STATES[module] = state
+        _attach_to(module, _STATE_ATTRIBUTE, state)
         payload.update(build_dynamic_offload_event_payload(seed_settings, state))
         payload["execution_mode"] = settings.value("DDO_EXECUTION_MODE")
         # Explicit fields without a DDO_* variable are reported as given.
@@ -465,14 +485,14 @@ def remove_dynamic_offload(target: Union[nn.Module, DynamicOffloadApplyResult],
     if isinstance(target, DynamicOffloadApplyResult):
         if target.hook is not None:
             target.hook.close()
-            _SESSIONS.pop(target.module, None)
+            _detach_from(target.module, _SESSION_ATTRIBUTE)
             target.hook = None
-        _STATES.pop(target.module, None)
+        _detach_from(target.module, _STATE_ATTRIBUTE)
         return
     modules = list(target.modules()) if recurse else [target]
     for module in modules:
-        session = _SESSIONS.pop(module, None)
-        _STATES.pop(module, None)
+        session = _detach_from(module, _SESSION_ATTRIBUTE)
+        _detach_from(module, _STATE_ATTRIBUTE)
         if session is not None:
             session.close()
 
@@ -480,7 +500,7 @@ def remove_dynamic_offload(target: Union[nn.Module, DynamicOffloadApplyResult],
 def get_dynamic_offload_state(module: nn.Module) -> Optional[Any]:
     """The DynamicOffloadState of a module on the DDO route (its session open, or planned in
     plan mode), or None."""
-    state = _STATES.get(module)
+    state = module.__dict__.get(_STATE_ATTRIBUTE)
     if state is None or (state.session is not None and state.session.closed):
         return None
     return state

@@ -34,6 +34,7 @@ the module at once would interleave their uses of the ring. Do not move the modu
 from __future__ import annotations
 
 import re
+import weakref
 
 from typing import (
     TYPE_CHECKING,
@@ -367,6 +368,9 @@ class StreamingSession(Closeable):
         self._hooks: List[torch.utils.hooks.RemovableHandle] = []
         # Non-persistent buffers moved to the device: (owner, attribute, original).
         self._moved_buffers: List[Tuple[nn.Module, str, torch.Tensor]] = []
+        # A session nobody closed (its module dropped with it) is detached when collected, so
+        # ddod frees its device memory without waiting for the client's lease to end.
+        self._finalizer = weakref.finalize(self, _detach_quietly, client, response.session_id)
 
     # Opening.
 
@@ -768,6 +772,7 @@ class StreamingSession(Closeable):
         self._pool_views = {}
 
     def _detach(self) -> None:
+        self._finalizer.detach()
         client, self._client = self._client, None
         if client is None or client.closed:
             return
@@ -789,6 +794,17 @@ class StreamingSession(Closeable):
             f"StreamingSession({self.cache_key!r}, session {self.session_id!r}, "
             f"device {self.device}, {state})"
         )
+
+
+def _detach_quietly(client: "DdoClient", session_id: str) -> None:
+    """Detaches a session that was collected without close() (best effort: ddod also frees
+    it when the client's lease ends)."""
+    if client.closed:
+        return
+    try:
+        client._unary("Detach", sessions_pb2.DetachRequest(session_id=session_id), timeout=2)
+    except Exception:  # noqa: BLE001 - nothing to report to: the session's owner is gone
+        pass
 
 
 def _streamed_forward(
