@@ -24,6 +24,11 @@ constexpr uint32_t kMaxRingSlots = 64;
 // Units in flight at most (each slot has a use, an offset and two interprocess events).
 constexpr uint64_t kMaxSlotsInFlight = 128;
 
+// "a.b.weight" -> "a.b"; "weight" (the component is the Linear) -> "".
+std::string ModulePathOfWeight(const std::string& name) {
+  return name == "weight" ? std::string() : name.substr(0, name.size() - 7);
+}
+
 uint64_t AlignUp(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
@@ -193,8 +198,10 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
           absl::StrCat("streamable tensor '", name, "' is not in the component"));
     }
     const TensorEntry& tensor = tensors[it->second];
-    if (tensor.shape.size() != 2 || !IsFloatingPoint(tensor.dtype) ||
-        name.size() <= 7 || name.compare(name.size() - 7, 7, ".weight") != 0) {
+    // "<path>.weight", or "weight" when the component itself is the Linear.
+    const bool weight_name =
+        name == "weight" || (name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0);
+    if (tensor.shape.size() != 2 || !IsFloatingPoint(tensor.dtype) || !weight_name) {
       return absl::InvalidArgumentError(absl::StrCat(
           "streamable tensor '", name, "' is not a 2-D floating Linear weight (shape [",
           absl::StrJoin(tensor.shape, ", "), "], dtype ", SafetensorsDTypeName(tensor.dtype), ")"));
@@ -213,7 +220,7 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
   for (uint32_t i = 0; i < tensors.size(); ++i) {
     const TensorEntry& tensor = tensors[i];
     if (streamable.count(tensor.name) == 0) continue;
-    const std::string module_path = tensor.name.substr(0, tensor.name.size() - 7);
+    const std::string module_path = ModulePathOfWeight(tensor.name);
     if (tensor.byte_size <= settings.small_tensor_bytes) {
       ++small_count;
       small_bytes += tensor.byte_size;
@@ -241,7 +248,7 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
 
   // Units.
   std::vector<std::string> paths;
-  for (uint32_t i : candidates) paths.push_back(tensors[i].name.substr(0, tensors[i].name.size() - 7));
+  for (uint32_t i : candidates) paths.push_back(ModulePathOfWeight(tensors[i].name));
   const std::map<std::string, std::string> block_of = BlocksOf(paths);
   std::vector<std::string> unit_names;
   std::vector<std::vector<uint32_t>> unit_members;

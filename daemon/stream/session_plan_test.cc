@@ -178,5 +178,13 @@ TEST(StreamSettingsTest, BadValuesAreNamed) {
   EXPECT_TRUE(ParseStreamSettings({{"DDO_SOMETHING_ELSE", "x"}}).ok());
 }
 
+TEST(SessionPlanTest, AComponentThatIsOneLinearStreamsItsWeight) {
+  std::vector<TensorEntry> tensors = {Tensor("weight", {1024, 1024}), Tensor("bias", {1024})};
+  absl::StatusOr<SessionPlan> plan = PlanSession(tensors, {"weight"}, Settings());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->units.size(), 1u);
+  EXPECT_EQ(plan->units[0].name, "");
+}
+
 }  // namespace
 }  // namespace ddo

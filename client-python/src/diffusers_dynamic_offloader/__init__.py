@@ -86,6 +86,9 @@ __all__ = [
     "record_dynamic_offload_profile",
     "DynamicOffloadProfileSession",
     "profile_capacity_run",
+    "run_staged",
+    "Stages",
+    "flux_stages",
 ]
 
 _LAZY = {
@@ -133,6 +136,9 @@ _LAZY = {
     "record_dynamic_offload_profile": "profiles",
     "DynamicOffloadProfileSession": "profiles",
     "profile_capacity_run": "profiles",
+    "run_staged": "staged",
+    "Stages": "staged",
+    "flux_stages": "staged",
 }
 
 

@@ -311,7 +311,7 @@ def enable_offload(
         session_settings = {name: settings.value(name) for name in SESSION_SETTINGS
                             if settings.values.get(name) and settings.value(name) != ""}
         if apply_hook and enabled and streaming:
-            key = cache_key or f"{type(module).__module__}.{type(module).__qualname__}/{component}"
+            key = cache_key or default_cache_key(module, component)
             registered = time.perf_counter()
             stored = client.register_module(key, module, content_hash=cache_key is None)
             opened = time.perf_counter()
@@ -504,6 +504,12 @@ def get_dynamic_offload_state(module: nn.Module) -> Optional[Any]:
     if state is None or (state.session is not None and state.session.closed):
         return None
     return state
+
+
+def default_cache_key(module: nn.Module, component: str) -> str:
+    """The key enable_offload stores a component under when none is given: its class and
+    component name (the content hash, checked at registration, tells different weights apart)."""
+    return f"{type(module).__module__}.{type(module).__qualname__}/{component}"
 
 
 def _kept_resident(config: Any) -> Tuple[str, ...]:

@@ -1,0 +1,151 @@
+"""Staged runs: a Diffusers pipeline in three passes with cleanup between them (the seed's
+pattern, research/seed-ddo.md §6.1, as a library helper instead of hand-written runners).
+
+1. **prompt**: the text encoders are routed (usually Diffusers group offload) and the prompt
+   is encoded; their results are released;
+2. **denoise**: the denoiser (transformer or UNet) is routed (usually streamed by ddod) and
+   the pipeline runs with ``output_type="latent"``; released;
+3. **decode**: the VAE is routed and the latents decoded; released.
+
+Between passes :func:`~diffusers_dynamic_offloader.phases.enter_phase` releases the previous
+pass's results, collects, and tells ddod what this pass and the next need (ddod frees the rest
+and warms the next pass's weights). A full run (``enable_pipeline_offload`` then
+``pipe(...)``) keeps everything routed at once; a staged run holds one pass's components at a
+time.
+
+How a pipeline encodes and decodes differs between pipeline classes, so the passes are given
+as functions (:class:`Stages`); :func:`flux_stages` gives them for FluxPipeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from torch import nn
+
+EventCallback = Callable[..., Any]
+
+
+@dataclass
+class Stages:
+    """How to run one pipeline class in passes.
+
+    Attributes:
+        encode: ``encode(pipe, **call_kwargs) -> dict``: the keyword arguments that replace the
+            prompt in the denoising call (``prompt_embeds=...`` and its kind).
+        decode: ``decode(pipe, latents, **call_kwargs)``: the pipeline's output from latents.
+        prompt: Component names the prompt pass uses.
+        denoise: Component names the denoising pass uses.
+        decoding: Component names the decoding pass uses.
+        prompt_arguments: Call arguments that only the prompt pass reads (dropped from the
+            denoising call, which gets embeddings instead).
+    """
+
+    encode: Callable[..., Dict[str, Any]]
+    decode: Callable[..., Any]
+    prompt: Sequence[str] = ("text_encoder", "text_encoder_2", "text_encoder_3")
+    denoise: Sequence[str] = ("transformer", "unet")
+    decoding: Sequence[str] = ("vae",)
+    prompt_arguments: Sequence[str] = ("prompt", "prompt_2", "prompt_3", "negative_prompt",
+                                       "negative_prompt_2", "negative_prompt_3",
+                                       "max_sequence_length")
+
+
+def run_staged(
+    pipe: Any,
+    stages: Stages,
+    *,
+    settings: Any = None,
+    client=None,
+    record_event: Optional[EventCallback] = None,
+    offload_kwargs: Optional[Mapping[str, Any]] = None,
+    offload_device: str = "cpu",
+    **call_kwargs: Any,
+) -> Any:
+    """Runs ``pipe`` in the three passes of ``stages`` and returns what ``stages.decode``
+    returns. ``settings`` (DynamicOffloadSettings) and ``offload_kwargs`` go to every
+    ``enable_offload``; ``call_kwargs`` are the pipeline call's (prompt, steps, size, ...).
+    Every component is released when the run ends, also when it raises."""
+    from .offload_api import _client, default_cache_key, enable_offload
+    from .phases import enter_phase
+
+    client = _client(client)
+    components = _components(pipe)
+    held: List[Any] = []
+
+    def modules(names: Sequence[str]) -> Dict[str, nn.Module]:
+        return {name: components[name] for name in names
+                if isinstance(components.get(name), nn.Module)}
+
+    def keys(names: Sequence[str]) -> List[str]:
+        return [default_cache_key(module, name) for name, module in modules(names).items()]
+
+    def route(names: Sequence[str]) -> None:
+        for name, module in modules(names).items():
+            held.append(enable_offload(module, component=name, settings=settings, client=client,
+                                       record_event=record_event, **dict(offload_kwargs or {})))
+
+    def phase(name: str, needed: Sequence[str], prefetch: Sequence[str]) -> None:
+        released = list(held)
+        held.clear()
+        for result in released:
+            # A component no route manages was moved to the device whole: back to the host,
+            # or it would hold its VRAM through the next passes.
+            if result.event_payload.get("unmanaged_module_moved_to_execution_device"):
+                result.module.to(offload_device)
+        enter_phase(name, needed=keys(needed), prefetch=keys(prefetch), release=released,
+                    client=client, record_event=record_event)
+
+    try:
+        # The denoiser's weights are warmed while the prompt is encoded (and kept warm after
+        # the run, for the next one, when ddod's budget allows).
+        phase("prompt", stages.prompt, stages.denoise)
+        route(stages.prompt)
+        embeddings = stages.encode(pipe, **call_kwargs)
+        phase("denoise", stages.denoise, stages.decoding)
+        route(stages.denoise)
+        denoise_call = {k: v for k, v in call_kwargs.items() if k not in stages.prompt_arguments}
+        latents = pipe(**denoise_call, **embeddings, output_type="latent")
+        latents = getattr(latents, "images", latents)
+        phase("decode", stages.decoding, ())
+        route(stages.decoding)
+        output = stages.decode(pipe, latents, **call_kwargs)
+        phase("after_run", (), stages.denoise)
+        return output
+    finally:
+        while held:
+            held.pop().release()
+
+
+def _components(pipe: Any) -> Dict[str, Any]:
+    found = getattr(pipe, "components", None)
+    if isinstance(found, Mapping):
+        return dict(found)
+    if isinstance(pipe, Mapping):
+        return dict(pipe)
+    return {name: getattr(pipe, name) for name in dir(pipe)
+            if not name.startswith("_") and isinstance(getattr(pipe, name, None), nn.Module)}
+
+
+def flux_stages() -> Stages:
+    """The passes of diffusers' FluxPipeline: ``encode_prompt`` gives ``prompt_embeds`` and
+    ``pooled_prompt_embeds``; the latents are unpacked, unscaled and decoded by the VAE."""
+
+    def encode(pipe: Any, **call: Any) -> Dict[str, Any]:
+        prompt_embeds, pooled, _text_ids = pipe.encode_prompt(
+            prompt=call.get("prompt"), prompt_2=call.get("prompt_2"),
+            max_sequence_length=call.get("max_sequence_length", 512),
+            num_images_per_prompt=call.get("num_images_per_prompt", 1))
+        return {"prompt_embeds": prompt_embeds, "pooled_prompt_embeds": pooled}
+
+    def decode(pipe: Any, latents: Any, **call: Any) -> Any:
+        height = call.get("height") or pipe.default_sample_size * pipe.vae_scale_factor
+        width = call.get("width") or pipe.default_sample_size * pipe.vae_scale_factor
+        latents = pipe._unpack_latents(latents, height, width, pipe.vae_scale_factor)
+        latents = latents / pipe.vae.config.scaling_factor + pipe.vae.config.shift_factor
+        vae_dtype = next(pipe.vae.parameters()).dtype
+        image = pipe.vae.decode(latents.to(vae_dtype), return_dict=False)[0]
+        return pipe.image_processor.postprocess(image, output_type=call.get("output_type", "pil"))
+
+    return Stages(encode=encode, decode=decode)

@@ -1,0 +1,108 @@
+"""Staged and full runs of a synthetic pipeline against a real ddod (host backend): the same
+output, one pass's components held at a time, everything released at the end."""
+
+import types
+
+import torch
+from torch import nn
+
+import diffusers_dynamic_offloader as ddo
+from diffusers_dynamic_offloader.staged import Stages, run_staged
+from streaming_support import FEATURES, make_model
+
+
+class SyntheticPipeline:
+    """A Diffusers-shaped pipeline on small torch modules: ``components``, ``encode_prompt``,
+    ``__call__(prompt | prompt_embeds, num_inference_steps, output_type)`` and a VAE."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.text_encoder = nn.Sequential(nn.Linear(8, 64), nn.GELU(), nn.Linear(64, FEATURES))
+        self.transformer = make_model(torch.float32)
+        self.vae = nn.Linear(FEATURES, 3)
+        self.scheduler = types.SimpleNamespace(steps=None)  # not a module: skipped
+        self.calls = []
+
+    @property
+    def components(self):
+        return {"text_encoder": self.text_encoder, "transformer": self.transformer,
+                "vae": self.vae, "scheduler": self.scheduler}
+
+    def encode_prompt(self, prompt):
+        tokens = torch.tensor([[float(ord(c) % 13) for c in (prompt * 8)[:8]]])
+        return self.text_encoder(tokens)
+
+    @torch.no_grad()
+    def __call__(self, prompt=None, prompt_embeds=None, num_inference_steps=4, output_type="np"):
+        self.calls.append("call")
+        embeds = self.encode_prompt(prompt) if prompt_embeds is None else prompt_embeds
+        latents = torch.zeros(1, 5, FEATURES)
+        for step in range(num_inference_steps):
+            latents = latents + 0.1 * self.transformer(latents + embeds[:, None, :] * (step + 1))
+        if output_type == "latent":
+            return types.SimpleNamespace(images=latents)
+        return types.SimpleNamespace(images=self.vae(latents))
+
+
+# CI has no diffusers: the text encoder, which would get Diffusers group offload, runs unmanaged.
+NO_DIFFUSERS = {"text_encoder": {"route": "none"}}
+
+
+def synthetic_stages() -> Stages:
+    return Stages(encode=lambda pipe, prompt, **_: {"prompt_embeds": pipe.encode_prompt(prompt)},
+                  decode=lambda pipe, latents, **_: types.SimpleNamespace(images=pipe.vae(latents)))
+
+
+def test_staged_and_full_runs_give_the_same_output(client):
+    full_pipe = SyntheticPipeline()
+    results = ddo.enable_pipeline_offload(full_pipe, client=client, environ={},
+                                          execution_device="cpu", small_tensor_threshold_kb=0,
+                                          component_policies=NO_DIFFUSERS)
+    try:
+        expected = full_pipe(prompt="a cat", num_inference_steps=4).images
+    finally:
+        for result in results.values():
+            result.release()
+
+    pipe = SyntheticPipeline()
+    events = []
+    with torch.no_grad():
+        staged = run_staged(pipe, synthetic_stages(), client=client,
+                            offload_kwargs={"environ": {}, "execution_device": "cpu",
+                                            "small_tensor_threshold_kb": 0,
+                                            "component_policies": NO_DIFFUSERS},
+                            record_event=lambda name, seconds, **payload: events.append(name),
+                            prompt="a cat", num_inference_steps=4)
+    assert torch.equal(staged.images, expected)
+    phases = [name for name in events if name.startswith("phase_")]
+    assert phases == ["phase_prompt", "phase_denoise", "phase_decode", "phase_after_run"]
+    # The transformer was set up in the denoising pass only, between its two phases.
+    setup = events.index("setup_transformer_dynamic_offload")
+    assert events.index("phase_denoise") < setup < events.index("phase_decode")
+    # Everything was released: no session left, no state on the modules.
+    from diffusers_dynamic_offloader._proto import sessions_pb2
+
+    listed = client._unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
+    assert [s for s in listed if s.device_uuid] == []
+    assert ddo.get_dynamic_offload_state(pipe.transformer) is None
+
+
+def test_a_failing_pass_still_releases_everything(client):
+    pipe = SyntheticPipeline()
+
+    def broken_decode(pipe, latents, **_):
+        raise RuntimeError("decode failed")
+
+    stages = Stages(encode=synthetic_stages().encode, decode=broken_decode)
+    try:
+        run_staged(pipe, stages, client=client,
+                   offload_kwargs={"environ": {}, "execution_device": "cpu",
+                                   "component_policies": NO_DIFFUSERS}, prompt="x")
+    except RuntimeError as error:
+        assert "decode failed" in str(error)
+    else:
+        raise AssertionError("the decode error was swallowed")
+    from diffusers_dynamic_offloader._proto import sessions_pb2
+
+    listed = client._unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
+    assert [s for s in listed if s.device_uuid] == []
