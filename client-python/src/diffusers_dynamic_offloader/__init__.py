@@ -89,6 +89,8 @@ __all__ = [
     "run_staged",
     "Stages",
     "flux_stages",
+    "load_from_ddod",
+    "DdoLoadedComponent",
 ]
 
 _LAZY = {
@@ -139,6 +141,8 @@ _LAZY = {
     "run_staged": "staged",
     "Stages": "staged",
     "flux_stages": "staged",
+    "load_from_ddod": "loading",
+    "DdoLoadedComponent": "loading",
 }
 
 

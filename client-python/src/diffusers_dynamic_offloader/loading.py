@@ -92,6 +92,95 @@ def from_pretrained_with_dynamic_offload(
                                     applied.event_payload)
 
 
+@dataclass
+class DdoLoadedComponent:
+    """A component built from its config and bound to ddod's copy of its weights."""
+
+    module: nn.Module
+    cache_key: str
+    warm: bool  # the weights were already in ddod's pool: no file was read
+    seconds: float
+
+
+def load_from_ddod(
+    model_class: Any,
+    pretrained_model_name_or_path: Any,
+    *,
+    subfolder: Optional[str] = None,
+    torch_dtype: Any = None,
+    cache_key: Optional[str] = None,
+    client=None,
+    progress: Optional[bool] = None,
+) -> DdoLoadedComponent:
+    """Builds ``model_class`` from its config with its parameters on the meta device (no
+    memory, no checkpoint read by this process) and binds every weight, zero-copy, to ddod's
+    copy. Warm (the component is in ddod's pool, e.g. under warm_process after an earlier
+    runner): nothing is read. Cold: ddod reads the folder's ``*.safetensors`` itself first.
+
+    ``model_class`` is a Diffusers model class (``load_config`` and ``from_config``, as
+    ``ModelMixin``). Buffers that are not in the checkpoint (computed at construction) are
+    built normally. The module reads shared, read-only host memory: inference only; route it
+    with ``enable_offload(module, cache_key=loaded.cache_key, ...)``, which then uploads
+    nothing.
+
+    Raises:
+        BindError: the checkpoint does not fit the class (names, shapes, or a ``torch_dtype``
+            other than the checkpoint's: a zero-copy view cannot convert).
+    """
+    import time
+
+    from .errors import DaemonError
+
+    started = time.perf_counter()
+    if client is None:
+        from .default_client import default_client
+
+        client = default_client()
+    folder = os.path.join(os.fspath(pretrained_model_name_or_path), subfolder or "")
+    key = cache_key or f"ddo-load:{os.path.abspath(folder)}"
+    warm = True
+    try:
+        client.component(key)
+    except DaemonError as error:
+        if error.code.name != "NOT_FOUND":
+            raise
+        warm = False
+        client.load_safetensors(key, [folder], progress=progress)
+    config = model_class.load_config(pretrained_model_name_or_path, subfolder=subfolder)
+    with parameters_on_meta():
+        module = model_class.from_config(config)
+    if torch_dtype is not None:
+        module = module.to(torch_dtype)
+    attached = client.attach(key)
+    try:
+        attached.bind(module)
+    except BaseException:
+        attached.close()
+        raise
+    # The mapping lives as long as the module does.
+    object.__setattr__(module, "_ddo_attached_component", attached)
+    module.eval().requires_grad_(False)
+    return DdoLoadedComponent(module, key, warm, time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Modules built inside get their parameters on the meta device (no memory) and their
+    buffers as usual (computed values that no checkpoint holds stay right)."""
+    original = nn.Module.register_parameter
+
+    def register_parameter(self: nn.Module, name: str, param: Optional[nn.Parameter]) -> None:
+        original(self, name, param)
+        if param is not None and not param.is_meta:
+            self._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+    nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
 def _loader(model_loader: Any) -> Callable[..., nn.Module]:
     if model_loader is None:
         from diffusers import AutoModel
