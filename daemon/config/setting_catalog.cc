@@ -59,6 +59,8 @@ std::vector<SettingSpec> BuildLibrarySettings() {
       Number("DDO_MAX_RESIDENT_MODULE_BUDGET_GB", "6", "cap on the automatic resident budget; 0: uncapped"),
       Number("DDO_AUTO_VRAM_HEADROOM_GB", "0", "VRAM the automatic budget leaves free; 0: the built-in table"),
       Number("DDO_PROFILE_VRAM_HEADROOM_GB", "1", "margin of a calibration run's resident budget"),
+      Number("DDO_PROFILE_RESIDENT_MODULE_BUDGET_GB", "0",
+             "set by a named profile (its measured recommendation) for the balanced planner; 0: none"),
       Number("DDO_AUTO_FULL_PIN_MIN_MODEL_TO_VRAM_RATIO", "4",
              "model/VRAM ratio from which the planner pins everything and keeps nothing resident; 0: never"),
       Number("DDO_MAX_PIN_WEIGHT_BUDGET_GB", "0", "cap on the pin budget; 0: uncapped"),

@@ -73,6 +73,9 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
       Number(values, "DDO_SYSTEM_RAM_HEADROOM_GB", in.system_ram_headroom_gib);
   in.full_pin_min_model_to_vram_ratio = Number(
       values, "DDO_AUTO_FULL_PIN_MIN_MODEL_TO_VRAM_RATIO", in.full_pin_min_model_to_vram_ratio);
+  if (const double profile = Number(values, "DDO_PROFILE_RESIDENT_MODULE_BUDGET_GB"); profile > 0) {
+    in.profile_budget_gib = profile;
+  }
   if (settings->vram_budget_bytes) {
     // The session's own budget is the device it may use.
     in.total_vram_gib = in.total_vram_gib > 0
@@ -104,6 +107,9 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
     decisions->push_back({"resident_budget_rule", "seed", std::move(reason)});
   };
   if (Text(values, "DDO_RESIDENT_BUDGET_RULE") == "seed") return use_seed("DDO_RESIDENT_BUDGET_RULE=seed");
+  if (in.profile_budget_gib) {
+    return use_seed("a named profile's measured budget (DDO_PROFILE_RESIDENT_MODULE_BUDGET_GB)");
+  }
   if (in.total_vram_gib <= 0) {
     return use_seed("the device's VRAM is unknown (host backend): the seed's budget");
   }

@@ -39,10 +39,13 @@ class DynamicOffloadLoadResult:
     hook: Any = None
     should_move_to_execution_device: bool = True
     event_payload: Dict[str, Any] = field(default_factory=dict)
+    _profile: Any = field(default=None, repr=False)
 
     def profile_run(self) -> contextlib.AbstractContextManager:
-        """The seed's profiling context; nothing to measure without a named profile."""
-        return contextlib.nullcontext()
+        """The seed's profiling context (see DynamicOffloadApplyResult.profile_run)."""
+        from .named_profiles import profile_run_of
+
+        return profile_run_of(self._profile)
 
 
 def from_pretrained_with_dynamic_offload(
@@ -89,7 +92,7 @@ def from_pretrained_with_dynamic_offload(
         execution_device=getattr(dynamic_offload_config, "execution_device", "cuda:0"),
         client=client, **overrides)
     return DynamicOffloadLoadResult(module, applied.hook, applied.should_move_to_execution_device,
-                                    applied.event_payload)
+                                    applied.event_payload, _profile=applied._profile)
 
 
 @dataclass

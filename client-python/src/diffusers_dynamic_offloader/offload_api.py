@@ -57,6 +57,7 @@ CONFIG_FIELDS: Dict[str, str] = {
     "load_safetensors_backend": "DDO_LOAD_SAFETENSORS_BACKEND",
     "verbose": "DDO_VERBOSE",
     "show_profile": "DDO_SHOW_PROFILE",
+    "profile_resident_module_budget_gb": "DDO_PROFILE_RESIDENT_MODULE_BUDGET_GB",
 }
 
 #: The resolved settings a streaming session reads (docs/streaming.md), and those of the
@@ -68,7 +69,8 @@ SESSION_SETTINGS = (
     "DDO_AUTO_BUDGET_POLICY", "DDO_MAX_RESIDENT_MODULE_BUDGET_GB", "DDO_AUTO_VRAM_HEADROOM_GB",
     "DDO_AVAILABLE_SYSTEM_RAM_GB", "DDO_PIN_CPU_MEMORY", "DDO_PIN_WEIGHT_BUDGET_GB",
     "DDO_PIN_WEIGHT_BUDGET_RATIO", "DDO_MAX_PIN_WEIGHT_BUDGET_GB", "DDO_SYSTEM_RAM_HEADROOM_GB",
-    "DDO_AUTO_FULL_PIN_MIN_MODEL_TO_VRAM_RATIO",
+    "DDO_AUTO_FULL_PIN_MIN_MODEL_TO_VRAM_RATIO", "DDO_PROFILE_RESIDENT_MODULE_BUDGET_GB",
+    "DDO_RESIDENT_BUDGET_RULE",
 )
 
 VALID_ROUTES = "auto, dynamic_offload, diffusers_group_offload, none"
@@ -76,8 +78,7 @@ VALID_ROUTES = "auto, dynamic_offload, diffusers_group_offload, none"
 #: DynamicOffloadConfig fields with no DDO_* variable: accepted, reported in the payload.
 _PYTHON_ONLY_FIELDS = ("profile_name", "build_profile", "target_module_classes",
                        "skip_modules_pattern", "execution_device", "offload_device",
-                       "small_tensor_threshold_bytes", "profile_resident_module_budget_gb",
-                       "_profile_budget_applied")
+                       "small_tensor_threshold_bytes", "_profile_budget_applied")
 
 
 def _config_fields(config: Any):
@@ -119,10 +120,14 @@ class DynamicOffloadApplyResult:
     hook: Any = None
     should_move_to_execution_device: bool = False
     event_payload: Dict[str, Any] = field(default_factory=dict)
+    _profile: Any = field(default=None, repr=False)
 
     def profile_run(self) -> contextlib.AbstractContextManager:
-        """The seed's profiling context; nothing to measure without a named profile."""
-        return contextlib.nullcontext()
+        """The seed's profiling context: a calibration run (``build_profile=True``) measures
+        the block's peak VRAM and saves the resident budget; otherwise it does nothing."""
+        from .named_profiles import profile_run_of
+
+        return profile_run_of(self._profile)
 
     def release(self) -> None:
         """Closes the streaming session (ddod frees its device memory) and forgets the state:
@@ -267,6 +272,24 @@ def enable_offload(
         # overrides, policies or a component they lack: then ddod resolves again from what
         # they were resolved from (their preset, environment and policies), plus the additions.
         settings = _resolve_again(settings, component, overrides, component_policies, client)
+    profile = None
+    if explicit.get("profile_name") or explicit.get("build_profile"):
+        # A named profile: calibration keeps nothing resident, a later run applies the
+        # measured budget (research/seed-ddo.md §5.2); then ddod resolves with that.
+        from .named_profiles import NamedProfile
+
+        profile = NamedProfile(str(explicit.get("profile_name") or ""), module,
+                               build=bool(explicit.get("build_profile")), client=client)
+        prepared = profile.prepare(
+            explicit, execution_device=_device_text(execution_device),
+            execution_mode=settings.value("DDO_EXECUTION_MODE"),
+            policy=settings.value("DDO_AUTO_BUDGET_POLICY"),
+            headroom_gb=float(settings.value("DDO_PROFILE_VRAM_HEADROOM_GB") or 1),
+            max_resident_gb=float(settings.value("DDO_MAX_RESIDENT_MODULE_BUDGET_GB") or 0))
+        if prepared != explicit:
+            explicit = prepared
+            settings = _resolve_again(settings, component, _setting_overrides(explicit),
+                                      component_policies, client)
     values = settings.components[component]
 
     chosen = values[prefix + "ROUTE"]
@@ -284,6 +307,8 @@ def enable_offload(
         if chosen.value == "dynamic_offload" and route_left_to_policy:
             chosen = type(chosen)("diffusers_group_offload", "quantized_backend")
             payload["route_reason"] = "quantized weights are moved whole by Diffusers group offload"
+    if profile is not None and profile.build and chosen.value != "dynamic_offload":
+        raise ValueError("Profile calibration requires the dynamic_offload route.")
     payload["route"] = chosen.value
     from .offload_settings import DynamicOffloadSettings
 
@@ -297,7 +322,10 @@ def enable_offload(
             **{name: tuple(explicit[name]) for name in (
                 "target_module_classes", "skip_modules_pattern", "always_resident_modules_pattern")
                if name in explicit})
-    result = DynamicOffloadApplyResult(module, component, chosen.value, seed_settings)
+    result = DynamicOffloadApplyResult(module, component, chosen.value, seed_settings,
+                                       _profile=profile)
+    if profile is not None:
+        payload["profile"] = profile.report
     started = time.perf_counter()
 
     if chosen.value == "dynamic_offload":

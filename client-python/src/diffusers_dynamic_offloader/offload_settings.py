@@ -135,6 +135,7 @@ class DynamicOffloadSettings:
             max_resident_module_budget_gb=_number(values, "DDO_MAX_RESIDENT_MODULE_BUDGET_GB"),
             auto_vram_headroom_gb=_number(values, "DDO_AUTO_VRAM_HEADROOM_GB"),
             profile_vram_headroom_gb=_number(values, "DDO_PROFILE_VRAM_HEADROOM_GB"),
+            profile_resident_module_budget_gb=_number(values, "DDO_PROFILE_RESIDENT_MODULE_BUDGET_GB"),
             auto_full_pin_min_model_to_vram_ratio=_number(values, "DDO_AUTO_FULL_PIN_MIN_MODEL_TO_VRAM_RATIO"),
             max_pin_weight_budget_gb=_number(values, "DDO_MAX_PIN_WEIGHT_BUDGET_GB"),
             available_system_ram_gb=ram,
