@@ -825,49 +825,49 @@ def main() -> int:
             figures["ddo"]["component_bytes"] = component.total_bytes
             log(f"registered in {figures['ddo']['register_s']:.1f} s "
                 f"(warm hit: {component.warm_hit})")
-            first_open = None
-            for cap in caps:
-                settings = ddo_settings(cap, reserve, args)
+            def run(cap: float, settings: Dict[str, str], label: str,
+                    describe: Callable[[Dict[str, Any]], str]) -> Dict[str, Any]:
+                """One DDO session at `cap`; a failure is recorded and the run goes on.
+                Every run starts from the same host tensors."""
                 try:
                     result = ddo_at_cap(client, model, inputs, cap, settings, total, args)
-                    first_open = first_open or result
-                    log(f"DDO at {cap:g} GiB: {result['step_s']:.3f} s/step (session "
+                    log(f"{label} at {cap:g} GiB: {describe(result)}")
+                except Exception as error:  # noqa: BLE001 - recorded, the run goes on
+                    result = {"cap_gib": cap, "settings": settings, "error": describe_error(error)}
+                    log(f"{label} at {cap:g} GiB: {result['error']}")
+                    traceback.print_exc()
+                    set_fraction(1.0)
+                    release_memory()
+                restore_parameters(model, host)
+                return result
+
+            def main_line(result: Dict[str, Any]) -> str:
+                return (f"{result['step_s']:.3f} s/step (session "
                         f"{result['session_device_bytes'] / GIB:.2f} GiB on the device, open "
                         f"{result['open_s']:.2f} s, first forward {result['first_forward_s']:.2f} "
                         f"s; streamed {result['stats'].get('streamed_bytes_per_cycle', 0) / 1e9:.2f}"
                         f" GB/step; sync uses while timed "
                         f"{result['stats_timed_delta'].get('sync_uses', '?')})")
-                except Exception as error:  # noqa: BLE001 - recorded, the run goes on
-                    result = {"cap_gib": cap, "settings": settings,
-                              "error": describe_error(error)}
-                    log(f"DDO at {cap:g} GiB: {result['error']}")
-                    traceback.print_exc()
-                    restore_parameters(model, host)
-                    set_fraction(1.0)
-                    release_memory()
+
+            def variant_line(result: Dict[str, Any]) -> str:
+                return (f"{result['step_s']:.3f} s/step, resident "
+                        f"{result['stats'].get('resident_bytes', 0) / GIB:.2f} GiB, streamed "
+                        f"{result['stats'].get('streamed_bytes_per_cycle', 0) / 1e9:.2f} GB/step; "
+                        f"rule: {_decision(result['plan'], 'resident_budget_rule')}")
+
+            first_open = None
+            for cap in caps:
+                result = run(cap, ddo_settings(cap, reserve, args), "DDO", main_line)
+                if "error" not in result:
+                    first_open = first_open or result
                 figures["ddo"]["caps"][str(cap)] = result
-                restore_parameters(model, host)  # every cap starts from the same host tensors
             figures["ddo"]["variants"] = {}
             for variant in args.variant:
                 extra = dict(item.split("=", 1) for item in variant.split(",") if item)
-                runs = figures["ddo"]["variants"][variant] = {}
-                for cap in caps:
-                    settings = {**ddo_settings(cap, reserve, args), **extra}
-                    try:
-                        result = ddo_at_cap(client, model, inputs, cap, settings, total, args)
-                        log(f"variant {variant} at {cap:g} GiB: {result['step_s']:.3f} s/step, "
-                            f"resident {result['stats'].get('resident_bytes', 0) / GIB:.2f} GiB, "
-                            f"streamed {result['stats'].get('streamed_bytes_per_cycle', 0) / 1e9:.2f}"
-                            f" GB/step; rule: "
-                            f"{_decision(result['plan'], 'resident_budget_rule')}")
-                    except Exception as error:  # noqa: BLE001 - recorded, the run goes on
-                        result = {"cap_gib": cap, "settings": settings,
-                                  "error": describe_error(error)}
-                        log(f"variant {variant} at {cap:g} GiB: {result['error']}")
-                        set_fraction(1.0)
-                        release_memory()
-                    runs[str(cap)] = result
-                    restore_parameters(model, host)
+                figures["ddo"]["variants"][variant] = {
+                    str(cap): run(cap, {**ddo_settings(cap, reserve, args), **extra},
+                                  f"variant {variant}", variant_line)
+                    for cap in caps}
             if first_open is not None:
                 figures["cold"] = {"ddo": {
                     "seconds": figures["ddo"]["register_s"] + first_open["open_s"]
