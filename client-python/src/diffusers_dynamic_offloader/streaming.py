@@ -371,6 +371,7 @@ class StreamingSession(Closeable):
         # A session nobody closed (its module dropped with it) is detached when collected, so
         # ddod frees its device memory without waiting for the client's lease to end.
         self._finalizer = weakref.finalize(self, _detach_quietly, client, response.session_id)
+        self._finalizer.atexit = False  # at exit the client's lease ends, and ddod frees it all
 
     # Opening.
 
