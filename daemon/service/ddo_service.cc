@@ -1,4 +1,5 @@
 #include "daemon/common/format_bytes.h"
+#include "daemon/config/environment.h"
 #include "daemon/profiles/profile_store.h"
 #include "daemon/service/ddo_service.h"
 
@@ -445,12 +446,11 @@ namespace {
 // ddod's default profile directory: its DDO_PROFILE_DIR, else ~/.ddo/profiles of its user.
 std::string ProfileDir(const DaemonContext& context, const std::string& requested) {
   auto configured = context.options.setting_environment.find("DDO_PROFILE_DIR");
-  const char* home = std::getenv("HOME");
   return ResolveProfileDir(requested,
                            configured == context.options.setting_environment.end()
                                ? ""
                                : configured->second,
-                           home == nullptr ? "" : home);
+                           Lookup(ProcessEnvironment(), "HOME").value_or(""));
 }
 
 void ToProto(const ProfileFile& file, ddo::v1::Profile* out) {

@@ -95,12 +95,14 @@ uint64_t StreamSession::Span(uint64_t use) const {
   return plan_.units[worker_schedule_[use % worker_schedule_.size()]].span_bytes;
 }
 
+bool StreamSession::Blocks(const Placed& placed, uint64_t use, uint64_t end) const {
+  return placed.use + plan_.ring_slots <= use || end - placed.start > packing_.arena_bytes;
+}
+
 bool StreamSession::WouldFit(uint64_t use, uint64_t consumed) const {
   const uint64_t end = PlacementStart(use) + Span(use);
   for (const Placed& oldest : placed_) {
-    const bool slot_taken = oldest.use + plan_.ring_slots <= use;
-    const bool bytes_taken = end - oldest.start > packing_.arena_bytes;
-    if (!slot_taken && !bytes_taken) return true;
+    if (!Blocks(oldest, use, end)) return true;
     if (oldest.use >= consumed) return false;  // the runner has to move first
   }
   return true;
@@ -111,9 +113,7 @@ absl::StatusOr<StreamSession::Room> StreamSession::MakeRoom(uint64_t use, uint64
   const uint64_t end = start + Span(use);
   while (!placed_.empty()) {
     const Placed& oldest = placed_.front();
-    const bool slot_taken = oldest.use + plan_.ring_slots <= use;
-    const bool bytes_taken = end - oldest.start > packing_.arena_bytes;
-    if (!slot_taken && !bytes_taken) break;
+    if (!Blocks(oldest, use, end)) break;
     if (oldest.use >= consumed) return Room{Room::kWaitingOnRunner};
     // The runner published it is done with that use; its kernels may still be reading it.
     absl::StatusOr<bool> done = device_memory_->ConsumedDone(oldest.slot);

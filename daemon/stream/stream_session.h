@@ -102,6 +102,10 @@ class StreamSession {
   // Whether MakeRoom would fit `use` once the runner's finished kernels are retired (no device
   // query: for deciding whether the worker may sleep).
   bool WouldFit(uint64_t use, uint64_t consumed) const;
+  struct Placed;
+  // Whether `placed` must retire before `use`, ending at `end`, can be placed: it holds the
+  // slot `use` needs, or bytes `use` would overwrite.
+  bool Blocks(const Placed& placed, uint64_t use, uint64_t end) const;
   // Where use `use` starts (virtual) and how many bytes it spans.
   uint64_t PlacementStart(uint64_t use) const;
   uint64_t Span(uint64_t use) const;

@@ -25,6 +25,11 @@ def default_client() -> DdoClient:
         return _client
 
 
+def client_or_default(client: Optional[DdoClient]) -> DdoClient:
+    """``client``, or the shared one when it is None (the seed's functions take no client)."""
+    return client if client is not None else default_client()
+
+
 def close_default_client() -> None:
     """Closes the shared client (tests; a process that wants its lease gone early)."""
     global _client

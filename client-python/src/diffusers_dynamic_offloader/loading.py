@@ -135,10 +135,9 @@ def load_from_ddod(
     from .errors import DaemonError
 
     started = time.perf_counter()
-    if client is None:
-        from .default_client import default_client
+    from .default_client import client_or_default
 
-        client = default_client()
+    client = client_or_default(client)
     folder = os.path.join(os.fspath(pretrained_model_name_or_path), subfolder or "")
     key = cache_key or f"ddo-load:{os.path.abspath(folder)}"
     warm = True

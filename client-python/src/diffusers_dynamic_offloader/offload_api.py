@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from .errors import ConfigurationError, DaemonError
+from .offload_settings import DynamicOffloadSettings
 from .quantized import detect_quantized_backend_modules
 from .resolved_settings import ResolvedSettings, setting_text
 
@@ -148,11 +149,9 @@ class DiffusersGroupOffloadResult:
 
 
 def _client(client):
-    if client is not None:
-        return client
-    from .default_client import default_client
+    from .default_client import client_or_default
 
-    return default_client()
+    return client_or_default(client)
 
 
 def _prefix(component: str) -> str:
@@ -233,8 +232,6 @@ def enable_offload(
     if unknown:
         raise TypeError(f"Unknown DynamicOffloadConfig override(s): {', '.join(unknown)}")
     prefix = _prefix(component)
-    from .offload_settings import DynamicOffloadSettings
-
     # Explicit fields, weakest first: a config edited on pre-resolved settings
     # (dataclasses.replace), config=, then keyword overrides. None means "the default".
     explicit = _edited_config_fields(settings) if isinstance(settings, DynamicOffloadSettings) else {}
@@ -310,8 +307,6 @@ def enable_offload(
     if profile is not None and profile.build and chosen.value != "dynamic_offload":
         raise ValueError("Profile calibration requires the dynamic_offload route.")
     payload["route"] = chosen.value
-    from .offload_settings import DynamicOffloadSettings
-
     if isinstance(given, DynamicOffloadSettings) and given.resolved is settings:
         seed_settings = given  # shared, as the seed's pipeline helper shares one object
     else:
@@ -472,8 +467,6 @@ def enable_pipeline_offload(
     """Routes every ``nn.Module`` component of a Diffusers pipeline, a ModularPipeline, a
     mapping, or the named attributes (schedulers, tokenizers and other non-modules are
     skipped). Settings are resolved once, for all components, and shared."""
-    from .offload_settings import DynamicOffloadSettings
-
     found = _pipeline_components(pipeline, components)
     client = _client(client)
     resolved = _resolved_of(settings)

@@ -244,10 +244,9 @@ def load_dynamic_offload_settings_from_env(
 ) -> DynamicOffloadSettings:
     """The seed's resolver, asked of ddod: ``default_preset`` unless DDO_PRESET is set in
     ``environ`` (default ``os.environ``)."""
-    if client is None:
-        from .default_client import default_client
+    from .default_client import client_or_default
 
-        client = default_client()
+    client = client_or_default(client)
     resolved = client.resolve_settings(default_preset, environ=environ, components=list(components),
                                        component_policies=component_policies)
     return DynamicOffloadSettings.from_resolved(

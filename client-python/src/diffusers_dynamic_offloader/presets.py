@@ -19,11 +19,9 @@ if TYPE_CHECKING:
 
 
 def _listing(client: Optional["DdoClient"]) -> settings_pb2.ListPresetsResponse:
-    if client is None:
-        from .default_client import default_client
+    from .default_client import client_or_default
 
-        client = default_client()
-    return client.presets()
+    return client_or_default(client).presets()
 
 
 def get_dynamic_offload_presets(client: Optional["DdoClient"] = None) -> Dict[str, Dict[str, str]]:

@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 import grpc
 
 from ._proto import profiles_pb2
+from .default_client import client_or_default
 from .errors import DaemonError
 
 DYNAMIC_OFFLOAD_PROFILE_SCHEMA_VERSION = 1
@@ -87,14 +88,6 @@ def dynamic_offload_profile_path(context: Any, profile_dir: Optional[os.PathLike
     return get_dynamic_offload_profile_dir(profile_dir) / f"{_FILE_PREFIX}{key}.json"
 
 
-def _client(client):
-    if client is None:
-        from .default_client import default_client
-
-        client = default_client()
-    return client
-
-
 def load_dynamic_offload_profile(context: Any, profile_dir: Optional[os.PathLike] = None,
                                  client=None) -> Optional[Dict[str, Any]]:
     """The validated record of ``context``, or None: when there is none, or when the file is
@@ -104,7 +97,7 @@ def load_dynamic_offload_profile(context: Any, profile_dir: Optional[os.PathLike
     key = dynamic_offload_profile_key(normalized)
     directory = get_dynamic_offload_profile_dir(profile_dir)
     try:
-        answer = _client(client)._unary("GetProfile", profiles_pb2.GetProfileRequest(
+        answer = client_or_default(client)._unary("GetProfile", profiles_pb2.GetProfileRequest(
             ref=profiles_pb2.ProfileRef(key=key), profile_dir=str(directory)))
     except DaemonError as error:
         if error.code == grpc.StatusCode.NOT_FOUND:
@@ -170,7 +163,7 @@ def record_dynamic_offload_profile(context: Any, observation: Mapping[str, Any],
     elif "recommendation" in previous:
         record["recommendation"] = previous["recommendation"]
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
-    _client(client)._unary("PutProfile", profiles_pb2.PutProfileRequest(
+    client_or_default(client)._unary("PutProfile", profiles_pb2.PutProfileRequest(
         profile=profiles_pb2.Profile(ref=profiles_pb2.ProfileRef(key=key), json=text),
         profile_dir=str(directory)))
     return directory / f"{_FILE_PREFIX}{key}.json"

@@ -67,11 +67,11 @@ def run_staged(
     returns. ``settings`` (DynamicOffloadSettings) and ``offload_kwargs`` go to every
     ``enable_offload``; ``call_kwargs`` are the pipeline call's (prompt, steps, size, ...).
     Every component is released when the run ends, also when it raises."""
-    from .offload_api import _client, default_cache_key, enable_offload
+    from .offload_api import _client, _pipeline_components, default_cache_key, enable_offload
     from .phases import enter_phase
 
     client = _client(client)
-    components = _components(pipe)
+    components = _pipeline_components(pipe, None)
     held: List[Any] = []
 
     def modules(names: Sequence[str]) -> Dict[str, nn.Module]:
@@ -116,16 +116,6 @@ def run_staged(
     finally:
         while held:
             held.pop().release()
-
-
-def _components(pipe: Any) -> Dict[str, Any]:
-    found = getattr(pipe, "components", None)
-    if isinstance(found, Mapping):
-        return dict(found)
-    if isinstance(pipe, Mapping):
-        return dict(pipe)
-    return {name: getattr(pipe, name) for name in dir(pipe)
-            if not name.startswith("_") and isinstance(getattr(pipe, name, None), nn.Module)}
 
 
 def flux_stages() -> Stages:
