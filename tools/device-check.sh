@@ -13,11 +13,17 @@ export LD_LIBRARY_PATH="$PWD/.bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$PWD/.device-deps/src:$PWD/client-python/src"
 export DDO_DDOD_BINARY="$PWD/.bundle/bin/ddod"
 
-timeout 120 python3 -m pytest -q -p no:cacheprovider tests/gpu > "$OUT/tests-gpu.log" 2>&1
-echo "tests/gpu: rc=$?"; tail -4 "$OUT/tests-gpu.log"
+# One device call may run 600 s: the bench gets what the tests leave (BUDGET_S in all).
+BUDGET_S="${BUDGET_S:-585}"
+export DDO_GPU_REPORT_DIR="$OUT"
+timeout 330 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu > "$OUT/tests-gpu.log" 2>&1
+echo "tests/gpu: rc=$?"; grep -E "passed|failed|error" "$OUT/tests-gpu.log" | tail -4
+grep "\[pipeline-gpu\]" "$OUT/tests-gpu.log"
 timeout 60 .bundle/bin/ddo_unit_tests --gtest_brief=1 > "$OUT/unit.log" 2>&1
 echo "unit tests: rc=$?"; tail -3 "$OUT/unit.log"
-timeout 240 python3 bench/bench_flux_stream.py --ddod .bundle/bin/ddod --caps 16,12 \
+left=$((BUDGET_S - SECONDS))
+echo "resident rules bench: ${left} s left"
+timeout "$left" python3 bench/bench_flux_stream.py --ddod .bundle/bin/ddod --caps 16,12 \
   --skip-diffusers --skip-warm --steps 3 \
   --variant DDO_AUTO_BUDGET_POLICY=balanced,DDO_RESIDENT_BUDGET_RULE=seed \
   --variant DDO_AUTO_BUDGET_POLICY=balanced,DDO_RESIDENT_BUDGET_RULE=bandwidth \

@@ -93,7 +93,6 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
                           "budget is reported above for comparison"});
   }
   const double seed_budget_gib = balanced.resident_budget_gib.value_or(0);
-  const double seed_streamed_gib = std::max(0.0, in.candidate_weight_gib - seed_budget_gib);
   auto transfer = [&](double gib) {
     return machine.h2d_gbps > 0
                ? absl::StrFormat(" (%.3f s at the measured %.1f GB/s)", gib * kGiB / 1e9 / machine.h2d_gbps,
@@ -113,12 +112,15 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
   if (in.total_vram_gib <= 0) {
     return use_seed("the device's VRAM is unknown (host backend): the seed's budget");
   }
-  // The bandwidth rule: the session may use the device up to the seed's headroom, and keeps
-  // resident what that leaves after the ring and the activation reserve.
+  // The bandwidth rule: the session may use the device but for the larger of the seed's
+  // headroom and the activation reserve (the seed's headroom is its allowance for
+  // activations, which the reserve already is here: counting both would free the same room
+  // twice), keeps resident all that leaves after the ring, and so copies the least per pass.
   const double ratio = in.candidate_module_gib / in.total_vram_gib;
   const double headroom = in.auto_vram_headroom_gib > 0 ? in.auto_vram_headroom_gib
                                                         : VramHeadroomGib(in.total_vram_gib, ratio);
-  const double usable_gib = std::max(0.0, in.total_vram_gib - headroom);
+  const double reserve_gib = settings->activation_reserve_bytes / kGiB;
+  const double usable_gib = std::max(0.0, in.total_vram_gib - std::max(0.0, headroom - reserve_gib));
   StreamSettings bandwidth = *settings;
   bandwidth.vram_budget_bytes = GiBToBytes(usable_gib);
   bandwidth.resident_budget_bytes.reset();
@@ -127,19 +129,33 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
     return use_seed(absl::StrCat("the bandwidth rule's ", absl::StrFormat("%.2f", usable_gib),
                                  " GiB cannot hold the ring and the reserve: ", plan.status().message()));
   }
+  // Both rules are compared on the plans they would give, not on their budgets: a budget
+  // counts candidates only, while a plan also keeps small and non-streamable tensors.
+  StreamSettings seed = *settings;
+  if (balanced.resident_budget_gib) seed.resident_budget_bytes = GiBToBytes(*balanced.resident_budget_gib);
+  absl::StatusOr<SessionPlan> seed_plan = PlanSession(tensors, streamable, seed);
   const double streamed_gib = plan->streamed_bytes / kGiB;
-  if (streamed_gib >= seed_streamed_gib) {
-    return use_seed(absl::StrFormat("the bandwidth rule would copy %.2f GiB per pass, no less than "
-                                    "the seed's %.2f GiB", streamed_gib, seed_streamed_gib));
+  if (seed_plan.ok() && seed_plan->streamed_bytes <= plan->streamed_bytes) {
+    const double seed_streamed_gib = seed_plan->streamed_bytes / kGiB;
+    return use_seed(absl::StrFormat("the bandwidth rule would copy %.2f GiB per pass%s, no less "
+                                    "than the seed's %.2f GiB%s", streamed_gib, transfer(streamed_gib),
+                                    seed_streamed_gib, transfer(seed_streamed_gib)));
   }
+  const std::string against =
+      seed_plan.ok()
+          ? absl::StrFormat("%.2f GiB%s", seed_plan->streamed_bytes / kGiB,
+                            transfer(seed_plan->streamed_bytes / kGiB))
+          : absl::StrCat("no plan (", seed_plan.status().message(), ")");
   *settings = bandwidth;
   decisions->push_back(
       {"resident_budget_rule", "bandwidth",
-       absl::StrFormat("the session uses up to %.2f GiB (VRAM %.2f GiB - headroom %.2f GiB) and "
-                       "keeps resident what the ring and the activation reserve leave: %.2f GiB "
-                       "copied per pass%s, against %.2f GiB%s with the seed's %.2f GiB budget",
-                       usable_gib, in.total_vram_gib, headroom, streamed_gib, transfer(streamed_gib),
-                       seed_streamed_gib, transfer(seed_streamed_gib), seed_budget_gib)});
+       absl::StrFormat("the session uses up to %.2f GiB (VRAM %.2f GiB - headroom %.2f GiB beyond "
+                       "the %.2f GiB activation reserve) and keeps resident what the ring and the "
+                       "reserve leave: %.2f GiB copied per pass%s, against %s with the seed's "
+                       "%.2f GiB budget",
+                       usable_gib, in.total_vram_gib, std::max(0.0, headroom - reserve_gib),
+                       reserve_gib, streamed_gib, transfer(streamed_gib), against,
+                       seed_budget_gib)});
 }
 
 void AddTransferEstimate(const MachineFacts& machine, ddo::v1::PlanExplanation* plan) {

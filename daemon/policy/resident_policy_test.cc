@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/config/values.h"
 
 namespace ddo {
 namespace {
@@ -118,6 +119,47 @@ TEST(ResidentPolicyTest, TheBandwidthRuleKeepsResidentWhatTheHeadroomLeaves) {
   for (const PlanDecisionEntry& entry : decisions) {
     if (entry.key == "resident_budget_rule") {
       EXPECT_THAT(entry.reason, ::testing::HasSubstr("25.0 GB/s"));
+    }
+  }
+}
+
+TEST(ResidentPolicyTest, TheHeadroomAndTheActivationReserveAreNotCountedTwice) {
+  // The session keeps the 2 GiB activation reserve free itself, so of a 3 GiB headroom only
+  // 1 GiB more stays unused; a headroom below the reserve adds nothing.
+  const Model model = MakeModel(32);
+  MachineFacts machine;
+  machine.total_vram_gib = 16;
+  machine.available_ram_gib = 64;
+  for (const auto& [headroom, budget_gib] : {std::pair<const char*, double>{"3", 15.0}, {"1", 16.0}}) {
+    StreamSettings settings;
+    std::vector<PlanDecisionEntry> decisions;
+    ApplyResidentPolicy(model.tensors, model.streamable,
+                        {{"DDO_AUTO_BUDGET_POLICY", "balanced"}, {"DDO_AUTO_VRAM_HEADROOM_GB", headroom}},
+                        machine, &settings, &decisions);
+    ASSERT_EQ(Decisions(decisions).at("resident_budget_rule"), "bandwidth") << headroom;
+    ASSERT_TRUE(settings.vram_budget_bytes.has_value());
+    EXPECT_EQ(*settings.vram_budget_bytes, GiBToBytes(budget_gib)) << headroom;
+  }
+}
+
+TEST(ResidentPolicyTest, TheSeedsRuleServesWhenItsPlanCopiesNoMore) {
+  // Every weight under the small-tensor threshold stays resident under either rule: the
+  // bandwidth rule cannot copy less, so the seed's budget stays, and the reason says so.
+  const Model model = MakeModel(32);
+  StreamSettings settings;
+  settings.small_tensor_bytes = 1ull << 30;
+  std::vector<PlanDecisionEntry> decisions;
+  MachineFacts machine;
+  machine.total_vram_gib = 24;
+  machine.available_ram_gib = 64;
+  ApplyResidentPolicy(model.tensors, model.streamable,
+                      {{"DDO_AUTO_BUDGET_POLICY", "balanced"}},
+                      machine, &settings, &decisions);
+  ASSERT_EQ(Decisions(decisions).at("resident_budget_rule"), "seed");
+  EXPECT_TRUE(settings.resident_budget_bytes.has_value());
+  for (const PlanDecisionEntry& entry : decisions) {
+    if (entry.key == "resident_budget_rule") {
+      EXPECT_THAT(entry.reason, ::testing::HasSubstr("no less than the seed's 0.00 GiB"));
     }
   }
 }

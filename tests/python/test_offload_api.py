@@ -135,6 +135,18 @@ def test_a_pipeline_shares_one_resolution(daemon, fake_diffusers):
     assert results["text_encoder"].route == "diffusers_group_offload"
 
 
+def test_config_fields_for_a_whole_pipeline_are_resolved_once(daemon, fake_diffusers):
+    components = {"transformer": make_model(torch.float32), "text_encoder": nn.Linear(4, 4)}
+    with DdoClient.connect(daemon.address) as client:
+        results = enable_pipeline_offload(components, client=client, environ={},
+                                          apply_hook=False, small_tensor_threshold_kb=0,
+                                          max_resident_module_budget_gb=0.5)
+    shared = results["transformer"].settings
+    assert shared is results["text_encoder"].settings
+    assert shared.resolved.value("DDO_MAX_RESIDENT_MODULE_BUDGET_GB") == "0.5"
+    assert shared.resolved.value("DDO_SMALL_TENSOR_THRESHOLD_KB") == "0"
+
+
 def test_group_offload_without_diffusers_says_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "diffusers", None)
     with pytest.raises(Exception, match="needs the diffusers package"):

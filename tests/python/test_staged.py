@@ -106,3 +106,28 @@ def test_a_failing_pass_still_releases_everything(client):
 
     listed = client._unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
     assert [s for s in listed if s.device_uuid] == []
+
+
+class DeviceInferringPipeline(SyntheticPipeline):
+    """Infers its execution device as Diffusers does when no component is on the device:
+    from an unrouted module on the host (here "meta", so that a wrong answer shows)."""
+
+    @property
+    def _execution_device(self):
+        return torch.device("meta")
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append(self._execution_device)
+        return super().__call__(*args, **kwargs)
+
+
+def test_each_pass_runs_on_the_execution_device_not_the_inferred_one(client):
+    pipe = DeviceInferringPipeline()
+    with torch.no_grad():
+        run_staged(pipe, synthetic_stages(), client=client, execution_device="cpu",
+                   offload_kwargs={"environ": {}, "component_policies": NO_DIFFUSERS},
+                   prompt="a cat", num_inference_steps=2)
+    assert pipe.calls == [torch.device("cpu"), "call"]
+    # The pin ends with the run.
+    assert type(pipe) is DeviceInferringPipeline
+    assert pipe._execution_device == torch.device("meta")

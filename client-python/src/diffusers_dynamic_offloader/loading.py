@@ -152,7 +152,9 @@ def load_from_ddod(
     with parameters_on_meta():
         module = model_class.from_config(config)
     if torch_dtype is not None:
-        module = module.to(torch_dtype)
+        # torch's own cast of the meta parameters: Diffusers' ModelMixin.to warns about
+        # fp32-kept modules, which matter for real weights only.
+        module = nn.Module.to(module, torch_dtype)
     attached = client.attach(key)
     try:
         attached.bind(module)

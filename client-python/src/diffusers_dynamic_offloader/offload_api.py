@@ -131,9 +131,15 @@ class DynamicOffloadApplyResult:
         return profile_run_of(self._profile)
 
     def release(self) -> None:
-        """Closes the streaming session (ddod frees its device memory) and forgets the state:
-        what the seed's users had to do by hand before ``gc.collect()``. Idempotent."""
+        """Gives back everything the route took: the streaming session closes (ddod frees its
+        device memory), Diffusers group offload hooks come off (the weights stay on the offload
+        device), and a module the result moved to the execution device moves back. What the
+        seed's users had to do by hand before ``gc.collect()``. Idempotent."""
         remove_dynamic_offload(self)
+        if self.route == "diffusers_group_offload":
+            remove_diffusers_group_offload(self.module)
+        if self.event_payload.pop("unmanaged_module_moved_to_execution_device", False):
+            self.module.to(getattr(self.settings, "offload_device", None) or "cpu")
 
     def __enter__(self) -> "DynamicOffloadApplyResult":
         return self
@@ -264,7 +270,8 @@ def enable_offload(
             components=[component], preset=preset, environ=environ,
             use_environment=use_environment, overrides=overrides,
             component_policies=component_policies, client=client)
-    elif overrides or component_policies or component not in settings.components:
+    elif (_adds_to(settings, overrides) or component_policies
+          or component not in settings.components):
         # Pre-resolved settings (the seed's from_env) serve as they are unless this call adds
         # overrides, policies or a component they lack: then ddod resolves again from what
         # they were resolved from (their preset, environment and policies), plus the additions.
@@ -336,7 +343,13 @@ def enable_offload(
         if apply_hook and enabled and streaming:
             key = cache_key or default_cache_key(module, component)
             registered = time.perf_counter()
-            stored = client.register_module(key, module, content_hash=cache_key is None)
+            bound = getattr(module, "_ddo_attached_component", None)
+            if bound is not None and not bound.closed and bound.cache_key == key:
+                # Built by load_from_ddod: its weights are ddod's copy under this key already
+                # (in the checkpoint's order, which a fresh registration would not match).
+                stored = client.component(key)
+            else:
+                stored = client.register_module(key, module, content_hash=cache_key is None)
             opened = time.perf_counter()
             result.hook = client.stream(module, key, device=_device_text(execution_device),
                                         settings=session_settings,
@@ -453,6 +466,27 @@ def enable_diffusers_group_offload(
     return DiffusersGroupOffloadResult(module, payload)
 
 
+# diffusers.hooks.group_offloading's hook names (module constants, not public API).
+_GROUP_OFFLOAD_HOOKS = ("lazy_prefetch_group_offloading", "layer_execution_tracker",
+                        "group_offloading")
+
+
+def remove_diffusers_group_offload(module: nn.Module) -> bool:
+    """Takes Diffusers' group offload hooks off ``module`` and its submodules (their weights
+    stay where the last offload left them, on the offload device), so that the module can be
+    routed again. Returns whether any hook was removed."""
+    removed = False
+    for submodule in module.modules():
+        registry = getattr(submodule, "_diffusers_hook", None)
+        if registry is None:
+            continue
+        for name in _GROUP_OFFLOAD_HOOKS:
+            if registry.get_hook(name) is not None:
+                registry.remove_hook(name, recurse=False)
+                removed = True
+    return removed
+
+
 def enable_pipeline_offload(
     pipeline: Any,
     *,
@@ -471,13 +505,21 @@ def enable_pipeline_offload(
     client = _client(client)
     resolved = _resolved_of(settings)
     policies = kwargs.pop("component_policies", None)
+    # Config fields given for the whole pipeline are resolved once, with the rest, so that
+    # every component shares one settings object (as the seed's helper did).
+    explicit = dict(_config_fields(kwargs["config"])) if kwargs.get("config") is not None else {}
+    explicit.update({name: value for name, value in kwargs.items() if name in CONFIG_FIELDS})
+    overrides = _setting_overrides({k: v for k, v in explicit.items() if v is not None})
     if resolved is None:
         resolved = resolve_offload_settings(
             components=list(found), preset=preset, environ=environ,
-            use_environment=use_environment, component_policies=policies, client=client)
+            use_environment=use_environment, overrides=overrides, component_policies=policies,
+            client=client)
         settings = None
-    elif policies or any(name not in resolved.components for name in found):
-        resolved = _resolve_again(resolved, "", {}, policies, client, components=list(found))
+    elif (policies or _adds_to(resolved, overrides)
+          or any(name not in resolved.components for name in found)):
+        resolved = _resolve_again(resolved, "", overrides, policies, client,
+                                  components=list(found))
         settings = None
     if not isinstance(settings, DynamicOffloadSettings):
         settings = DynamicOffloadSettings.from_resolved(
@@ -575,6 +617,12 @@ def _resolve_again(settings: ResolvedSettings, component: str, overrides: Mappin
         inputs.preset, environ=inputs.environ, overrides={**inputs.overrides, **overrides},
         components=sorted((set(settings.components) | {component} | set(components)) - {""}),
         component_policies=policies)
+
+
+def _adds_to(settings: ResolvedSettings, overrides: Mapping[str, object]) -> bool:
+    """Whether ``overrides`` change what ``settings`` were resolved with."""
+    given = settings.inputs.overrides
+    return any(given.get(name) != setting_text(value) for name, value in overrides.items())
 
 
 def _resolved_of(settings: Any) -> Optional[ResolvedSettings]:

@@ -20,8 +20,10 @@ as functions (:class:`Stages`); :func:`flux_stages` gives them for FluxPipeline.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+import contextlib
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
+import torch
 from torch import nn
 
 EventCallback = Callable[..., Any]
@@ -60,6 +62,7 @@ def run_staged(
     client=None,
     record_event: Optional[EventCallback] = None,
     offload_kwargs: Optional[Mapping[str, Any]] = None,
+    execution_device: str = "cuda:0",
     offload_device: str = "cpu",
     **call_kwargs: Any,
 ) -> Any:
@@ -72,6 +75,8 @@ def run_staged(
 
     client = _client(client)
     components = _pipeline_components(pipe, None)
+    routing = {"execution_device": execution_device, "offload_device": offload_device,
+               **dict(offload_kwargs or {})}
     held: List[Any] = []
 
     def modules(names: Sequence[str]) -> Dict[str, nn.Module]:
@@ -84,38 +89,58 @@ def run_staged(
     def route(names: Sequence[str]) -> None:
         for name, module in modules(names).items():
             held.append(enable_offload(module, component=name, settings=settings, client=client,
-                                       record_event=record_event, **dict(offload_kwargs or {})))
+                                       record_event=record_event, **routing))
 
     def phase(name: str, needed: Sequence[str], prefetch: Sequence[str]) -> None:
+        # Releasing a result gives back all it took: a streaming session, group offload
+        # hooks, or a module moved to the device whole.
         released = list(held)
         held.clear()
-        for result in released:
-            # A component no route manages was moved to the device whole: back to the host,
-            # or it would hold its VRAM through the next passes.
-            if result.event_payload.get("unmanaged_module_moved_to_execution_device"):
-                result.module.to(offload_device)
         enter_phase(name, needed=keys(needed), prefetch=keys(prefetch), release=released,
                     client=client, record_event=record_event)
 
     try:
-        # The denoiser's weights are warmed while the prompt is encoded (and kept warm after
-        # the run, for the next one, when ddod's budget allows).
-        phase("prompt", stages.prompt, stages.denoise)
-        route(stages.prompt)
-        embeddings = stages.encode(pipe, **call_kwargs)
-        phase("denoise", stages.denoise, stages.decoding)
-        route(stages.denoise)
-        denoise_call = {k: v for k, v in call_kwargs.items() if k not in stages.prompt_arguments}
-        latents = pipe(**denoise_call, **embeddings, output_type="latent")
-        latents = getattr(latents, "images", latents)
-        phase("decode", stages.decoding, ())
-        route(stages.decoding)
-        output = stages.decode(pipe, latents, **call_kwargs)
-        phase("after_run", (), stages.denoise)
-        return output
+        with _executing_on(pipe, routing["execution_device"]):
+            # The denoiser's weights are warmed while the prompt is encoded (and kept warm
+            # after the run, for the next one, when ddod's budget allows).
+            phase("prompt", stages.prompt, stages.denoise)
+            route(stages.prompt)
+            embeddings = stages.encode(pipe, **call_kwargs)
+            phase("denoise", stages.denoise, stages.decoding)
+            route(stages.denoise)
+            # The denoising pass returns latents whatever output the caller asked for.
+            denoise_call = {k: v for k, v in call_kwargs.items()
+                            if k not in stages.prompt_arguments and k != "output_type"}
+            latents = pipe(**denoise_call, **embeddings, output_type="latent")
+            latents = getattr(latents, "images", latents)
+            phase("decode", stages.decoding, ())
+            route(stages.decoding)
+            output = stages.decode(pipe, latents, **call_kwargs)
+            phase("after_run", (), stages.denoise)
+            return output
     finally:
         while held:
             held.pop().release()
+
+
+@contextlib.contextmanager
+def _executing_on(pipe: Any, device: str) -> Iterator[None]:
+    """Pins a Diffusers pipeline's ``_execution_device`` for the run. Diffusers infers it
+    from group offload hooks or else from the first module component (the VAE in most
+    pipelines); in a staged pass the other components sit unrouted on the host, so the
+    inference would answer "cpu" and the pass would build its latents there."""
+    cls = type(pipe)
+    if not isinstance(getattr(cls, "_execution_device", None), property):
+        yield
+        return
+    pinned = torch.device(device)
+    pipe.__class__ = type(cls.__name__, (cls,), {
+        "__module__": cls.__module__, "__doc__": cls.__doc__,
+        "_execution_device": property(lambda self: pinned)})
+    try:
+        yield
+    finally:
+        pipe.__class__ = cls
 
 
 def flux_stages() -> Stages:
