@@ -86,7 +86,7 @@ std::vector<SettingSpec> BuildLibrarySettings() {
       Number("DDO_VRAM_BUDGET_GB", "", "everything a streaming session may use on its device; unset: no session cap"),
       Number("DDO_ACTIVATION_RESERVE_GB", "2", "kept free for the runner's activations inside DDO_VRAM_BUDGET_GB"),
       Choice("DDO_RESIDENT_BUDGET_RULE", "bandwidth", {"bandwidth", "seed"},
-             "balanced policy on a GPU: bandwidth keeps resident all the VRAM the headroom leaves (less is streamed per pass); seed: the seed's capped budget"),
+             "balanced policy on a GPU: bandwidth takes whichever plan copies fewer bytes per pass, the seed's budget or all the VRAM that the larger of the headroom and the activation reserve leaves; seed: the seed's capped budget"),
   };
 }
 

@@ -17,11 +17,14 @@ import diffusers  # noqa: E402
 import small_flux  # noqa: E402
 from diffusers_dynamic_offloader import DdoClient, enable_offload, load_from_ddod  # noqa: E402
 
+# diffusers imports its model classes lazily, on first access: part of the imports.
+MODEL_CLASS = diffusers.FluxTransformer2DModel
+
 
 def main(address: str, folder: str, output: str, budget_gb: str) -> None:
     imported = time.perf_counter()
     with DdoClient.connect(address, timeout=120) as client:
-        loaded = load_from_ddod(diffusers.FluxTransformer2DModel, folder, subfolder="transformer",
+        loaded = load_from_ddod(MODEL_CLASS, folder, subfolder="transformer",
                                 torch_dtype=small_flux.DTYPE, client=client, progress=False)
         bound = time.perf_counter()
         result = enable_offload(loaded.module, component="transformer",
