@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -46,32 +45,21 @@ FIGURES: dict = {}
 
 
 class DevicePeak:
-    """The device's used memory (the driver's view: every process, ddod included), sampled
-    every millisecond while the block runs, and the runner's allocator peak."""
+    """The device's used memory while the block runs (the library's driver sampler, every
+    millisecond: every process, ddod included) and the runner's allocator peak."""
 
     def __enter__(self) -> "DevicePeak":
+        from diffusers_dynamic_offloader.named_profiles import DriverPeakSampler
+
         torch.cuda.synchronize()
-        self.peak = self._used()
         torch.cuda.reset_peak_memory_stats()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
+        self._sampler = DriverPeakSampler(DEVICE, interval_s=0.001).__enter__()
         return self
-
-    def _used(self) -> int:
-        free, total = torch.cuda.mem_get_info()
-        return total - free
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._used())
-            time.sleep(0.001)
 
     def __exit__(self, *exc_info) -> None:
         torch.cuda.synchronize()
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._used())
+        self._sampler.__exit__(*exc_info)
+        self.peak = self._sampler.peak_bytes
         self.allocator_peak = torch.cuda.max_memory_allocated()
 
 

@@ -91,8 +91,8 @@ class NamedProfile:
 
     @contextlib.contextmanager
     def measure(self) -> Iterator[Dict[str, Any]]:
-        """Calibration: measures the block's peak VRAM (the driver's view at start and end,
-        and the allocator's peak beside what other processes hold) and saves
+        """Calibration: measures the block's peak VRAM (the driver's view at start and end and
+        sampled every 10 ms, and the allocator's peak beside what other processes hold) and saves
         ``total - peak - headroom`` as the resident budget. A no-op for other runs. Nothing is
         saved when the block raises.
 
@@ -113,13 +113,14 @@ class NamedProfile:
             torch.cuda.reset_peak_memory_stats(self.device)
             used_start = total - free
             try:
-                yield self.report
+                with DriverPeakSampler(self.device) as sampled:
+                    yield self.report
             except BaseException:
                 self.report["status"] = "failed"
                 raise
             torch.cuda.synchronize(self.device)
             free_end, _ = torch.cuda.mem_get_info(self.device)
-            peak = max(used_start, total - free_end,
+            peak = max(used_start, total - free_end, sampled.peak_bytes,
                        external + torch.cuda.max_memory_reserved(self.device)) / _GIB
             total_gb = total / _GIB
             from .profiles import DynamicOffloadProfileSession, record_dynamic_offload_profile
@@ -139,6 +140,41 @@ class NamedProfile:
                   f"resident budget {budget:.2f} GiB saved to {path}")
         finally:
             _ACTIVE.release()
+
+
+class DriverPeakSampler:
+    """The device's used memory as the driver sees it (``total - free``: every process, ddod's
+    slabs and rings included), sampled by a daemon thread while the block runs. The
+    allocator's peak misses memory other processes take mid-run (a slab ddod prefetches, a
+    second runner); the samples see it."""
+
+    def __init__(self, device: Any, interval_s: float = 0.01) -> None:
+        self.device = device
+        self.interval_s = interval_s
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="ddo-cuda-profile",
+                                        daemon=True)
+
+    def _used(self) -> int:
+        import torch
+
+        free, total = torch.cuda.mem_get_info(self.device)
+        return total - free
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak_bytes = max(self.peak_bytes, self._used())
+
+    def __enter__(self) -> "DriverPeakSampler":
+        self.peak_bytes = self._used()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_bytes = max(self.peak_bytes, self._used())
 
 
 def profile_run_of(profile: Optional[NamedProfile]) -> contextlib.AbstractContextManager:
