@@ -162,6 +162,17 @@ absl::Status ApplyPinWorkers(absl::string_view what, absl::string_view value, Da
   return absl::OkStatus();
 }
 
+absl::Status ApplyHostDevices(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  int devices = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(value), &devices) || devices < 1 ||
+      devices > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value '", value, "' for ", what,
+                                                   ": expected a whole number from 1 to 64"));
+  }
+  o.host_devices = devices;
+  return absl::OkStatus();
+}
+
 // In the order --help lists them. The preset comes first: later settings may read it.
 constexpr OptionSpec kOptions[] = {
     {"--preset", "DDO_PRESET", "NAME", "policy preset (default auto; see `ddoctl presets`)",
@@ -198,6 +209,9 @@ constexpr OptionSpec kOptions[] = {
      ApplyAvailableRam},
     {"", "DDO_PLATFORM", "linux|wsl|windows",
      "pretend to run on this platform (tests and simulations of the WSL rules)", ApplyPlatform},
+    {"--host-devices", "DDO_HOST_DEVICES", "N",
+     "host-backend streaming devices cpu, cpu:1 ... cpu:N-1 (tests and simulations of several "
+     "devices; default 1)", ApplyHostDevices},
 };
 
 const OptionSpec* FindFlag(absl::string_view flag) {

@@ -43,6 +43,9 @@ struct DaemonOptions {
   // DDO_PLATFORM: pretend to run on "linux", "wsl" or "windows" (tests, simulations): the WSL
   // pinning and stream rules follow it.
   std::optional<std::string> platform_override;
+  // DDO_HOST_DEVICES: host-backend streaming devices "cpu" (also "cpu:0"), "cpu:1", ...: several
+  // devices on a machine without them (tests and simulations of multi-device setups).
+  int host_devices = 1;
 
   std::string state_dir;
   // Embedded mode: exit when this process ends (implies discard_pool).

@@ -57,6 +57,13 @@ TEST(DaemonOptionsTest, PoolSwitches) {
   EXPECT_EQ(pinned->pin_workers, 8);
 }
 
+TEST(DaemonOptionsTest, HostDevices) {
+  EXPECT_EQ(Resolve({})->host_devices, 1);
+  EXPECT_EQ(Resolve({"--host-devices", "2"})->host_devices, 2);
+  EXPECT_EQ(Resolve({}, {{"DDO_HOST_DEVICES", "3"}})->host_devices, 3);
+  EXPECT_THAT(ErrorOf({"--host-devices", "0"}), HasSubstr("from 1 to 64"));
+}
+
 TEST(DaemonOptionsTest, PresetWithoutHeadroomKeepsTheBuiltInDefault) {
   auto options = Resolve({"--preset", "warm_process"});
   ASSERT_TRUE(options.ok());

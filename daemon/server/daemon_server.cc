@@ -96,6 +96,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   StreamSessionsOptions streams;
   streams.vram_budget_bytes =
       context.options.vram_budget_gb ? GiBToBytes(*context.options.vram_budget_gb) : 0;
+  streams.host_devices = context.options.host_devices;
   // warm_process (DDO_CACHE_PINNED_WEIGHTS): slabs stay warm for the next runner.
   {
     const auto& env = context.options.setting_environment;

@@ -43,7 +43,17 @@ std::string StreamSessions::NewSegmentName(char kind) const {
 
 absl::StatusOr<StreamSessions::Device> StreamSessions::ResolveDevice(
     const std::string& requested) const {
-  if (requested == "cpu") return Device{"cpu", -1, options_.host_budget_bytes};
+  if (requested == "cpu" || requested == "cpu:0") return Device{"cpu", -1, options_.host_budget_bytes};
+  if (int index = 0; absl::StartsWith(requested, "cpu:") &&
+                     absl::SimpleAtoi(requested.substr(4), &index)) {
+    if (index < 0 || index >= options_.host_devices) {
+      return absl::NotFoundError(absl::StrCat(
+          "ddod serves ", options_.host_devices, " host device(s) (cpu",
+          options_.host_devices > 1 ? absl::StrCat(" to cpu:", options_.host_devices - 1) : "",
+          "), not '", requested, "'; --host-devices sets how many"));
+    }
+    return Device{requested, -1, options_.host_budget_bytes};
+  }
   if (gpus_.backend != ComputeBackend::kCuda) {
     return absl::UnavailableError(absl::StrCat("no usable GPU for device '", requested,
                                                "': ", gpus_.detail,

@@ -34,8 +34,11 @@ namespace ddo {
 struct StreamSessionsOptions {
   // ddod's own VRAM budget per device (all sessions' slabs and rings); 0: the whole device.
   uint64_t vram_budget_bytes = 0;
-  // "cpu" sessions (host backend): a budget of their own; 0: unlimited.
+  // "cpu" sessions (host backend): a budget of their own per host device; 0: unlimited.
   uint64_t host_budget_bytes = 0;
+  // Host-backend devices: "cpu" (also "cpu:0"), then "cpu:1" ... "cpu:<host_devices - 1>",
+  // each with its own copy worker and budget.
+  int host_devices = 1;
   // warm_process: a closed session's filled slab stays on its device for the next session of
   // the same component and plan, until its room is needed (least recently used first).
   bool keep_slabs_warm = false;
@@ -104,7 +107,7 @@ class StreamSessions {
 
  private:
   struct Device {
-    std::string label;  // "cpu" or the GPU UUID
+    std::string label;  // "cpu", "cpu:<n>" or the GPU UUID
     int ordinal = -1;   // -1 for the host backend
     uint64_t budget_bytes = 0;  // 0: unlimited
   };

@@ -90,19 +90,20 @@ def call() -> Dict[str, Any]:
     return dict(CALL, generator=torch.Generator(DEVICE).manual_seed(0))
 
 
-def transformer_inputs() -> Dict[str, Any]:
-    """One denoising step's inputs for the transformer (a 512x512 image, 64 text tokens)."""
-    generator = torch.Generator(device=DEVICE).manual_seed(1)
+def transformer_inputs(device: str = DEVICE) -> Dict[str, Any]:
+    """One denoising step's inputs for the transformer (a 512x512 image, 64 text tokens), the
+    same on every device."""
+    generator = torch.Generator(device=device).manual_seed(1)
     side, text = 32, 64
-    img_ids = torch.zeros(side, side, 3, device=DEVICE)
-    img_ids[..., 1] = torch.arange(side, device=DEVICE)[:, None]
-    img_ids[..., 2] = torch.arange(side, device=DEVICE)[None, :]
+    img_ids = torch.zeros(side, side, 3, device=device)
+    img_ids[..., 1] = torch.arange(side, device=device)[:, None]
+    img_ids[..., 2] = torch.arange(side, device=device)[None, :]
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, device=device, dtype=DTYPE)
+
     return dict(
-        hidden_states=torch.randn(1, side * side, 64, generator=generator, device=DEVICE,
-                                  dtype=DTYPE),
-        encoder_hidden_states=torch.randn(1, text, 1024, generator=generator, device=DEVICE,
-                                          dtype=DTYPE),
-        pooled_projections=torch.randn(1, 768, generator=generator, device=DEVICE, dtype=DTYPE),
-        timestep=torch.tensor([0.5], device=DEVICE, dtype=DTYPE),
-        img_ids=img_ids.reshape(side * side, 3), txt_ids=torch.zeros(text, 3, device=DEVICE),
-        guidance=torch.tensor([3.5], device=DEVICE), return_dict=False)
+        hidden_states=randn(1, side * side, 64), encoder_hidden_states=randn(1, text, 1024),
+        pooled_projections=randn(1, 768), timestep=torch.tensor([0.5], device=device, dtype=DTYPE),
+        img_ids=img_ids.reshape(side * side, 3), txt_ids=torch.zeros(text, 3, device=device),
+        guidance=torch.tensor([3.5], device=device), return_dict=False)

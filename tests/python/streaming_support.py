@@ -112,6 +112,7 @@ import streaming_support as support
 dtype = getattr(torch, sys.argv[1])
 forwards = sys.argv[2]
 settings = dict(support.STREAM_ALL, DDO_STREAM_UNIT=sys.argv[3])
+device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
 model = support.make_model(dtype)
 reference = support.frozen_copy(model)
 
@@ -119,8 +120,9 @@ def say(**fields):
     print(json.dumps(fields), flush=True)
 
 with DdoClient.connect(timeout=10) as client:
-    with client.stream(model, support.CACHE_KEY, device="cpu", settings=settings) as session:
-        say(event="open", session_id=session.session_id)
+    with client.stream(model, support.CACHE_KEY, device=device, settings=settings) as session:
+        say(event="open", session_id=session.session_id,
+            device=session.resources.device_uuid)
         step = 0
         while forwards == "forever" or step < int(forwards):
             bad = support.mismatches(model, reference, [step], dtype)

@@ -132,7 +132,8 @@ def stream(
         module: A module of the component's architecture (its ``state_dict()`` names, shapes
             and dtypes); it is rebound in place.
         cache_key: The READY component in ddod's pool.
-        device: ``"cpu"`` for the host backend (shared memory, memcpy), or a CUDA device
+        device: ``"cpu"`` for the host backend (shared memory, memcpy; ``"cpu:1"`` ... name
+            further host devices of a ddod started with ``--host-devices``), or a CUDA device
             (``"cuda:1"``, ``1``, ``torch.device``); a GPU is named to ddod by its UUID, or as
             ``cuda:N`` when this torch cannot tell the UUID (then ddod's numbering must match
             torch's).
@@ -201,7 +202,10 @@ def _resolve_device(device: DeviceArgument) -> Tuple[torch.device, str]:
     except (RuntimeError, TypeError) as error:
         raise ConfigurationError(f"device={device!r} is not a torch device: {error}") from None
     if resolved.type == "cpu":
-        return resolved, HOST_DEVICE
+        # "cpu:1" ...: another host-backend device of a ddod started with --host-devices.
+        if resolved.index:
+            return torch.device("cpu"), f"{HOST_DEVICE}:{resolved.index}"
+        return torch.device("cpu"), HOST_DEVICE
     if resolved.type != "cuda":
         raise ConfigurationError(
             f"device={device!r}: streaming sessions run on 'cpu' (the host backend) or a "
