@@ -223,12 +223,15 @@ class Child:
     over stdin."""
 
     def __init__(self, script: str, env: Dict[str, str], *args: str) -> None:
+        # Unbuffered: read() selects on the pipe, and a buffered reader could hold a whole
+        # line the pipe no longer shows (two lines written at once).
         self.proc = subprocess.Popen(
             [sys.executable, "-c", script, *args],
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            bufsize=0,
         )
 
     @property

@@ -105,7 +105,7 @@ def mismatches(
 # A child runner: connects to DDO_DAEMON, streams the registered model, runs forwards and
 # reports JSON lines on stdout. argv: dtype, forwards ("forever": until killed), unit.
 RUNNER_SCRIPT = r"""
-import json, sys, torch
+import json, select, sys, torch
 from diffusers_dynamic_offloader import DdoClient
 import streaming_support as support
 
@@ -124,7 +124,12 @@ with DdoClient.connect(timeout=10) as client:
         say(event="open", session_id=session.session_id,
             device=session.resources.device_uuid)
         step = 0
-        while forwards == "forever" or step < int(forwards):
+        # "forever"; "until-told": until a line arrives on stdin (at least 3 forwards); N.
+        def more():
+            if forwards == "until-told":
+                return step < 3 or not select.select([sys.stdin], [], [], 0)[0]
+            return forwards == "forever" or step < int(forwards)
+        while more():
             bad = support.mismatches(model, reference, [step], dtype)
             if bad:
                 say(event="mismatch", step=step)
