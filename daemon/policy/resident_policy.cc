@@ -34,6 +34,15 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
                          const std::map<std::string, std::string>& values,
                          const MachineFacts& machine, StreamSettings* settings,
                          std::vector<PlanDecisionEntry>* decisions) {
+  if (Text(values, "DDO_PROFILE_CALIBRATION") == "1") {
+    // The seed's calibration baseline: zero residents, so that the measured peak is what the
+    // run needs beside its streamed weights.
+    settings->resident_budget_bytes = 0;
+    settings->always_resident_patterns.clear();
+    decisions->push_back({"profile_calibration", "zero_resident",
+                          "build_profile: the baseline run keeps nothing resident that can stream"});
+    return;
+  }
   const double explicit_budget = Number(values, "DDO_RESIDENT_MODULE_BUDGET_GB");
   if (explicit_budget > 0) {
     settings->resident_budget_bytes = GiBToBytes(explicit_budget);

@@ -203,7 +203,13 @@ absl::StatusOr<ddo::v1::ResolvedSettings> ResolveSettings(
   resolved.set_requested_preset(requested);
   const PresetDefinition* preset = nullptr;
   if (!requested.empty()) {
-    DDO_ASSIGN_OR_RETURN(preset, ResolvePreset(requested));
+    absl::StatusOr<const PresetDefinition*> found = ResolvePreset(requested);
+    if (!found.ok()) {
+      // The seed's wording: the variable, the value, the choices.
+      return absl::InvalidArgumentError(absl::StrCat("Invalid DDO_PRESET='", requested, "': ",
+                                                     found.status().message()));
+    }
+    preset = *found;
     resolved.set_effective_preset(preset->name);
   }
   const Layers layers(request, daemon_environment, preset);

@@ -41,6 +41,8 @@ def test_calibration_measures_the_device_and_a_later_run_applies_it(client, tmp_
                                  profile_name="small-flux-512", build_profile=True)
     try:
         assert calibration.route == "dynamic_offload"
+        decided = {d.key: d.value for d in calibration.hook.plan.decisions}
+        assert decided["profile_calibration"] == "zero_resident", decided
         free, total = torch.cuda.mem_get_info()
         used_before = total - free
         with calibration.profile_run() as report:

@@ -97,3 +97,29 @@ def test_calibration_errors_name_what_is_wrong(client, fake_cuda):
     # Without a profile, profile_run() does nothing.
     with _enable(client, nn.Linear(8, 8)).profile_run() as nothing:
         assert nothing is None
+
+
+def test_a_budget_from_the_environment_or_a_preset_is_manual_and_wins(client, fake_cuda):
+    with _enable(client, nn.Linear(8, 8), profile_name="env", build_profile=True) as calibration:
+        with calibration.profile_run():
+            pass
+    for environ in ({"DDO_AUTO_BUDGET_POLICY": "off", "DDO_RESIDENT_MODULE_BUDGET_GB": "2.5"},
+                    {"DDO_AUTO_BUDGET_POLICY": "off", "DDO_PRESET": "low_ram_safe"}):
+        later = ddo.enable_offload(nn.Linear(8, 8), component="transformer",
+                                   execution_device="cuda:0", client=client, environ=environ,
+                                   apply_hook=False, profile_name="env")
+        assert later.event_payload["profile"]["status"] == "manual_budget", environ
+        assert float(later.settings.value("DDO_RESIDENT_MODULE_BUDGET_GB")) > 1.0, environ
+
+
+def test_a_calibration_session_keeps_nothing_resident_whatever_the_policy(client):
+    from streaming_support import make_model
+
+    model = make_model(torch.float32)
+    plan = client.explain_plan(model, component="transformer", device="cpu", settings={
+        "DDO_AUTO_BUDGET_POLICY": "balanced", "DDO_PROFILE_CALIBRATION": "1",
+        "DDO_SMALL_TENSOR_THRESHOLD_KB": "0", "DDO_AVAILABLE_SYSTEM_RAM_GB": "64"})
+    decisions = {d.key: d.value for d in plan.decisions}
+    assert decisions["profile_calibration"] == "zero_resident"
+    linear_bytes = sum(m.weight.numel() * 4 for m in model.modules() if type(m) is nn.Linear)
+    assert plan.streamed_bytes == linear_bytes

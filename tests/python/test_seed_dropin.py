@@ -24,7 +24,8 @@ SEED_NAMES = [
     "from_pretrained_with_dynamic_offload", "get_available_system_ram_gb",
     "get_dynamic_offload_presets", "get_dynamic_offload_state", "is_wsl_environment",
     "load_dynamic_offload_settings_from_env", "remove_dynamic_offload",
-    "resolve_dynamic_offload_preset",
+    "resolve_dynamic_offload_preset", "apply_dynamic_offload", "clear_dynamic_offload_plan_cache",
+    "DynamicOffloadHook", "DynamicOffloadState", "DynamicOffloadPlanEntry",
 ]
 
 
@@ -60,9 +61,9 @@ def test_pre_resolved_settings_keep_their_preset_environment_and_policies(client
 
 
 def test_an_unknown_preset_is_a_value_error_naming_it(client):
-    with pytest.raises(ValueError, match="windows_fast"):
+    with pytest.raises(ValueError, match="DDO_PRESET=.windows_fast"):
         ddo.DynamicOffloadSettings.from_env(default_preset="windows_fast", client=client)
-    with pytest.raises(ValueError, match="windows_fast"):
+    with pytest.raises(ValueError, match="DDO_PRESET=.windows_fast"):
         ddo.enable_offload(nn.Linear(4, 4), preset="windows_fast", execution_device="cpu",
                            client=client)
 
@@ -308,3 +309,23 @@ def test_none_means_the_default_always_resident_pattern(client):
                                 environ={}, execution_device="cpu", apply_hook=False,
                                 always_resident_modules_pattern=None)
     assert "proj_out" in result.settings.value("DDO_ALWAYS_RESIDENT_MODULE_PATTERNS")
+
+
+def test_apply_dynamic_offload_streams_as_the_config_says(client):
+    from streaming_support import frozen_copy, make_model, mismatches
+
+    model = make_model(torch.float32)
+    reference = frozen_copy(model)
+    config = ddo.DynamicOffloadConfig(execution_device="cpu", execution_mode="linear_runtime",
+                                      small_tensor_threshold_bytes=0)
+    hook = ddo.apply_dynamic_offload(model, config, client=client, environ={})
+    try:
+        assert isinstance(hook, ddo.DynamicOffloadHook)
+        assert hook.state is ddo.get_dynamic_offload_state(model)
+        assert isinstance(hook.state, ddo.DynamicOffloadState)
+        assert all(isinstance(e, ddo.DynamicOffloadPlanEntry) for e in hook.state.entries)
+        assert mismatches(model, reference, range(3), torch.float32) == []
+        assert hook.stats()["streamed_uses"] > 0
+    finally:
+        ddo.remove_dynamic_offload(model)
+    ddo.clear_dynamic_offload_plan_cache()  # the seed's call: nothing to clear, no error

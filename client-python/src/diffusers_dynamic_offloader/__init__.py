@@ -56,6 +56,11 @@ __all__ = [
     "enable_pipeline_offload",
     "enable_dynamic_offload",
     "enable_diffusers_group_offload",
+    "apply_dynamic_offload",
+    "clear_dynamic_offload_plan_cache",
+    "DynamicOffloadHook",
+    "DynamicOffloadState",
+    "DynamicOffloadPlanEntry",
     "remove_dynamic_offload",
     "DynamicOffloadApplyResult",
     "DiffusersGroupOffloadResult",
@@ -94,6 +99,11 @@ __all__ = [
 ]
 
 _LAZY = {
+    "apply_dynamic_offload": "offload_api",
+    "DynamicOffloadHook": "streaming",
+    "clear_dynamic_offload_plan_cache": "offload_api",
+    "DynamicOffloadState": "offload_state",
+    "DynamicOffloadPlanEntry": "offload_state",
     "AttachedComponent": "attached",
     "BindResult": "attached",
     "StreamingSession": "streaming",

@@ -37,9 +37,12 @@ class NamedProfile:
         self.device: Any = None
 
     def prepare(self, explicit: Dict[str, Any], *, execution_device: str, execution_mode: str,
-                policy: str, headroom_gb: float, max_resident_gb: float) -> Dict[str, Any]:
+                policy: str, headroom_gb: float, max_resident_gb: float,
+                manual_budget_gb: float = 0.0) -> Dict[str, Any]:
         """The explicit config fields for this run (calibration: nothing resident; otherwise
-        the stored recommendation, unless a manual budget is set).
+        the stored recommendation, unless a manual budget is set: ``manual_budget_gb`` is the
+        resolved DDO_RESIDENT_MODULE_BUDGET_GB, from a keyword, the environment or a preset,
+        as the seed read it from its config).
 
         Raises:
             ValueError: an empty name with build_profile, a non-CUDA device, a mode that does
@@ -67,7 +70,7 @@ class NamedProfile:
             print(f"[ddo] profile {self.name!r}: calibrating with nothing resident; run the "
                   f"workload inside result.profile_run()")
             return explicit
-        if float(explicit.get("resident_module_budget_gb") or 0) > 0:
+        if float(explicit.get("resident_module_budget_gb") or 0) > 0 or manual_budget_gb > 0:
             self.report["status"] = "manual_budget"
             return explicit
         from .profiles import get_dynamic_offload_profile_recommendation, load_dynamic_offload_profile

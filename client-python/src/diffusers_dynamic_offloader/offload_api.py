@@ -289,7 +289,8 @@ def enable_offload(
             execution_mode=settings.value("DDO_EXECUTION_MODE"),
             policy=settings.value("DDO_AUTO_BUDGET_POLICY"),
             headroom_gb=float(settings.value("DDO_PROFILE_VRAM_HEADROOM_GB") or 1),
-            max_resident_gb=float(settings.value("DDO_MAX_RESIDENT_MODULE_BUDGET_GB") or 0))
+            max_resident_gb=float(settings.value("DDO_MAX_RESIDENT_MODULE_BUDGET_GB") or 0),
+            manual_budget_gb=float(settings.value("DDO_RESIDENT_MODULE_BUDGET_GB") or 0))
         if prepared != explicit:
             explicit = prepared
             settings = _resolve_again(settings, component, _setting_overrides(explicit),
@@ -340,6 +341,8 @@ def enable_offload(
 
         session_settings = {name: settings.value(name) for name in SESSION_SETTINGS
                             if settings.values.get(name) and settings.value(name) != ""}
+        if profile is not None and profile.build:
+            session_settings["DDO_PROFILE_CALIBRATION"] = "1"
         if apply_hook and enabled and streaming:
             key = cache_key or default_cache_key(module, component)
             registered = time.perf_counter()
@@ -424,6 +427,29 @@ def enable_dynamic_offload(module: nn.Module, *, event_name: str = "setup_dynami
     kwargs["route"] = "dynamic_offload"
     kwargs.setdefault("dynamic_event_name", event_name)
     return enable_offload(module, **kwargs)
+
+
+def apply_dynamic_offload(module: nn.Module, config: Any = None, *, client=None,
+                          **kwargs: Any) -> Any:
+    """The seed's low-level entry point: the DDO route for ``module`` as ``config`` (a
+    DynamicOffloadConfig; the seed's defaults when None) says, on its execution device.
+
+    Returns the streaming session (the seed's DynamicOffloadHook: ``config``, ``state``,
+    ``print_profile_summary``), or None in plan mode, where no session opens and the plan is
+    ``get_dynamic_offload_state(module)``.
+    """
+    from .offload_settings import DynamicOffloadConfig
+
+    config = config if config is not None else DynamicOffloadConfig()
+    kwargs.setdefault("execution_device", config.execution_device)
+    kwargs.setdefault("offload_device", config.offload_device)
+    return enable_dynamic_offload(module, config=config, client=client, **kwargs).hook
+
+
+def clear_dynamic_offload_plan_cache() -> None:
+    """The seed's process-wide plan cache has no counterpart here: ddod plans each session
+    when it opens (and remembers a component's learned schedule, which a new registration of
+    the component replaces). Kept so that a seed runner that calls it runs unchanged."""
 
 
 def enable_diffusers_group_offload(

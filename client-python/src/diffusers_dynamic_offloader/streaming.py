@@ -857,3 +857,9 @@ def _dtype(spec: components_pb2.TensorSpec) -> torch.dtype:
 
 def _describe(tensor: torch.Tensor) -> str:
     return f"{str(tensor.dtype).replace('torch.', '')} {list(tensor.shape)}"
+
+
+#: The seed's name for the object that streams a module's weights (its Diffusers ModelHook):
+#: here the streaming session, with the seed's ``config``, ``state`` and
+#: ``print_profile_summary``.
+DynamicOffloadHook = StreamingSession
