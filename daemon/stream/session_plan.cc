@@ -87,6 +87,76 @@ std::vector<size_t> SelectionOrder(const std::vector<uint64_t>& sizes, uint64_t 
 
 }  // namespace
 
+namespace {
+
+std::string RegexEscape(absl::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (absl::StrContains("\\^$.|?*+()[]{}", c)) out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> ResidentCandidatesOf(const std::vector<std::string>& module_paths,
+                                                        const std::vector<uint64_t>& bytes,
+                                                        const std::vector<std::string>& patterns,
+                                                        std::string* described) {
+  if (patterns.empty()) {
+    *described = "every repeated block";
+    return BlocksOf(module_paths);
+  }
+  std::vector<std::string> regexes;
+  for (const std::string& pattern : patterns) {
+    if (pattern != "auto") {
+      regexes.push_back(pattern);
+      continue;
+    }
+    // The seed's inference: groups "<prefix>.<digits>" with at least two members; the one with
+    // the most bytes (then the most members) gives the pattern.
+    std::map<std::string, std::set<std::string>> members;
+    std::map<std::string, uint64_t> group_bytes;
+    for (size_t p = 0; p < module_paths.size(); ++p) {
+      std::vector<std::string> parts = absl::StrSplit(module_paths[p], '.');
+      for (size_t i = 1; i < parts.size(); ++i) {
+        if (!IsDigits(parts[i])) continue;
+        const std::string prefix = absl::StrJoin(parts.begin(), parts.begin() + i, ".");
+        members[prefix].insert(parts[i]);
+        group_bytes[prefix] += bytes[p];
+      }
+    }
+    std::string best;
+    for (const auto& [prefix, indices] : members) {
+      if (indices.size() < 2) continue;
+      if (best.empty() || group_bytes[prefix] > group_bytes[best] ||
+          (group_bytes[prefix] == group_bytes[best] && indices.size() > members[best].size())) {
+        best = prefix;
+      }
+    }
+    if (!best.empty()) regexes.push_back(absl::StrCat("^", RegexEscape(best), "\\.\\d+$"));
+  }
+  *described = regexes.empty() ? "none (no repeated block to infer)" : absl::StrJoin(regexes, ",");
+  std::vector<std::regex> compiled(regexes.begin(), regexes.end());
+  std::map<std::string, std::string> candidate_of;
+  for (const std::string& path : module_paths) {
+    std::vector<std::string> parts = absl::StrSplit(path, '.');
+    std::string candidate;
+    for (size_t i = 1; i <= parts.size() && candidate.empty(); ++i) {
+      const std::string prefix = absl::StrJoin(parts.begin(), parts.begin() + i, ".");
+      for (const std::regex& regex : compiled) {
+        if (std::regex_search(prefix, regex)) {
+          candidate = prefix;
+          break;
+        }
+      }
+    }
+    candidate_of[path] = candidate;
+  }
+  return candidate_of;
+}
+
 std::map<std::string, std::string> BlocksOf(const std::vector<std::string>& module_paths) {
   std::map<std::string, std::set<std::string>> members;  // prefix -> block paths
   for (const std::string& path : module_paths) {
@@ -164,6 +234,22 @@ absl::StatusOr<StreamSettings> ParseStreamSettings(
       absl::StatusOr<double> kib = ParseNonNegativeNumber(name, text);
       if (!kib.ok()) return kib.status();
       settings.small_tensor_bytes = static_cast<uint64_t>(*kib * 1024.0);
+    } else if (name == "DDO_RESIDENT_MODULE_PATTERNS") {
+      settings.resident_module_patterns.clear();
+      for (absl::string_view pattern : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+        const std::string trimmed(absl::StripAsciiWhitespace(pattern));
+        if (absl::AsciiStrToLower(trimmed) == "auto") {
+          settings.resident_module_patterns.push_back("auto");
+          continue;
+        }
+        try {
+          std::regex check(trimmed);
+        } catch (const std::regex_error& error) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "DDO_RESIDENT_MODULE_PATTERNS: '", trimmed, "' is not a regex: ", error.what()));
+        }
+        settings.resident_module_patterns.push_back(trimmed);
+      }
     } else if (name == "DDO_ALWAYS_RESIDENT_MODULE_PATTERNS") {
       settings.always_resident_patterns.clear();
       for (absl::string_view pattern : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
@@ -269,11 +355,22 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
   decide("stream_unit", settings.grouping == UnitGrouping::kBlock ? "block" : "linear",
          "DDO_STREAM_UNIT");
 
-  // Blocks and their streamed bytes, in order of appearance.
+  // The modules the resident budget may keep whole, and their streamed bytes, in order of
+  // appearance.
+  std::vector<uint64_t> path_bytes;
+  for (uint32_t i : candidates) path_bytes.push_back(tensors[i].byte_size);
+  std::string patterns_in_use;
+  const std::map<std::string, std::string> resident_of = ResidentCandidatesOf(
+      paths, path_bytes, settings.resident_module_patterns, &patterns_in_use);
+  decide("resident_module_patterns", patterns_in_use,
+         settings.resident_module_patterns.empty()
+             ? "DDO_RESIDENT_MODULE_PATTERNS not sent: every repeated block is a candidate"
+             : absl::StrCat("DDO_RESIDENT_MODULE_PATTERNS=",
+                            absl::StrJoin(settings.resident_module_patterns, ",")));
   std::vector<std::string> blocks;
   std::map<std::string, uint64_t> block_bytes;
   for (size_t c = 0; c < candidates.size(); ++c) {
-    const std::string& block = block_of.at(paths[c]);
+    const std::string& block = resident_of.at(paths[c]);
     if (block.empty()) continue;
     if (block_bytes.count(block) == 0) blocks.push_back(block);
     block_bytes[block] += tensors[candidates[c]].byte_size;
@@ -347,7 +444,7 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
                                                               : "largest blocks first");
   }
   for (size_t c = 0; c < candidates.size(); ++c) {
-    if (resident_blocks.count(block_of.at(paths[c]))) streamed[candidates[c]] = false;
+    if (resident_blocks.count(resident_of.at(paths[c]))) streamed[candidates[c]] = false;
   }
 
   // The slab: every tensor not streamed, in table order.

@@ -35,6 +35,10 @@ struct StreamSettings {
   ResidentSelection selection = ResidentSelection::kSpread;
   uint64_t small_tensor_bytes = 1024ull << 10;
   std::vector<std::string> always_resident_patterns;
+  // DDO_RESIDENT_MODULE_PATTERNS: which whole modules the resident budget may keep. Empty: every
+  // repeated block (ddod's rule); "auto": the seed's inferred block pattern, the repeated group
+  // with the most bytes; other entries are regexes of module paths (re.search).
+  std::vector<std::string> resident_module_patterns;
 };
 
 inline constexpr char kDefaultAlwaysResidentPattern[] =
@@ -90,6 +94,16 @@ struct SessionPlan {
 // two distinct indices among the paths ("transformer_blocks.3", not
 // "transformer_blocks.3.ff.net.2"); "" when none.
 std::map<std::string, std::string> BlocksOf(const std::vector<std::string>& module_paths);
+
+// The whole module the resident budget may keep for each module path ("" when none), by
+// DDO_RESIDENT_MODULE_PATTERNS (StreamSettings::resident_module_patterns): the outermost
+// prefix of the path that a pattern matches. "auto" adds the seed's inferred pattern
+// ^<prefix>\.\d+$ of the repeated group with the most bytes (`bytes[i]`: the bytes of
+// module_paths[i]; ties: more members). `described` gets the patterns in use.
+std::map<std::string, std::string> ResidentCandidatesOf(const std::vector<std::string>& module_paths,
+                                                        const std::vector<uint64_t>& bytes,
+                                                        const std::vector<std::string>& patterns,
+                                                        std::string* described);
 
 // Plans a session. `streamable` names tensors of `tensors`; each must be a 2-D floating
 // ".weight" (InvalidArgument otherwise). ResourceExhausted when the VRAM budget cannot hold the

@@ -186,5 +186,38 @@ TEST(SessionPlanTest, AComponentThatIsOneLinearStreamsItsWeight) {
   EXPECT_EQ(plan->units[0].name, "");
 }
 
+TEST(SessionPlanTest, ResidentModulePatternsChooseWhatTheBudgetMayKeep) {
+  // Two repeated groups: 4 large blocks ("blocks", 3 x 2 MiB streamable each) and 6 small "singles"
+  // (1 x 2 MiB each). The budget holds 6 MiB.
+  Model model = MakeModel(4);
+  for (int b = 0; b < 6; ++b) {
+    const std::string path = absl::StrCat("singles.", b, ".proj");
+    model.tensors.push_back(Tensor(path + ".weight", {1024, 1024}));
+    model.streamable.insert(path + ".weight");
+  }
+  auto resident_decision = [&](std::map<std::string, std::string> values) {
+    values["DDO_RESIDENT_MODULE_BUDGET_GB"] = absl::StrCat(6.0 / 1024);
+    absl::StatusOr<SessionPlan> plan = PlanSession(model.tensors, model.streamable, Settings(values));
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    std::map<std::string, std::string> decided;
+    for (const auto& d : plan->decisions) decided[d.key] = d.value;
+    return decided;
+  };
+  // Not sent: every repeated block is a candidate; spread picks from both groups in order.
+  EXPECT_THAT(resident_decision({})["resident_module_patterns"], HasSubstr("every repeated block"));
+  // "auto": the seed's inferred pattern, the group with the most bytes (blocks: 24 MiB against
+  // 12 MiB): one of its 6 MiB blocks fits.
+  auto decided = resident_decision({{"DDO_RESIDENT_MODULE_PATTERNS", "auto"}});
+  EXPECT_EQ(decided["resident_module_patterns"], "^blocks\\.\\d+$");
+  EXPECT_THAT(decided["resident_blocks"], HasSubstr("1 of 4"));
+  // An explicit regex: only the singles; three fit.
+  decided = resident_decision({{"DDO_RESIDENT_MODULE_PATTERNS", "^singles\\.\\d+$"}});
+  EXPECT_THAT(decided["resident_blocks"], HasSubstr("3 of 6"));
+  // A pattern can name a whole subtree: "singles" keeps every single or none (12 MiB > 6).
+  decided = resident_decision({{"DDO_RESIDENT_MODULE_PATTERNS", "^singles$"}});
+  EXPECT_THAT(decided["resident_blocks"], HasSubstr("0 of 1"));
+  EXPECT_FALSE(ParseStreamSettings({{"DDO_RESIDENT_MODULE_PATTERNS", "(("}}).ok());
+}
+
 }  // namespace
 }  // namespace ddo
