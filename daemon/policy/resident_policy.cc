@@ -113,6 +113,13 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
       settings->resident_budget_bytes = GiBToBytes(*balanced.resident_budget_gib);
     }
     decisions->push_back({"resident_budget_rule", "seed", std::move(reason)});
+    if (balanced.pin_decision == "full_pin_zero_resident") {
+      // The seed's step 4: the default always-resident leaves would take the headroom this
+      // mode keeps for activations.
+      settings->always_resident_patterns.clear();
+      decisions->push_back({"auto_always_resident_decision", "offload_for_zero_resident",
+                            "full pin, zero resident: the always-resident patterns are cleared"});
+    }
   };
   if (Text(values, "DDO_RESIDENT_BUDGET_RULE") == "seed") return use_seed("DDO_RESIDENT_BUDGET_RULE=seed");
   if (in.profile_budget_gib) {

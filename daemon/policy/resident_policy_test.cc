@@ -123,6 +123,27 @@ TEST(ResidentPolicyTest, TheBandwidthRuleKeepsResidentWhatTheHeadroomLeaves) {
   }
 }
 
+TEST(ResidentPolicyTest, FullPinZeroResidentClearsTheAlwaysResidentPatterns) {
+  // 128 MiB of candidates on a 24 MiB device: more than 4x the VRAM, RAM for all of it: the
+  // seed pins everything, keeps nothing resident, and offloads the always-resident leaves too.
+  const Model model = MakeModel(32);
+  StreamSettings settings;
+  settings.always_resident_patterns = {"proj_out"};
+  std::vector<PlanDecisionEntry> decisions;
+  MachineFacts machine;
+  machine.total_vram_gib = 24.0 / 1024;
+  machine.available_ram_gib = 64;
+  ApplyResidentPolicy(model.tensors, model.streamable,
+                      {{"DDO_AUTO_BUDGET_POLICY", "balanced"}, {"DDO_PIN_CPU_MEMORY", "1"},
+                       {"DDO_RESIDENT_BUDGET_RULE", "seed"}},
+                      machine, &settings, &decisions);
+  const auto decided = Decisions(decisions);
+  EXPECT_EQ(decided.at("auto_pin_weight_decision"), "full_pin_zero_resident");
+  EXPECT_EQ(decided.at("auto_always_resident_decision"), "offload_for_zero_resident");
+  EXPECT_TRUE(settings.always_resident_patterns.empty());
+  EXPECT_EQ(settings.resident_budget_bytes.value_or(1), 0u);
+}
+
 TEST(ResidentPolicyTest, TheHeadroomAndTheActivationReserveAreNotCountedTwice) {
   // The session keeps the 2 GiB activation reserve free itself, so of a 3 GiB headroom only
   // 1 GiB more stays unused; a headroom below the reserve adds nothing.
