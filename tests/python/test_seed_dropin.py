@@ -115,17 +115,22 @@ def test_staged_loading_passes_the_keywords_through_and_can_stream_at_once(clien
     reference = _Loader.from_pretrained("some/model")
     config = ddo.DynamicOffloadConfig(execution_device="cpu", small_tensor_threshold_bytes=0,
                                       execution_mode="linear_runtime")
-    streamed = ddo.from_pretrained_with_dynamic_offload(
-        "some/model", model_loader=lambda path: _Loader.from_pretrained(path),
-        dynamic_offload_config=config, apply_dynamic=True, client=client)
-    try:
+    with ddo.from_pretrained_with_dynamic_offload(
+            "some/model", model_loader=lambda path: _Loader.from_pretrained(path),
+            dynamic_offload_config=config, apply_dynamic=True, client=client) as streamed:
         assert streamed.hook is not None and not streamed.should_move_to_execution_device
         inputs = torch.randn(3, 64)
         with torch.no_grad():
             for _ in range(3):
                 assert torch.equal(streamed.module(inputs), reference(inputs))
-    finally:
-        ddo.remove_dynamic_offload(streamed.module)
+    # Leaving the block released the session: ddod lists none, the module still computes.
+    from diffusers_dynamic_offloader._proto import sessions_pb2
+
+    listed = client._unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
+    assert [s for s in listed if s.device_uuid] == []
+    assert streamed.hook is None and ddo.get_dynamic_offload_state(streamed.module) is None
+    with torch.no_grad():
+        assert torch.equal(streamed.module(inputs), reference(inputs))
 
 
 def test_an_unknown_safetensors_backend_is_refused():
@@ -174,16 +179,20 @@ def test_the_seed_config_field_for_profile_budgets_is_accepted(client):
     assert isinstance(result.profile_run(), contextlib.AbstractContextManager)
 
 
-def test_clearing_the_pinned_cache_evicts_what_no_session_uses(client):
+def test_clearing_the_pinned_cache_evicts_what_no_session_uses(client, daemon):
     model = nn.Sequential(nn.Linear(256, 256))
     client.register_module("dropin/unused", model)
     busy = nn.Sequential(nn.Linear(256, 256))
     client.register_module("dropin/busy", busy)
+    # Another runner's component, idle: a shared ddod keeps it warm for that runner.
+    with DdoClient.connect(daemon.address) as other:
+        other.register_module("dropin/other-runner", nn.Sequential(nn.Linear(256, 256)))
     with client.stream(busy, "dropin/busy", device="cpu"):
         freed = ddo.clear_dynamic_offload_pinned_tensor_cache(client)
         keys = {component.cache_key for component in client.components()}
     assert freed > 0
     assert "dropin/unused" not in keys and "dropin/busy" in keys
+    assert "dropin/other-runner" in keys
 
 
 def _pipeline_parts():

@@ -14,7 +14,7 @@ import os
 import stat
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import grpc
 from google.protobuf.message import Message
@@ -82,6 +82,9 @@ class DdoClient(Closeable):
         self._timeout = timeout
         self._embedded_daemon = embedded_daemon
         self._stub = ddo_pb2_grpc.DdoStub(channel)
+        # Cache keys this client stored or found warm (register_*, load_safetensors): what
+        # clear_dynamic_offload_pinned_tensor_cache may evict.
+        self.stored_keys: Set[str] = set()
         # Releases everything at the latest when the client is collected or the interpreter
         # exits; the lease and channel go first, so that a private ddod stops at once.
         self._finalizer = weakref.finalize(self, _release, lease, channel, embedded_daemon)
@@ -271,7 +274,7 @@ class DdoClient(Closeable):
         already there); see :func:`diffusers_dynamic_offloader.store.register_state_dict`."""
         from . import store
 
-        return store.register_state_dict(
+        stored = store.register_state_dict(
             self,
             cache_key,
             state_dict,
@@ -281,6 +284,8 @@ class DdoClient(Closeable):
             wait=wait,
             log=log,
         )
+        self.stored_keys.add(cache_key)
+        return stored
 
     def register_module(
         self,
@@ -297,7 +302,7 @@ class DdoClient(Closeable):
         :func:`diffusers_dynamic_offloader.store.register_module`."""
         from . import store
 
-        return store.register_module(
+        stored = store.register_module(
             self,
             cache_key,
             module,
@@ -307,6 +312,8 @@ class DdoClient(Closeable):
             wait=wait,
             log=log,
         )
+        self.stored_keys.add(cache_key)
+        return stored
 
     def load_safetensors(
         self,
@@ -324,7 +331,7 @@ class DdoClient(Closeable):
         :func:`diffusers_dynamic_offloader.store.load_safetensors`."""
         from . import store
 
-        return store.load_safetensors(
+        stored = store.load_safetensors(
             self,
             cache_key,
             paths,
@@ -335,6 +342,8 @@ class DdoClient(Closeable):
             log=log,
             stall_timeout=stall_timeout,
         )
+        self.stored_keys.add(cache_key)
+        return stored
 
     def attach(self, cache_key: str) -> "AttachedComponent":
         """Maps a READY component read-only into this process (zero-copy tensors, inference

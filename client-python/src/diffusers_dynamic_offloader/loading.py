@@ -47,6 +47,21 @@ class DynamicOffloadLoadResult:
 
         return profile_run_of(self._profile)
 
+    def release(self) -> None:
+        """Closes the streaming session (``apply_dynamic=True``): ddod frees its device
+        memory, the module's weights go back to host views. Idempotent."""
+        from .offload_api import remove_dynamic_offload
+
+        if self.hook is not None:
+            remove_dynamic_offload(self.module)
+            self.hook = None
+
+    def __enter__(self) -> "DynamicOffloadLoadResult":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
+
 
 def from_pretrained_with_dynamic_offload(
     pretrained_model_name_or_path: Any,

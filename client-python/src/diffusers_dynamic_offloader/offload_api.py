@@ -691,12 +691,15 @@ def _fire(callback: Optional[EventCallback], name: str, started: float, payload:
 
 
 def clear_dynamic_offload_pinned_tensor_cache(client=None) -> int:
-    """The seed's pinned-weight cache lives in ddod here: evicts every component no session
-    uses from ddod's pool (and their warm device slabs with them). Returns the bytes freed."""
+    """The seed's pinned-weight cache lives in ddod here: evicts from ddod's pool the
+    components this client stored or found there (``client.stored_keys``) that no session
+    uses, and their warm device slabs with them. Other runners' components stay: a shared
+    ddod keeps them warm, and evicts by its own RAM budget. Returns the bytes freed."""
     client = _client(client)
     freed = 0
     for component in client.components():
-        if component.sessions or component.state != "READY":
+        if (component.cache_key not in client.stored_keys or component.sessions
+                or component.state != "READY"):
             continue
         try:
             freed += client.evict(component.cache_key)
