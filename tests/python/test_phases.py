@@ -98,3 +98,12 @@ def test_the_standby_purge_is_windows_only(client):
 def test_an_unknown_phase_is_refused(client):
     with pytest.raises(ValueError, match="before_run, prompt, denoise, decode, after_run"):
         ddo.enter_phase("vae", client=client)
+
+
+def test_on_windows_ddod_says_its_purge_is_not_built(daemon_factory, short_dir, monkeypatch):
+    # The platform fact overridden for the test: ddod believes it runs on Windows.
+    monkeypatch.setenv("DDO_PLATFORM", "windows")
+    daemon = daemon_factory(os.path.join(short_dir, "run", "ddod.sock"))
+    with DdoClient.connect(daemon.address, timeout=10) as windows_client:
+        phase = ddo.enter_phase("before_run", purge_standby=True, client=windows_client)
+    assert phase["purged"] is False and phase["purge_reason"] == "windows_purge_not_built"

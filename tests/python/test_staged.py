@@ -131,3 +131,27 @@ def test_each_pass_runs_on_the_execution_device_not_the_inferred_one(client):
     # The pin ends with the run.
     assert type(pipe) is DeviceInferringPipeline
     assert pipe._execution_device == torch.device("meta")
+
+
+def test_a_staged_run_asks_for_the_seeds_standby_purges(client):
+    pipe = SyntheticPipeline()
+    events = {}
+
+    def record(name, seconds, **payload):
+        events[name] = payload
+
+    with torch.no_grad():
+        # The auto preset (one_shot_fast) turns on the purge before the run and before the
+        # transformer; ddod answers that it purges on Windows only.
+        run_staged(pipe, synthetic_stages(), client=client, execution_device="cpu",
+                   offload_kwargs={"environ": {}, "component_policies": NO_DIFFUSERS},
+                   record_event=record, prompt="a cat", num_inference_steps=2)
+    assert events["phase_prompt"]["purge_reason"] == "non_windows"
+    assert events["phase_denoise"]["purge_reason"] == "non_windows"
+    assert events["phase_decode"]["purge_reason"] == "disabled"
+    with torch.no_grad():
+        run_staged(SyntheticPipeline(), synthetic_stages(), client=client, execution_device="cpu",
+                   offload_kwargs={"environ": {"DDO_PURGE_WINDOWS_STANDBY_BEFORE_RUN": "0"},
+                                   "component_policies": NO_DIFFUSERS},
+                   record_event=record, prompt="a cat", num_inference_steps=2)
+    assert events["phase_prompt"]["purge_reason"] == "disabled"

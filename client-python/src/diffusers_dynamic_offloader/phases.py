@@ -88,6 +88,29 @@ def enter_phase(
     return result
 
 
+def standby_purge_requested(seed_phases: Iterable[str], *, settings: Any = None,
+                            preset: str = "auto", environ: Optional[Mapping[str, str]] = None,
+                            client=None) -> bool:
+    """Whether any of the seed's ``DDO_PURGE_WINDOWS_STANDBY_<PHASE>`` switches of
+    ``seed_phases`` is on (the environment, then the settings' or ``preset``'s value): what a
+    staged run asks ddod for when it enters the matching phase."""
+    source = os.environ if environ is None else environ
+    for seed_phase in seed_phases:
+        variable = f"DDO_PURGE_WINDOWS_STANDBY_{seed_phase.strip().upper()}"
+        if variable in source:
+            switch = source[variable]
+        elif settings is not None and getattr(settings, "effective_preset", None) is not None:
+            switch = settings.preset_value(variable, "0", environ=source)
+        else:
+            from .presets import dynamic_offload_preset_env_value
+
+            switch = dynamic_offload_preset_env_value(variable, "0", requested_preset=preset,
+                                                      environ=source, client=client)
+        if str(switch).strip().lower() in ("1", "true", "yes", "on"):
+            return True
+    return False
+
+
 def _empty_cuda_cache() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -171,7 +194,7 @@ def maybe_purge_windows_standby_cache(
         switch = dynamic_offload_preset_env_value(variable, default, requested_preset=preset,
                                                   running_on_wsl=running_on_wsl, environ=source,
                                                   client=client)
-    if switch.strip().lower() not in ("1", "true", "yes", "on"):
+    if str(switch).strip().lower() not in ("1", "true", "yes", "on"):
         return {"purged": False, "reason": "disabled", "phase": phase}
     if not _on_windows():
         return {"purged": False, "reason": "non_windows", "phase": phase}

@@ -71,7 +71,7 @@ def run_staged(
     ``enable_offload``; ``call_kwargs`` are the pipeline call's (prompt, steps, size, ...).
     Every component is released when the run ends, also when it raises."""
     from .offload_api import _client, _pipeline_components, default_cache_key, enable_offload
-    from .phases import enter_phase
+    from .phases import enter_phase, standby_purge_requested
 
     client = _client(client)
     components = _pipeline_components(pipe, None)
@@ -96,8 +96,12 @@ def run_staged(
         # hooks, or a module moved to the device whole.
         released = list(held)
         held.clear()
+        # The seed's purge switches of the moments this phase begins at (ddod answers
+        # whether it purged: only on Windows).
+        purge = standby_purge_requested(_SEED_PURGE_PHASES.get(name, ()), settings=settings,
+                                        environ=routing.get("environ"), client=client)
         enter_phase(name, needed=keys(needed), prefetch=keys(prefetch), release=released,
-                    client=client, record_event=record_event)
+                    purge_standby=purge, client=client, record_event=record_event)
 
     try:
         with _executing_on(pipe, routing["execution_device"]):
@@ -121,6 +125,12 @@ def run_staged(
     finally:
         while held:
             held.pop().release()
+
+
+# The seed's standby-purge moments (DDO_PURGE_WINDOWS_STANDBY_<PHASE>) at which each phase
+# of a staged run begins.
+_SEED_PURGE_PHASES = {"prompt": ("before_run",),
+                      "denoise": ("after_text_encoder", "before_transformer")}
 
 
 @contextlib.contextmanager
