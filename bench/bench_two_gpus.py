@@ -137,9 +137,12 @@ class Runner:
 
     def __init__(self, cfg: Dict[str, Any], env: Dict[str, str]) -> None:
         self.cfg = cfg
-        self.proc = subprocess.Popen([sys.executable, "-c", RUNNER, json.dumps(cfg)], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        # stderr to a file: a full pipe would stop the runner.
+        self.stderr_path = Path(cfg["output"]).with_suffix(".stderr")
+        with open(self.stderr_path, "w") as stderr:
+            self.proc = subprocess.Popen([sys.executable, "-c", RUNNER, json.dumps(cfg)],
+                                         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=stderr, text=True)
 
     def expect(self, kind: str) -> Dict[str, Any]:
         for line in self.proc.stdout:
@@ -147,7 +150,7 @@ class Runner:
                 return json.loads(line[len(kind) + 1:])
         self.proc.wait(timeout=60)
         raise RuntimeError(f"runner on {self.cfg['device']} exited {self.proc.returncode} "
-                           f"before {kind}:\n{self.proc.stderr.read()[-3000:]}")
+                           f"before {kind}:\n{self.stderr_path.read_text()[-3000:]}")
 
     def go(self) -> None:
         self.proc.stdin.write("go\n")

@@ -1,31 +1,78 @@
 #!/usr/bin/env bash
-# The GPU checks of a device session, in order of importance, each bounded, writing its output
-# under OUT (default ./device-out): the GPU tests (routes on real diffusers models first), the
-# C++ unit tests with the GPU, then the resident-rule comparison on the FLUX benchmark.
+# The GPU checks of a device session, each bounded, writing its output under OUT (default
+# ./device-out). STAGES picks them, in order (default "tests unit rules"):
+#   tests   pytest tests/gpu (routes on real diffusers models, the FluxPipeline runs,
+#           profiles, streaming; the two-GPU test runs where there are two GPUs)
+#   unit    the C++ unit tests with the GPU
+#   rules   the resident-rule comparison on the FLUX benchmark (seed against bandwidth)
+#   demo    the README main command's daemon and demo runner, on the GPU
+#   twogpu  bench/bench_two_gpus.py (TWO_GPU_DEVICES, default cuda:0,cuda:1)
 #
 #   tools/bundle.sh build .bundle      # here, then on the device machine (carry .bundle and
 #   tools/device-check.sh              # .device-deps, where diffusers' src/ is exported)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/device-out}"
+STAGES="${STAGES:-tests unit rules}"
+# One device call may run 600 s: the benchmarks get what the tests leave (BUDGET_S in all).
+BUDGET_S="${BUDGET_S:-585}"
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/.bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$PWD/.device-deps/src:$PWD/client-python/src"
 export DDO_DDOD_BINARY="$PWD/.bundle/bin/ddod"
-
-# One device call may run 600 s: the bench gets what the tests leave (BUDGET_S in all).
-BUDGET_S="${BUDGET_S:-585}"
 export DDO_GPU_REPORT_DIR="$OUT"
-timeout 330 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu > "$OUT/tests-gpu.log" 2>&1
-echo "tests/gpu: rc=$?"; grep -E "passed|failed|error" "$OUT/tests-gpu.log" | tail -4
-grep "\[pipeline-gpu\]" "$OUT/tests-gpu.log"
-timeout 60 .bundle/bin/ddo_unit_tests --gtest_brief=1 > "$OUT/unit.log" 2>&1
-echo "unit tests: rc=$?"; tail -3 "$OUT/unit.log"
-left=$((BUDGET_S - SECONDS))
-echo "resident rules bench: ${left} s left"
-timeout "$left" python3 bench/bench_flux_stream.py --ddod .bundle/bin/ddod --caps 16,12 \
-  --skip-diffusers --skip-warm --steps 3 \
-  --variant DDO_AUTO_BUDGET_POLICY=balanced,DDO_RESIDENT_BUDGET_RULE=seed \
-  --variant DDO_AUTO_BUDGET_POLICY=balanced,DDO_RESIDENT_BUDGET_RULE=bandwidth \
-  --json-out "$OUT/rules.json" > "$OUT/rules.log" 2>&1
-echo "resident rules: rc=$?"; grep "DDO at\|variant\|^C \|^B " "$OUT/rules.log"
+# NVLink multicast stays off (the device machine's rule), in every process started here.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+left() { echo $((BUDGET_S - SECONDS)); }
+
+stage_tests() {
+  timeout 330 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu > "$OUT/tests-gpu.log" 2>&1
+  echo "tests/gpu: rc=$?"; grep -E "passed|failed|error" "$OUT/tests-gpu.log" | tail -4
+  grep -E "\[(pipeline-gpu|profiles-gpu|two-gpus)\]" "$OUT/tests-gpu.log"
+}
+
+stage_unit() {
+  timeout 60 .bundle/bin/ddo_unit_tests --gtest_brief=1 > "$OUT/unit.log" 2>&1
+  echo "unit tests: rc=$?"; tail -3 "$OUT/unit.log"
+}
+
+stage_rules() {
+  echo "resident rules bench: $(left) s left"
+  timeout "$(left)" python3 bench/bench_flux_stream.py --ddod .bundle/bin/ddod --caps 16,12 \
+    --skip-diffusers --skip-warm --steps 3 \
+    --variant DDO_AUTO_BUDGET_POLICY=balanced,DDO_RESIDENT_BUDGET_RULE=seed \
+    --variant DDO_AUTO_BUDGET_POLICY=balanced,DDO_RESIDENT_BUDGET_RULE=bandwidth \
+    --json-out "$OUT/rules.json" > "$OUT/rules.log" 2>&1
+  echo "resident rules: rc=$?"; grep "DDO at\|variant\|^C \|^B " "$OUT/rules.log"
+}
+
+stage_demo() {
+  local run_dir socket
+  run_dir=$(mktemp -d /tmp/ddo-demo-XXXXXX)
+  socket="$run_dir/ddod.sock"
+  .bundle/bin/ddod --preset warm_process --discard --socket "$socket" \
+    --state-dir "$run_dir/state" > "$OUT/demo-ddod.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 200); do [[ -S "$socket" ]] && break; sleep 0.05; done
+  {
+    echo "== ddoctl status"; .bundle/bin/ddoctl --daemon "unix:$socket" status
+    echo; echo "== demo client (Python)"
+    DDO_DAEMON="unix:$socket" timeout 180 python3 -m diffusers_dynamic_offloader.demo
+  } > "$OUT/demo.log" 2>&1
+  echo "demo: rc=$?"; tail -25 "$OUT/demo.log"
+  kill -TERM "$pid"; wait "$pid"; echo "ddod exit: $?"
+  rm -rf "$run_dir"
+}
+
+stage_twogpu() {
+  echo "two-GPU bench: $(left) s left"
+  timeout "$(left)" python3 bench/bench_two_gpus.py --ddod .bundle/bin/ddod \
+    --devices "${TWO_GPU_DEVICES:-cuda:0,cuda:1}" --steps 3 --json-out "$OUT/two-gpus.json" \
+    > "$OUT/two-gpus.log" 2>&1
+  echo "two-GPU bench: rc=$?"; tail -14 "$OUT/two-gpus.log"
+}
+
+for stage in $STAGES; do
+  "stage_$stage"
+done
