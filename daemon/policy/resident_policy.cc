@@ -95,6 +95,22 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
   for (const PlannerDecision& decision : balanced.decisions) {
     decisions->push_back({decision.key, decision.value, "the seed's balanced planner"});
   }
+  if (balanced.pin_budget_gib && balanced.pin_decision != "skip_insufficient_ram") {
+    // The seed's selection of the weights to pin, among those its residents leave: reported
+    // (ddod pins the whole segment, below).
+    const double left_gib =
+        std::max(0.0, in.candidate_weight_gib - balanced.resident_budget_gib.value_or(0));
+    const bool requested = in.pin_weight_budget_gib > 0 || in.pin_weight_budget_ratio > 0 ||
+                           in.max_pin_weight_budget_gib > 0;
+    const PinSelection pin = SelectPinBudget(
+        balanced.pin_decision == "full_pin_zero_resident",
+        in.pin_weight_budget_gib > 0 ? in.pin_weight_budget_gib : *balanced.pin_budget_gib,
+        in.pin_weight_budget_ratio, in.max_pin_weight_budget_gib, left_gib, requested);
+    const char* kSeed = "the seed's pin selection (its 95% snap to a full pin included)";
+    decisions->push_back({"resolved_pin_weight_budget_mode", pin.mode, kSeed});
+    decisions->push_back({"resolved_pin_weight_budget_gb", FormatGib(pin.budget_gib), kSeed});
+    decisions->push_back({"pin_weight_budget_snap_to_full", pin.snapped ? "true" : "false", kSeed});
+  }
   if (balanced.pin_budget_gib) {
     decisions->push_back({"host_pinning",
                           balanced.pin_decision == "skip_insufficient_ram" ? "none" : "whole component",

@@ -83,6 +83,9 @@ TEST(ResidentPolicyTest, TheBalancedPlannerSizesTheBudgetFromTheDevice) {
   ASSERT_TRUE(settings.resident_budget_bytes.has_value());
   EXPECT_GT(*settings.resident_budget_bytes, 0u);
   EXPECT_TRUE(decided.count("auto_resident_module_decision"));
+  // 32 MiB of candidates, all pinnable: the seed's selection snaps to a full pin.
+  EXPECT_EQ(decided.at("resolved_pin_weight_budget_mode"), "snap_to_full_pin");
+  EXPECT_EQ(decided.at("pin_weight_budget_snap_to_full"), "true");
   EXPECT_NEAR(static_cast<double>(*settings.resident_budget_bytes) / (1 << 30),
               std::stod(decided.at("auto_resident_module_budget_gb")), 1e-4)
       << "the budget is the one the planner reports";

@@ -436,6 +436,8 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
     for (const std::string& block : blocks) {
       if (resident_blocks.count(block)) chosen.push_back(block);
     }
+    decide("selected_resident_module_gb", absl::StrFormat("%.4f", used / (1024.0 * 1024 * 1024)),
+           "the seed's name for the bytes of the modules kept whole");
     decide("resident_blocks",
            absl::StrCat(chosen.size(), " of ", blocks.size(), " (", FormatBytes(used), ")",
                         chosen.empty() ? "" : ": ", absl::StrJoin(chosen, ", ")),
