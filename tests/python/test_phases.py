@@ -91,6 +91,10 @@ def test_the_standby_purge_is_windows_only(client):
     settings = ddo.DynamicOffloadSettings.from_env(default_preset="auto", environ=on, client=client)
     assert ddo.maybe_purge_windows_standby_cache(settings, "before_transformer",
                                                  environ=on)["reason"] == "non_windows"
+    # Settings of the off preset: the switch is off.
+    off = ddo.DynamicOffloadSettings.from_env(default_preset="off", environ={}, client=client)
+    assert ddo.maybe_purge_windows_standby_cache(off, "before_transformer",
+                                                 environ={})["reason"] == "disabled"
     with pytest.raises(TypeError, match="phase"):
         ddo.maybe_purge_windows_standby_cache()
 
