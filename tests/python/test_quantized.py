@@ -92,3 +92,24 @@ def test_plain_tensors():
     assert is_plain_tensor(nn.Parameter(torch.zeros(2)))
     assert not is_plain_tensor(subclass_tensor("X", "x"))
     assert not is_plain_tensor(torch.zeros(2, 2).to_sparse())
+
+
+def test_unpatchable_linears_are_counted_as_the_seed_did(client):
+    import diffusers_dynamic_offloader as ddo
+
+    class Reshaped(nn.Linear):
+        pass
+
+    odd = nn.Linear(4, 4)
+    odd.weight = nn.Parameter(torch.zeros(16))  # not (out_features, in_features)
+    model = nn.Sequential(nn.Linear(8, 8), odd, Reshaped(4, 4))
+    # The DDO route asked for explicitly (left to the policy, the packed-looking weight would
+    # divert the component to group offload): the odd Linear keeps its own forward.
+    with ddo.enable_dynamic_offload(model, component="transformer", execution_device="cpu",
+                                    client=client, environ={}) as result:
+        assert result.route == "dynamic_offload"
+        state = ddo.get_dynamic_offload_state(model)
+        # The odd one; the subclass is not patched either, but by design (not nn.Linear).
+        assert state.planner_decisions["unsupported_linear_module_count"] == "1"
+        with torch.no_grad():
+            assert model[0](torch.ones(1, 8)).shape == (1, 8)

@@ -163,8 +163,32 @@ def build_state(module: nn.Module, *, streamed: Iterable[str], streamable: Itera
     state.selected_resident_linear_weights = resident_weights
     state.selected_resident_modules = sorted({name.rsplit(".", 1)[0] for name in resident_weights})
     state.selected_pinned_linear_weights = sorted(streamed) if pinned else []
-    state.resolved_resident_module_patterns = _block_patterns(state.selected_resident_modules)
+    # ddod names the patterns it chose resident modules by; else they are inferred here.
+    # (its other answers, "every repeated block" or "none (...)", are no patterns).
+    chosen = decisions.get("resident_module_patterns", "")
+    if chosen and not chosen.startswith(("every repeated block", "none")):
+        state.resolved_resident_module_patterns = chosen.split(",")
+    else:
+        state.resolved_resident_module_patterns = _block_patterns(state.selected_resident_modules)
+    # The seed's count of nn.Linear modules it could not patch (their weight is no plain 2-D
+    # (out_features, in_features) tensor): they run their own forward.
+    state.planner_decisions.setdefault(
+        "unsupported_linear_module_count", str(_unsupported_linear_count(module)))
     return state
+
+
+def _unsupported_linear_count(module: nn.Module) -> int:
+    from .quantized import is_plain_tensor
+
+    count = 0
+    for submodule in module.modules():
+        if type(submodule) is not nn.Linear:
+            continue
+        weight = submodule.weight
+        if not (is_plain_tensor(weight) and weight.dim() == 2 and weight.is_floating_point()
+                and tuple(weight.shape) == (submodule.out_features, submodule.in_features)):
+            count += 1
+    return count
 
 
 def _block_patterns(module_names: Iterable[str]) -> List[str]:
