@@ -338,3 +338,12 @@ def test_apply_dynamic_offload_streams_as_the_config_says(client):
     finally:
         ddo.remove_dynamic_offload(model)
     ddo.clear_dynamic_offload_plan_cache()  # the seed's call: nothing to clear, no error
+
+
+def test_the_result_objects_keep_the_seeds_fields_and_defaults():
+    result = ddo.DynamicOffloadApplyResult(nn.Linear(2, 2))
+    assert result.hook is None and result.settings is None
+    assert result.should_move_to_execution_device is True
+    assert result.event_payload == {} and result.route == "dynamic_offload"
+    loaded = ddo.DynamicOffloadLoadResult(nn.Linear(2, 2))
+    assert loaded.hook is None and loaded.should_move_to_execution_device is True

@@ -112,16 +112,17 @@ class DynamicOffloadApplyResult:
     """What ``enable_offload`` did to one component (the seed's result object).
 
     ``hook`` is the :class:`StreamingSession` on the DDO route (close it, or call
-    :func:`remove_dynamic_offload`, to give the device memory back), else None.
+    :func:`remove_dynamic_offload`, to give the device memory back), else None. The fields
+    come in the seed's order with its defaults; ``component`` is DDO's addition.
     """
 
     module: nn.Module
-    component: str
-    route: str
-    settings: Any  # DynamicOffloadSettings (its ``resolved``: ddod's answer with sources)
     hook: Any = None
-    should_move_to_execution_device: bool = False
+    settings: Any = None  # DynamicOffloadSettings (its ``resolved``: ddod's answer with sources)
+    should_move_to_execution_device: bool = True
     event_payload: Dict[str, Any] = field(default_factory=dict)
+    route: str = "dynamic_offload"
+    component: str = "model"
     _profile: Any = field(default=None, repr=False)
 
     def profile_run(self) -> contextlib.AbstractContextManager:
@@ -326,8 +327,9 @@ def enable_offload(
             **{name: tuple(explicit[name]) for name in (
                 "target_module_classes", "skip_modules_pattern", "always_resident_modules_pattern")
                if name in explicit})
-    result = DynamicOffloadApplyResult(module, component, chosen.value, seed_settings,
-                                       _profile=profile)
+    result = DynamicOffloadApplyResult(module, settings=seed_settings,
+                                       should_move_to_execution_device=False,
+                                       route=chosen.value, component=component, _profile=profile)
     if profile is not None:
         payload["profile"] = profile.report
     started = time.perf_counter()
