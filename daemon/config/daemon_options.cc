@@ -151,25 +151,22 @@ absl::Status ApplyDisablePinOnWsl(absl::string_view, absl::string_view value, Da
   return absl::OkStatus();
 }
 
-absl::Status ApplyPinWorkers(absl::string_view what, absl::string_view value, DaemonOptions& o) {
-  int workers = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(value), &workers) || workers < 1 ||
-      workers > 256) {
+absl::StatusOr<int> ParseCount(absl::string_view what, absl::string_view value, int most) {
+  int count = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(value), &count) || count < 1 || count > most) {
     return absl::InvalidArgumentError(absl::StrCat("invalid value '", value, "' for ", what,
-                                                   ": expected a whole number from 1 to 256"));
+                                                   ": expected a whole number from 1 to ", most));
   }
-  o.pin_workers = workers;
+  return count;
+}
+
+absl::Status ApplyPinWorkers(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.pin_workers, ParseCount(what, value, 256));
   return absl::OkStatus();
 }
 
 absl::Status ApplyHostDevices(absl::string_view what, absl::string_view value, DaemonOptions& o) {
-  int devices = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(value), &devices) || devices < 1 ||
-      devices > 64) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid value '", value, "' for ", what,
-                                                   ": expected a whole number from 1 to 64"));
-  }
-  o.host_devices = devices;
+  DDO_ASSIGN_OR_RETURN(o.host_devices, ParseCount(what, value, 64));
   return absl::OkStatus();
 }
 

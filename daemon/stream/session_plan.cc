@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "daemon/common/format_bytes.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/config/values.h"
 
 namespace ddo {
@@ -88,6 +89,27 @@ std::vector<size_t> SelectionOrder(const std::vector<uint64_t>& sizes, uint64_t 
 }  // namespace
 
 namespace {
+
+// A comma-separated list of regexes (and "auto" where `auto_allowed`), each checked.
+absl::StatusOr<std::vector<std::string>> ParseRegexList(const std::string& name,
+                                                       absl::string_view text, bool auto_allowed) {
+  std::vector<std::string> patterns;
+  for (absl::string_view pattern : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    const std::string trimmed(absl::StripAsciiWhitespace(pattern));
+    if (auto_allowed && absl::AsciiStrToLower(trimmed) == "auto") {
+      patterns.push_back("auto");
+      continue;
+    }
+    try {
+      std::regex check(trimmed);
+    } catch (const std::regex_error& error) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": '", trimmed, "' is not a regex: ", error.what()));
+    }
+    patterns.push_back(trimmed);
+  }
+  return patterns;
+}
 
 std::string RegexEscape(absl::string_view text) {
   std::string out;
@@ -235,33 +257,11 @@ absl::StatusOr<StreamSettings> ParseStreamSettings(
       if (!kib.ok()) return kib.status();
       settings.small_tensor_bytes = static_cast<uint64_t>(*kib * 1024.0);
     } else if (name == "DDO_RESIDENT_MODULE_PATTERNS") {
-      settings.resident_module_patterns.clear();
-      for (absl::string_view pattern : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-        const std::string trimmed(absl::StripAsciiWhitespace(pattern));
-        if (absl::AsciiStrToLower(trimmed) == "auto") {
-          settings.resident_module_patterns.push_back("auto");
-          continue;
-        }
-        try {
-          std::regex check(trimmed);
-        } catch (const std::regex_error& error) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "DDO_RESIDENT_MODULE_PATTERNS: '", trimmed, "' is not a regex: ", error.what()));
-        }
-        settings.resident_module_patterns.push_back(trimmed);
-      }
+      DDO_ASSIGN_OR_RETURN(settings.resident_module_patterns,
+                           ParseRegexList(name, text, /*auto_allowed=*/true));
     } else if (name == "DDO_ALWAYS_RESIDENT_MODULE_PATTERNS") {
-      settings.always_resident_patterns.clear();
-      for (absl::string_view pattern : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-        const std::string trimmed(absl::StripAsciiWhitespace(pattern));
-        try {
-          std::regex check(trimmed);
-        } catch (const std::regex_error& error) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "DDO_ALWAYS_RESIDENT_MODULE_PATTERNS: '", trimmed, "' is not a regex: ", error.what()));
-        }
-        settings.always_resident_patterns.push_back(trimmed);
-      }
+      DDO_ASSIGN_OR_RETURN(settings.always_resident_patterns,
+                           ParseRegexList(name, text, /*auto_allowed=*/false));
     }
   }
   return settings;
