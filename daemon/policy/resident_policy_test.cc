@@ -33,6 +33,15 @@ Model MakeModel(int blocks) {
   return model;
 }
 
+// A device of `vram_gib` on a machine with 64 GiB of RAM available.
+MachineFacts Device(double vram_gib, double h2d_gbps = 0) {
+  MachineFacts machine;
+  machine.total_vram_gib = vram_gib;
+  machine.available_ram_gib = 64;
+  machine.h2d_gbps = h2d_gbps;
+  return machine;
+}
+
 std::map<std::string, std::string> Decisions(const std::vector<PlanDecisionEntry>& entries) {
   std::map<std::string, std::string> out;
   for (const PlanDecisionEntry& entry : entries) out[entry.key] = entry.value;
@@ -70,9 +79,7 @@ TEST(ResidentPolicyTest, TheBalancedPlannerSizesTheBudgetFromTheDevice) {
   const Model model = MakeModel(8);
   StreamSettings settings;
   std::vector<PlanDecisionEntry> decisions;
-  MachineFacts machine;
-  machine.total_vram_gib = 24;
-  machine.available_ram_gib = 64;
+  const MachineFacts machine = Device(24);
   ApplyResidentPolicy(model.tensors, model.streamable,
                       {{"DDO_AUTO_BUDGET_POLICY", "balanced"}, {"DDO_PIN_CPU_MEMORY", "1"},
                        {"DDO_RESIDENT_BUDGET_RULE", "seed"}},
@@ -104,10 +111,7 @@ TEST(ResidentPolicyTest, TheBandwidthRuleKeepsResidentWhatTheHeadroomLeaves) {
   const Model model = MakeModel(32);
   StreamSettings settings;
   std::vector<PlanDecisionEntry> decisions;
-  MachineFacts machine;
-  machine.total_vram_gib = 8;
-  machine.available_ram_gib = 64;
-  machine.h2d_gbps = 25;
+  const MachineFacts machine = Device(8, /*h2d_gbps=*/25);
   ApplyResidentPolicy(model.tensors, model.streamable, {{"DDO_AUTO_BUDGET_POLICY", "balanced"}},
                       machine, &settings, &decisions);
   const auto decided = Decisions(decisions);
@@ -133,9 +137,7 @@ TEST(ResidentPolicyTest, FullPinZeroResidentClearsTheAlwaysResidentPatterns) {
   StreamSettings settings;
   settings.always_resident_patterns = {"proj_out"};
   std::vector<PlanDecisionEntry> decisions;
-  MachineFacts machine;
-  machine.total_vram_gib = 24.0 / 1024;
-  machine.available_ram_gib = 64;
+  const MachineFacts machine = Device(24.0 / 1024);
   ApplyResidentPolicy(model.tensors, model.streamable,
                       {{"DDO_AUTO_BUDGET_POLICY", "balanced"}, {"DDO_PIN_CPU_MEMORY", "1"},
                        {"DDO_RESIDENT_BUDGET_RULE", "seed"}},
@@ -151,9 +153,7 @@ TEST(ResidentPolicyTest, TheHeadroomAndTheActivationReserveAreNotCountedTwice) {
   // The session keeps the 2 GiB activation reserve free itself, so of a 3 GiB headroom only
   // 1 GiB more stays unused; a headroom below the reserve adds nothing.
   const Model model = MakeModel(32);
-  MachineFacts machine;
-  machine.total_vram_gib = 16;
-  machine.available_ram_gib = 64;
+  const MachineFacts machine = Device(16);
   for (const auto& [headroom, budget_gib] : {std::pair<const char*, double>{"3", 15.0}, {"1", 16.0}}) {
     StreamSettings settings;
     std::vector<PlanDecisionEntry> decisions;
@@ -173,9 +173,7 @@ TEST(ResidentPolicyTest, TheSeedsRuleServesWhenItsPlanCopiesNoMore) {
   StreamSettings settings;
   settings.small_tensor_bytes = 1ull << 30;
   std::vector<PlanDecisionEntry> decisions;
-  MachineFacts machine;
-  machine.total_vram_gib = 24;
-  machine.available_ram_gib = 64;
+  const MachineFacts machine = Device(24);
   ApplyResidentPolicy(model.tensors, model.streamable,
                       {{"DDO_AUTO_BUDGET_POLICY", "balanced"}},
                       machine, &settings, &decisions);
@@ -193,9 +191,7 @@ TEST(ResidentPolicyTest, TheSeedsBudgetServesWhenTheHeadroomLeavesNoRoom) {
   const Model model = MakeModel(32);
   StreamSettings settings;
   std::vector<PlanDecisionEntry> decisions;
-  MachineFacts machine;
-  machine.total_vram_gib = 2;
-  machine.available_ram_gib = 64;
+  const MachineFacts machine = Device(2);
   ApplyResidentPolicy(model.tensors, model.streamable, {{"DDO_AUTO_BUDGET_POLICY", "balanced"}},
                       machine, &settings, &decisions);
   EXPECT_EQ(Decisions(decisions).at("resident_budget_rule"), "seed");

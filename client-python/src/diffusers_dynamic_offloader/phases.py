@@ -94,21 +94,28 @@ def standby_purge_requested(seed_phases: Iterable[str], *, settings: Any = None,
     """Whether any of the seed's ``DDO_PURGE_WINDOWS_STANDBY_<PHASE>`` switches of
     ``seed_phases`` is on (the environment, then the settings' or ``preset``'s value): what a
     staged run asks ddod for when it enters the matching phase."""
-    source = os.environ if environ is None else environ
-    for seed_phase in seed_phases:
-        variable = f"DDO_PURGE_WINDOWS_STANDBY_{seed_phase.strip().upper()}"
-        if variable in source:
-            switch = source[variable]
-        elif settings is not None and getattr(settings, "effective_preset", None) is not None:
-            switch = settings.preset_value(variable, "0", environ=source)
-        else:
-            from .presets import dynamic_offload_preset_env_value
+    return any(_purge_switch(phase, settings=settings, preset=preset, default="0",
+                             environ=environ, client=client) for phase in seed_phases)
 
-            switch = dynamic_offload_preset_env_value(variable, "0", requested_preset=preset,
-                                                      environ=source, client=client)
-        if str(switch).strip().lower() in ("1", "true", "yes", "on"):
-            return True
-    return False
+
+def _purge_switch(phase: str, *, settings: Any, preset: str, default: str,
+                  environ: Optional[Mapping[str, str]], client,
+                  running_on_wsl: Optional[bool] = None) -> bool:
+    """``DDO_PURGE_WINDOWS_STANDBY_<PHASE>``: the environment, then the settings' preset (or
+    ``preset``), then ``default``."""
+    variable = f"DDO_PURGE_WINDOWS_STANDBY_{phase.strip().upper()}"
+    source = os.environ if environ is None else environ
+    if variable in source:
+        switch = source[variable]
+    elif settings is not None and getattr(settings, "effective_preset", None) is not None:
+        switch = settings.preset_value(variable, default, environ=source)
+    else:
+        from .presets import dynamic_offload_preset_env_value
+
+        switch = dynamic_offload_preset_env_value(variable, default, requested_preset=preset,
+                                                  running_on_wsl=running_on_wsl, environ=source,
+                                                  client=client)
+    return str(switch).strip().lower() in ("1", "true", "yes", "on")
 
 
 def _empty_cuda_cache() -> None:
@@ -182,23 +189,12 @@ def maybe_purge_windows_standby_cache(
     if not phase:
         raise TypeError("maybe_purge_windows_standby_cache() needs a phase, e.g. "
                         "maybe_purge_windows_standby_cache(settings, 'before_transformer')")
-    variable = f"DDO_PURGE_WINDOWS_STANDBY_{phase.upper()}"
-    source = os.environ if environ is None else environ
-    if variable in source:
-        switch = source[variable]
-    elif settings is not None and getattr(settings, "effective_preset", None) is not None:
-        switch = settings.preset_value(variable, default, environ=source)
-    else:
-        from .presets import dynamic_offload_preset_env_value
-
-        switch = dynamic_offload_preset_env_value(variable, default, requested_preset=preset,
-                                                  running_on_wsl=running_on_wsl, environ=source,
-                                                  client=client)
-    if str(switch).strip().lower() not in ("1", "true", "yes", "on"):
+    if not _purge_switch(phase, settings=settings, preset=preset, default=default,
+                         environ=environ, client=client, running_on_wsl=running_on_wsl):
         return {"purged": False, "reason": "disabled", "phase": phase}
     if not _on_windows():
         return {"purged": False, "reason": "non_windows", "phase": phase}
-    name = event_name or variable.lower().replace("ddo_", "", 1)
+    name = event_name or f"purge_windows_standby_{phase.strip().lower()}"
     try:
         result = purge_windows_standby_cache_event(record_event, name, print_message=print_message)
     except Exception as error:  # noqa: BLE001 - the seed reports and goes on
