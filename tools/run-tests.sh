@@ -27,9 +27,19 @@ else
   echo "(skipped: DDO_SKIP_NOCUDA=1)"
 fi
 
+echo "== fuzzing (bounded)"
+tools/run-fuzz.sh "${DDO_FUZZ_SECONDS:-20}"
+
 echo "== Python tests (Debian python3, real ddod)"
 # Debian's python3 with apt's grpcio/protobuf/torch/pytest: not a pyenv or venv python.
 export PYTHONPATH="$root/client-python/src${PYTHONPATH:+:$PYTHONPATH}"
 export DDO_DDOD_BINARY="$build/bin/ddod"
 export DDO_DDOCTL_BINARY="$build/bin/ddoctl"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
+
+echo "== security suite (throwaway users)"
+# Needs root: it creates users and groups and attacks a root ddod as them (skipped otherwise).
+export PYTHONPATH="$root/client-python/src${PYTHONPATH:+:$PYTHONPATH}"
+export DDO_DDOD_BINARY="$build/bin/ddod"
+export DDO_DDOCTL_BINARY="$build/bin/ddoctl"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/security

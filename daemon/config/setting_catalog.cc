@@ -2,7 +2,6 @@
 #include "daemon/config/setting_catalog.h"
 
 #include <cmath>
-#include <regex>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -10,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "daemon/common/display_text.h"
+#include "daemon/config/module_patterns.h"
 #include "daemon/config/values.h"
 
 namespace ddo {
@@ -22,11 +23,22 @@ constexpr char kDefaultAlwaysResident[] =
 SettingSpec Bool(std::string name, bool value, std::string meaning) {
   return {std::move(name), SettingType::kBool, value ? "1" : "0", {}, {}, std::move(meaning)};
 }
-SettingSpec Int(std::string name, std::string value, std::string meaning) {
-  return {std::move(name), SettingType::kInt, std::move(value), {}, {}, std::move(meaning)};
+// Ranges of the numeric settings.
+constexpr double kMaxWorkers = 256;
+constexpr double kMaxThresholdKiB = 1048576;  // 1 GiB
+constexpr double kMaxModelToVramRatio = 1024;
+constexpr double kMinRingSlots = 2;
+constexpr double kMaxRingSlots = 64;  // session_plan.cc's bound
+constexpr double kMaxBlocksPerGroup = 65536;
+
+SettingSpec Int(std::string name, std::string value, std::string meaning, double min, double max) {
+  return {std::move(name), SettingType::kInt, std::move(value), {}, {}, std::move(meaning), min,
+          max};
 }
-SettingSpec Number(std::string name, std::string value, std::string meaning) {
-  return {std::move(name), SettingType::kNumber, std::move(value), {}, {}, std::move(meaning)};
+SettingSpec Number(std::string name, std::string value, std::string meaning, double min = 0,
+                   double max = kMaxGiB) {
+  return {std::move(name), SettingType::kNumber, std::move(value), {}, {}, std::move(meaning),
+          min, max};
 }
 SettingSpec Choice(std::string name, std::string value, std::vector<std::string> choices,
                    std::string meaning) {
@@ -51,7 +63,7 @@ std::vector<SettingSpec> BuildLibrarySettings() {
       Bool("DDO_PIN_CPU_MEMORY", false, "page-lock the host copy of the weights"),
       Bool("DDO_ALLOW_PIN_MEMORY_FALLBACK", true, "continue unpinned when pinning fails"),
       Bool("DDO_DISABLE_PIN_ON_WSL", true, "never pin on WSL, and no group-offload streams there"),
-      Int("DDO_PIN_CPU_WORKERS", "4", "threads that pin (pre-touch) weights"),
+      Int("DDO_PIN_CPU_WORKERS", "4", "threads that pin (pre-touch) weights", 1, kMaxWorkers),
       Bool("DDO_CACHE_PLAN", true, "reuse plans across calls with the same structure"),
       Bool("DDO_CACHE_PINNED_WEIGHTS", false, "keep pinned weights for the next runner (warm cache)"),
       Text("DDO_PINNED_WEIGHT_CACHE_NAMESPACE", "", "cache namespace; empty: the module class's qualified name"),
@@ -64,18 +76,20 @@ std::vector<SettingSpec> BuildLibrarySettings() {
       Number("DDO_PROFILE_RESIDENT_MODULE_BUDGET_GB", "0",
              "set by a named profile (its measured recommendation) for the balanced planner; 0: none"),
       Number("DDO_AUTO_FULL_PIN_MIN_MODEL_TO_VRAM_RATIO", "4",
-             "model/VRAM ratio from which the planner pins everything and keeps nothing resident; 0: never"),
+             "model/VRAM ratio from which the planner pins everything and keeps nothing resident; 0: never",
+             0, kMaxModelToVramRatio),
       Number("DDO_MAX_PIN_WEIGHT_BUDGET_GB", "0", "cap on the pin budget; 0: uncapped"),
       Number("DDO_AVAILABLE_SYSTEM_RAM_GB", "", "pretend this much RAM is available (simulations); unset: detected"),
       Number("DDO_SYSTEM_RAM_HEADROOM_GB", "6", "RAM kept out of pinning decisions"),
       Number("DDO_PIN_WEIGHT_BUDGET_GB", "0", "explicit pin budget; 0: none"),
-      Number("DDO_PIN_WEIGHT_BUDGET_RATIO", "0", "fraction of candidate bytes to pin; 0: none"),
+      Number("DDO_PIN_WEIGHT_BUDGET_RATIO", "0", "fraction of candidate bytes to pin; 0: none", 0, 1),
       Choice("DDO_PIN_WEIGHT_SELECTION", "spread", {"first", "spread", "largest"}, "which weights fill the pin budget"),
       Number("DDO_RESIDENT_MODULE_BUDGET_GB", "0", "explicit resident budget; wins over the automatic one and profiles"),
       List("DDO_RESIDENT_MODULE_PATTERNS", "", "regexes of resident candidates; 'auto' infers the repeated block pattern"),
       Choice("DDO_RESIDENT_MODULE_SELECTION", "spread", {"first", "spread", "largest"}, "which blocks fill the resident budget"),
       List("DDO_ALWAYS_RESIDENT_MODULE_PATTERNS", kDefaultAlwaysResident, "modules always kept whole on the device"),
-      Int("DDO_SMALL_TENSOR_THRESHOLD_KB", "1024", "tensors up to this size stay resident"),
+      Int("DDO_SMALL_TENSOR_THRESHOLD_KB", "1024", "tensors up to this size stay resident", 0,
+          kMaxThresholdKiB),
       Choice("DDO_LOAD_SAFETENSORS_BACKEND", "", {"", "mmap", "pread"}, "how safetensors files are read"),
       Choice("DDO_SAFETENSORS_BACKEND", "", {"", "mmap", "pread"}, "alias of DDO_LOAD_SAFETENSORS_BACKEND, used when that one is empty"),
       Bool("DDO_VERBOSE", false, "extra setup output"),
@@ -84,7 +98,8 @@ std::vector<SettingSpec> BuildLibrarySettings() {
       Bool("DDO_PURGE_WINDOWS_STANDBY_<PHASE>", false,
            "purge the Windows standby list at a phase (BEFORE_RUN, AFTER_TEXT_ENCODER, BEFORE_TRANSFORMER, ...)"),
       Choice("DDO_STREAM_UNIT", "linear", {"linear", "block"}, "streaming unit: one Linear weight or a whole block"),
-      Int("DDO_RING_SLOTS", "", "streaming ring size in largest units (2-64); smaller units pack in; unset: 8 for linear units, 3 for blocks"),
+      Int("DDO_RING_SLOTS", "", "streaming ring size in largest units (2-64); smaller units pack in; unset: 8 for linear units, 3 for blocks",
+          kMinRingSlots, kMaxRingSlots),
       Number("DDO_VRAM_BUDGET_GB", "", "everything a streaming session may use on its device; unset: no session cap"),
       Number("DDO_ACTIVATION_RESERVE_GB", "2", "kept free for the runner's activations inside DDO_VRAM_BUDGET_GB"),
       Choice("DDO_RESIDENT_BUDGET_RULE", "bandwidth", {"bandwidth", "seed"},
@@ -115,7 +130,8 @@ std::vector<SettingSpec> BuildComponentSettings() {
       Bool("OFFLOAD_RECORD_STREAM", false, "group offload record_stream"),
       Choice("OFFLOAD_TYPE", "leaf_level", {"leaf_level", "block_level"}, "group offload offload_type"),
       Bool("OFFLOAD_LOW_CPU_MEM_USAGE", true, "group offload low_cpu_mem_usage"),
-      Int("NUM_BLOCKS_PER_GROUP", "1", "group offload num_blocks_per_group (block_level only)"),
+      Int("NUM_BLOCKS_PER_GROUP", "1", "group offload num_blocks_per_group (block_level only)", 1,
+          kMaxBlocksPerGroup),
   };
 }
 
@@ -159,13 +175,21 @@ absl::StatusOr<std::string> NormalizeSetting(const SettingSpec& spec, absl::stri
       if (text.empty() && spec.default_value.empty()) return std::string();
       if (!absl::SimpleAtoi(text, &value)) {
         return absl::InvalidArgumentError(
-            absl::StrCat(name, "='", text, "' is not a whole number >= 0"));
+            absl::StrCat(name, "='", EscapeForDisplay(text), "' is not a whole number >= 0"));
+      }
+      if (static_cast<double>(value) < spec.min_value ||
+          static_cast<double>(value) > spec.max_value) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, "='", EscapeForDisplay(text),
+                         "' is out of range: a whole number from ", FormatNumber(spec.min_value),
+                         " to ", FormatNumber(spec.max_value)));
       }
       return absl::StrCat(value);
     }
     case SettingType::kNumber: {
       if (text.empty() && spec.default_value.empty()) return std::string();
-      absl::StatusOr<double> value = ParseNonNegativeNumber(name, text);
+      absl::StatusOr<double> value =
+          ParseNumberInRange(name, text, spec.min_value, spec.max_value);
       if (!value.ok()) return value.status();
       return absl::StrCat(*value);
     }
@@ -180,21 +204,23 @@ absl::StatusOr<std::string> NormalizeSetting(const SettingSpec& spec, absl::stri
       std::vector<std::string> valid;
       for (const std::string& choice : spec.choices) valid.push_back(choice.empty() ? "''" : choice);
       for (const auto& alias : spec.aliases) valid.push_back(alias.first);
-      return absl::InvalidArgumentError(absl::StrCat(name, "='", text, "' must be one of ",
-                                                     absl::StrJoin(valid, ", ")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, "='", EscapeForDisplay(text), "' must be one of ", absl::StrJoin(valid, ", ")));
     }
     case SettingType::kList: {
+      const bool patterns = absl::StrContains(spec.name, "PATTERNS");
       std::vector<std::string> items;
       for (absl::string_view item : absl::StrSplit(text, absl::ByAnyChar(",;"))) {
         item = absl::StripAsciiWhitespace(item);
         if (item.empty()) continue;
-        if (item != "auto" && absl::StrContains(spec.name, "PATTERNS")) {
-          try {
-            std::regex check{std::string(item)};
-          } catch (const std::regex_error& error) {
-            return absl::InvalidArgumentError(absl::StrCat(name, ": '", item,
-                                                           "' is not a regular expression (",
-                                                           error.what(), ")"));
+        if (patterns) {
+          if (absl::Status count = CheckModulePatternCount(name, items.size() + 1); !count.ok()) {
+            return count;
+          }
+          if (item != "auto") {
+            if (absl::Status valid = CheckModulePattern(name, items.size(), item); !valid.ok()) {
+              return valid;
+            }
           }
         }
         items.emplace_back(item);

@@ -20,10 +20,11 @@ namespace ddo {
 
 enum class SettingType {
   kBool,    // the seed's rule: true only for 1/true/yes/on; normalised to "1"/"0"
-  kInt,     // a whole number >= 0
-  kNumber,  // a finite number >= 0 (GiB, ratios, KiB)
+  kInt,     // a whole number from min_value to max_value
+  kNumber,  // a finite number from min_value to max_value (GiB, ratios, KiB)
   kChoice,  // one of `choices` (case-insensitive; aliases map onto a choice)
-  kList,    // items split on ',' or ';', trimmed, empty items dropped; normalised to "a,b"
+  kList,    // items split on ',' or ';', trimmed, empty items dropped; normalised to "a,b";
+            // the *_PATTERNS lists hold RE2 patterns (module_patterns.h: their limits)
   kText,    // free text (names, paths)
 };
 
@@ -36,6 +37,10 @@ struct SettingSpec {
   // alias -> choice, for kChoice.
   std::vector<std::pair<std::string, std::string>> aliases;
   std::string meaning;
+  // kInt and kNumber: the valid range, inclusive (documented beside the setting; a value out
+  // of it is refused, so that no size overflows when converted to bytes).
+  double min_value = 0;
+  double max_value = 0;
 };
 
 // The library settings (one per DDO_* name), in documentation order.
@@ -49,7 +54,8 @@ const SettingSpec* FindLibrarySetting(absl::string_view name);
 const SettingSpec* FindComponentSetting(absl::string_view suffix);
 
 // Checks and normalises `raw` for `spec`. InvalidArgument names `name` (the variable as the
-// user wrote it), the value, and what is valid.
+// user wrote it), the value (a short escaped prefix of it), and what is valid (the range of a
+// number; for a pattern list, the index of the bad pattern).
 absl::StatusOr<std::string> NormalizeSetting(const SettingSpec& spec, absl::string_view name,
                                              absl::string_view raw);
 

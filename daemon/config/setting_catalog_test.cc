@@ -62,6 +62,65 @@ TEST(SettingCatalogTest, InvalidValuesNameTheVariableTheValueAndTheChoices) {
   check("DDO_ALWAYS_RESIDENT_MODULE_PATTERNS", "(open", "not a regular expression");
 }
 
+TEST(SettingCatalogTest, NumbersMustBeFiniteAndInTheirRange) {
+  auto refused = [](absl::string_view name, absl::string_view raw, absl::string_view expected) {
+    absl::StatusOr<std::string> value = NormalizeSetting(*FindLibrarySetting(name), name, raw);
+    ASSERT_FALSE(value.ok()) << name << "=" << raw;
+    EXPECT_EQ(value.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(value.status().message(), HasSubstr(expected));
+  };
+  for (const char* bad : {"1e308", "nan", "inf", "-1", "1048577"}) {
+    refused("DDO_SMALL_TENSOR_THRESHOLD_KB", bad, "DDO_SMALL_TENSOR_THRESHOLD_KB='");
+    refused("DDO_RESIDENT_MODULE_BUDGET_GB", bad, "DDO_RESIDENT_MODULE_BUDGET_GB='");
+    refused("DDO_VRAM_BUDGET_GB", bad, "from 0 to 1048576");
+  }
+  refused("DDO_SMALL_TENSOR_THRESHOLD_KB", "1048577", "a whole number from 0 to 1048576");
+  refused("DDO_SMALL_TENSOR_THRESHOLD_KB", "18446744073709551615", "from 0 to 1048576");
+  refused("DDO_PIN_WEIGHT_BUDGET_RATIO", "1.5",
+          "DDO_PIN_WEIGHT_BUDGET_RATIO='1.5' is not a finite number from 0 to 1");
+  refused("DDO_PIN_CPU_WORKERS", "0", "from 1 to 256");
+  refused("DDO_PIN_CPU_WORKERS", "257", "from 1 to 256");
+  refused("DDO_RING_SLOTS", "65", "from 2 to 64");
+  EXPECT_EQ(Normalized("DDO_SMALL_TENSOR_THRESHOLD_KB", "1048576"), "1048576");
+  EXPECT_EQ(Normalized("DDO_SMALL_TENSOR_THRESHOLD_KB", "0"), "0");
+  EXPECT_EQ(Normalized("DDO_PIN_WEIGHT_BUDGET_RATIO", "0.25"), "0.25");
+  EXPECT_EQ(Normalized("DDO_RING_SLOTS", ""), "");
+  const SettingSpec* blocks = FindComponentSetting("NUM_BLOCKS_PER_GROUP");
+  EXPECT_FALSE(NormalizeSetting(*blocks, "DDO_VAE_NUM_BLOCKS_PER_GROUP", "0").ok());
+  EXPECT_TRUE(NormalizeSetting(*blocks, "DDO_VAE_NUM_BLOCKS_PER_GROUP", "2").ok());
+  // Every numeric setting has a range, and its default lies inside it.
+  for (const auto* settings : {&LibrarySettings(), &ComponentSettings()}) {
+    for (const SettingSpec& spec : *settings) {
+      if (spec.type != SettingType::kInt && spec.type != SettingType::kNumber) continue;
+      EXPECT_LT(spec.min_value, spec.max_value) << spec.name;
+      if (!spec.default_value.empty()) {
+        EXPECT_TRUE(NormalizeSetting(spec, spec.name, spec.default_value).ok()) << spec.name;
+      }
+    }
+  }
+}
+
+TEST(SettingCatalogTest, PatternListsAreBoundedAndNamedByIndex) {
+  auto message = [](absl::string_view raw) {
+    absl::StatusOr<std::string> value = NormalizeSetting(
+        *FindLibrarySetting("DDO_RESIDENT_MODULE_PATTERNS"), "DDO_RESIDENT_MODULE_PATTERNS", raw);
+    EXPECT_FALSE(value.ok()) << raw;
+    return std::string(value.status().message());
+  };
+  EXPECT_THAT(message("auto;ok;" + std::string(513, 'p')),
+              HasSubstr("DDO_RESIDENT_MODULE_PATTERNS[2]='pppp"));
+  EXPECT_THAT(message("auto;ok;" + std::string(513, 'p')), HasSubstr("at most 512"));
+  std::string many = "auto";
+  for (int i = 0; i < 64; ++i) many += ",x";
+  EXPECT_THAT(message(many), HasSubstr("DDO_RESIDENT_MODULE_PATTERNS: 65 patterns, at most 64"));
+  EXPECT_THAT(message("ok,(a)\\1"),
+              HasSubstr("DDO_RESIDENT_MODULE_PATTERNS[1]='(a)\\\\1' is not a regular expression"));
+  // The escaped excerpt: no raw control characters.
+  EXPECT_THAT(message("(\x1b[2J"), HasSubstr("[0]='(\\x1b[2J'"));
+  // (x+x+)+y is valid RE2 (and harmless there).
+  EXPECT_EQ(Normalized("DDO_RESIDENT_MODULE_PATTERNS", "(x+x+)+y"), "(x+x+)+y");
+}
+
 TEST(SettingCatalogTest, RouteAliasesAreTheSeeds) {
   for (const auto& [alias, route] : std::vector<std::pair<std::string, std::string>>{
            {"diffusers", "diffusers_group_offload"}, {"diffusers_group", "diffusers_group_offload"},

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/common/display_text.h"
 
 namespace ddo {
 
@@ -17,9 +18,23 @@ bool ParseSeedBool(absl::string_view text) {
 absl::StatusOr<double> ParseNonNegativeNumber(absl::string_view what, absl::string_view text) {
   double value = 0;
   if (!absl::SimpleAtod(absl::StripAsciiWhitespace(text), &value) || !std::isfinite(value) ||
-      value < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid value '", text, "' for ", what,
-                                                   ": expected a number >= 0 (GiB)"));
+      value < 0 || value > kMaxGiB) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid value '", EscapeForDisplay(text), "' for ", what,
+                     ": expected a number of GiB from 0 to ", FormatNumber(kMaxGiB)));
+  }
+  return value;
+}
+
+absl::StatusOr<double> ParseNumberInRange(absl::string_view what, absl::string_view text,
+                                          double min, double max) {
+  double value = 0;
+  // !(a <= b) also catches NaN.
+  if (!absl::SimpleAtod(absl::StripAsciiWhitespace(text), &value) || !std::isfinite(value) ||
+      !(value >= min && value <= max)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "='", EscapeForDisplay(text),
+                                                   "' is not a finite number from ",
+                                                   FormatNumber(min), " to ", FormatNumber(max)));
   }
   return value;
 }
@@ -28,11 +43,23 @@ absl::StatusOr<int64_t> ParsePid(absl::string_view what, absl::string_view text)
   int64_t pid = 0;
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &pid) || pid <= 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("invalid value '", text, "' for ", what, ": expected a process id > 1"));
+        absl::StrCat("invalid value '", EscapeForDisplay(text), "' for ", what,
+                     ": expected a process id > 1"));
   }
   return pid;
 }
 
-uint64_t GiBToBytes(double gib) { return static_cast<uint64_t>(std::llround(gib * kBytesPerGiB)); }
+std::string FormatNumber(double value) {
+  if (std::isfinite(value) && value == std::trunc(value) && std::fabs(value) < 1e15) {
+    return absl::StrCat(static_cast<int64_t>(value));
+  }
+  return absl::StrCat(value);
+}
+
+uint64_t GiBToBytes(double gib) {
+  if (!(gib > 0)) return 0;  // also NaN
+  if (gib > kMaxGiB) gib = kMaxGiB;
+  return static_cast<uint64_t>(std::llround(gib * kBytesPerGiB));
+}
 
 }  // namespace ddo

@@ -5,10 +5,13 @@
 #include <grpcpp/security/credentials.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
+
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/identity/identity_protocol.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace ddo {
@@ -50,7 +53,33 @@ absl::StatusOr<CtlConnection> CtlConnection::Open(const DaemonTargets& targets,
       attempts.push_back(absl::StrCat(target, " (", status.error_message(), ")"));
       continue;
     }
+    // Who serves here, and who we are: ddod names its identity socket in GetInfo, which needs
+    // no token; a Unix socket's identity socket is beside it.
+    std::string identity_path;
+    if (const std::string path = UnixSocketPath(target); !path.empty()) {
+      identity_path = IdentitySocketPath(path);
+    } else {
+      grpc::ClientContext info_context;
+      info_context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+      ddo::v1::DaemonInfo info;
+      auto stub = ddo::v1::Ddo::NewStub(channel);
+      if (grpc::Status got = stub->GetInfo(&info_context, ddo::v1::GetInfoRequest(), &info);
+          !got.ok()) {
+        attempts.push_back(absl::StrCat(target, " (GetInfo: ", got.error_message(), ")"));
+        continue;
+      }
+      identity_path = info.identity_socket();
+    }
+    const char* service_user = std::getenv("DDO_SERVICE_USER");
+    absl::StatusOr<IdentityLink> identity = IdentityLink::Connect(
+        identity_path, TrustedDaemonUids(service_user != nullptr ? service_user : ""));
+    if (!identity.ok()) {
+      if (absl::IsPermissionDenied(identity.status())) return identity.status();
+      attempts.push_back(absl::StrCat(target, " (", identity.status().message(), ")"));
+      continue;
+    }
     CtlConnection connection;
+    connection.identity_ = std::make_shared<IdentityLink>(*std::move(identity));
     connection.target_ = target;
     connection.health_ = HealthName(response.status());
     connection.timeout_ = timeout;
@@ -62,6 +91,11 @@ absl::StatusOr<CtlConnection> CtlConnection::Open(const DaemonTargets& targets,
       "no ddod answered at ", absl::StrJoin(attempts, ", "),
       ".\nStart one with `ddod --preset warm_process`, or point DDO_DAEMON (or --daemon) at "
       "a running daemon."));
+}
+
+void CtlConnection::Prepare(grpc::ClientContext* context) const {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  if (identity_ != nullptr) context->AddMetadata("ddo-token", identity_->token());
 }
 
 }  // namespace ddo

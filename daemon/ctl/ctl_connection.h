@@ -1,11 +1,14 @@
 // File: daemon/ctl/ctl_connection.h
 //
 // ddoctl's connection to a running ddod: tries each target with a health check and keeps the
-// first that answers. When none does, the error lists every address tried and why.
+// first that answers. When none does, the error lists every address tried and why. Then it
+// proves who it is on the daemon's identity socket (refusing a daemon run by an untrusted
+// user) and every call it prepares carries the token.
 #ifndef DDO_DAEMON_CTL_CTL_CONNECTION_H_
 #define DDO_DAEMON_CTL_CTL_CONNECTION_H_
 
 #include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
 
 #include <memory>
 #include <string>
@@ -13,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/ctl/daemon_address.h"
+#include "daemon/identity/identity_client.h"
 #include "ddo/v1/ddo.grpc.pb.h"
 
 namespace ddo {
@@ -23,10 +27,14 @@ class CtlConnection {
   static absl::StatusOr<CtlConnection> Open(const DaemonTargets& targets, absl::Duration timeout);
 
   ddo::v1::Ddo::Stub& stub() { return *stub_; }
+  // Sets the deadline and the caller's token on a call's context.
+  void Prepare(grpc::ClientContext* context) const;
   const std::string& target() const { return target_; }
   // "SERVING" or "NOT_SERVING", as the health check answered.
   const std::string& health() const { return health_; }
   absl::Duration timeout() const { return timeout_; }
+  // The uid the daemon runs as (from the kernel, on the identity socket).
+  uid_t daemon_uid() const { return identity_->daemon_uid(); }
 
  private:
   std::string target_;
@@ -34,6 +42,7 @@ class CtlConnection {
   absl::Duration timeout_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<ddo::v1::Ddo::Stub> stub_;
+  std::shared_ptr<IdentityLink> identity_;
 };
 
 }  // namespace ddo

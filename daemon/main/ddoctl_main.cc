@@ -2,6 +2,8 @@
 #include <grpcpp/client_context.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <optional>
 #include <set>
@@ -85,7 +87,7 @@ template <typename Request, typename Response, typename Method>
 grpc::Status Call(ddo::CtlConnection& connection, Method method, const Request& request,
                   Response* response) {
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + connection.timeout()));
+  connection.Prepare(&context);
   return (connection.stub().*method)(&context, request, response);
 }
 
@@ -93,8 +95,14 @@ grpc::Status Call(ddo::CtlConnection& connection, Method method, const Request& 
 int RunProfiles(const CtlArgs& args, ddo::CtlConnection& connection) {
   using Stub = ddo::v1::Ddo::Stub;
   const ddo::Environment env = ddo::ProcessEnvironment();
-  const std::string dir = ddo::ResolveProfileDir(
-      "", ddo::Lookup(env, "DDO_PROFILE_DIR").value_or(""), ddo::Lookup(env, "HOME").value_or(""));
+  // ddod honours a profile directory only for its own user; a shared ddod keeps each other
+  // user's profiles in its per-user store (docs/security.md).
+  const bool own_daemon = connection.daemon_uid() == ::geteuid();
+  const std::string dir =
+      own_daemon ? ddo::ResolveProfileDir("", ddo::Lookup(env, "DDO_PROFILE_DIR").value_or(""),
+                                          ddo::Lookup(env, "HOME").value_or(""))
+                 : "";
+  const std::string shown_dir = own_daemon ? dir : "ddod's profile store for this user";
   const std::string action = args.operands.empty() ? "list" : args.operands.front();
   if (action == "list" && args.operands.size() <= 1) {
     ddo::v1::ListProfilesRequest request;
@@ -104,7 +112,7 @@ int RunProfiles(const CtlArgs& args, ddo::CtlConnection& connection) {
       return RpcFailed("ListProfiles", status);
     }
     std::fputs(args.json ? (ToJson(response) + "\n").c_str()
-                         : ddo::FormatProfiles(response, dir).c_str(),
+                         : ddo::FormatProfiles(response, shown_dir).c_str(),
                stdout);
     return kExitOk;
   }
@@ -130,7 +138,7 @@ int RunProfiles(const CtlArgs& args, ddo::CtlConnection& connection) {
       return RpcFailed("DeleteProfile", status);
     }
     std::printf("%s profile %s in %s\n", response.deleted() ? "deleted" : "there was no",
-                ref.key().c_str(), dir.c_str());
+                ref.key().c_str(), shown_dir.c_str());
     return response.deleted() ? kExitOk : kExitRpcFailed;
   }
   return Usage("profiles takes: list, show KEY or rm KEY (KEY: 24 hex digits, see `ddoctl profiles`)");

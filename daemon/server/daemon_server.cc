@@ -22,6 +22,7 @@
 #include "daemon/config/budgets.h"
 #include "daemon/platform/system_info.h"
 #include "daemon/device/h2d_bandwidth.h"
+#include "daemon/identity/identity_protocol.h"
 #include "daemon/pool/host_pinning.h"
 #include "daemon/server/runtime_dir.h"
 
@@ -69,7 +70,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
     return absl::InvalidArgumentError(
         absl::StrCat("--socket-group: no group named '", context.options.socket_group, "'"));
   }
-  DDO_RETURN_IF_ERROR(EnsurePrivateDirectory(ParentDirectory(socket_path)));
+  bool created_socket_directory = false;
+  DDO_RETURN_IF_ERROR(
+      EnsurePrivateDirectory(ParentDirectory(socket_path), &created_socket_directory));
   DDO_ASSIGN_OR_RETURN(InstanceLock lock, InstanceLock::Acquire(socket_path));
   daemon->lock_.emplace(std::move(lock));
   DDO_RETURN_IF_ERROR(RemoveStaleSocket(socket_path));
@@ -110,10 +113,16 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   }
   daemon->streams_ = std::make_unique<StreamSessions>(*daemon->store_, *daemon->pool_,
                                                       context.gpus, streams);
+  // Callers identify themselves before their first RPC: the identity socket comes first.
+  IdentityServerOptions identity;
+  identity.socket_path = IdentitySocketPath(socket_path);
+  identity.socket_group = context.options.socket_group;
+  DDO_ASSIGN_OR_RETURN(daemon->identity_, IdentityServer::Start(identity, daemon->callers_));
+  context.identity_socket = identity.socket_path;
   daemon->service_ = std::make_unique<DdoService>(context, *daemon->pool_, *daemon->store_,
-                                                  *daemon->streams_);
+                                                  *daemon->streams_, daemon->callers_);
   context.bandwidth = &daemon->bandwidth_;
-  DDO_RETURN_IF_ERROR(daemon->Listen());
+  DDO_RETURN_IF_ERROR(daemon->Listen(created_socket_directory));
   daemon->StartBandwidthProbe();
   return daemon;
 }
@@ -145,7 +154,7 @@ absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
   return absl::OkStatus();
 }
 
-absl::Status DaemonServer::Listen() {
+absl::Status DaemonServer::Listen(bool created_socket_directory) {
   const DaemonOptions& options = context_.options;
   const std::string unix_target = absl::StrCat("unix:", options.socket_path);
 
@@ -174,7 +183,7 @@ absl::Status DaemonServer::Listen() {
         options.listen_address.empty() ? "" : absl::StrCat(" and ", options.listen_address),
         " (see the gRPC error above; is the TCP port in use?)"));
   }
-  DDO_RETURN_IF_ERROR(SetSocketPermissions());
+  DDO_RETURN_IF_ERROR(SetSocketPermissions(created_socket_directory));
 
   context_.listen_addresses.push_back(unix_target);
   if (!options.listen_address.empty()) {
@@ -208,7 +217,7 @@ void DaemonServer::StartBandwidthProbe() {
   });
 }
 
-absl::Status DaemonServer::SetSocketPermissions() const {
+absl::Status DaemonServer::SetSocketPermissions(bool created_socket_directory) const {
   const DaemonOptions& options = context_.options;
   if (options.socket_group.empty()) {
     return absl::OkStatus();  // already 0600 through the umask
@@ -226,20 +235,30 @@ absl::Status DaemonServer::SetSocketPermissions() const {
   if (::chmod(options.socket_path.c_str(), 0660) != 0) {
     return PosixError(absl::StrCat("chmod 0660 ", options.socket_path), errno);
   }
-  // The group must also be able to reach the socket through its directory, when that directory
-  // is ddod's own; a shared sticky directory such as /tmp is already searchable and is left as is.
+  // The group must also be able to reach the socket through its directory. ddod opens that
+  // directory to the group only when it made it just now; a directory it found (systemd's
+  // RuntimeDirectory, /run, a user's directory) is the administrator's to set up, and is only
+  // checked.
   const std::string directory = ParentDirectory(options.socket_path);
+  if (created_socket_directory) {
+    if (::chown(directory.c_str(), static_cast<uid_t>(-1), entry->gr_gid) != 0 ||
+        ::chmod(directory.c_str(), 0750) != 0) {
+      return PosixError(absl::StrCat("open ", directory, " to group ", options.socket_group),
+                        errno);
+    }
+    return absl::OkStatus();
+  }
   struct stat info {};
   if (::stat(directory.c_str(), &info) != 0) {
     return PosixError(absl::StrCat("stat ", directory), errno);
   }
-  if ((info.st_mode & S_ISVTX) != 0 || info.st_uid != ::geteuid()) {
-    return absl::OkStatus();
-  }
-  if (::chown(directory.c_str(), static_cast<uid_t>(-1), entry->gr_gid) != 0 ||
-      ::chmod(directory.c_str(), 0750) != 0) {
-    return PosixError(absl::StrCat("open ", directory, " to group ", options.socket_group),
-                      errno);
+  const bool group_can_enter = (info.st_mode & S_IXOTH) != 0 ||
+                               ((info.st_mode & S_IXGRP) != 0 && info.st_gid == entry->gr_gid);
+  if (!group_can_enter) {
+    Logger("server")->warn(
+        "members of group {} cannot enter {} to reach the socket; give the directory to that "
+        "group with mode 0750 (systemd: RuntimeDirectoryMode=0750 and Group=)",
+        options.socket_group, directory);
   }
   return absl::OkStatus();
 }
@@ -275,6 +294,7 @@ void DaemonServer::Shutdown(const std::string& reason) {
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
   }
+  if (identity_ != nullptr) identity_->Stop();
   if (streams_ != nullptr) streams_->CloseAll();
   if (store_ != nullptr) {
     store_->Close(context_.options.discard_pool);

@@ -18,6 +18,8 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/config/daemon_options.h"
+#include "daemon/identity/caller_registry.h"
+#include "daemon/identity/identity_server.h"
 #include "daemon/platform/system_info.h"
 #include "daemon/server/instance_lock.h"
 #include "daemon/service/daemon_context.h"
@@ -48,16 +50,20 @@ class DaemonServer {
   DaemonServer() = default;
 
   absl::Status OpenPool(const SystemInfo& system);
-  absl::Status Listen();
+  absl::Status Listen(bool created_socket_directory);
   // Measures each device's pinned H2D bandwidth on a background thread.
   void StartBandwidthProbe();
-  absl::Status SetSocketPermissions() const;
+  // Lets --socket-group members reach the socket: the socket file itself, and its directory
+  // only when ddod created that directory at this start (never /run or a user's directory).
+  absl::Status SetSocketPermissions(bool created_socket_directory) const;
 
   // Destroyed in reverse order: the server, the service, the store, then the pool.
   DaemonContext context_;
   std::unique_ptr<HostPool> pool_;
   std::unique_ptr<ComponentStore> store_;
   std::unique_ptr<StreamSessions> streams_;
+  CallerRegistry callers_;
+  std::unique_ptr<IdentityServer> identity_;
   std::unique_ptr<DdoService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::optional<InstanceLock> lock_;

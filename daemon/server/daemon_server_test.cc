@@ -3,16 +3,19 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "daemon/common/temp_dir_for_test.h"
 #include "daemon/config/environment.h"
+#include "daemon/identity/identity_client.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -42,10 +45,19 @@ class DaemonServerTest : public ::testing::Test {
     return grpc::CreateChannel("unix:" + socket_path(), grpc::InsecureChannelCredentials());
   }
 
-  static std::unique_ptr<grpc::ClientContext> Deadline() {
+  // A call context with a deadline, carrying this test's token once Identify() ran.
+  std::unique_ptr<grpc::ClientContext> Deadline() const {
     auto context = std::make_unique<grpc::ClientContext>();
     context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (link_.has_value()) context->AddMetadata("ddo-token", link_->token());
     return context;
+  }
+
+  // Proves who this test is on the daemon's identity socket, as every client does.
+  void Identify() {
+    auto link = IdentityLink::Connect(socket_path() + ".id", TrustedDaemonUids(""));
+    ASSERT_TRUE(link.ok()) << link.status();
+    link_.emplace(*std::move(link));
   }
 
   HealthCheckResponse::ServingStatus Health(const std::string& service) const {
@@ -59,6 +71,7 @@ class DaemonServerTest : public ::testing::Test {
   }
 
   TempDirForTest dir_;
+  std::optional<IdentityLink> link_;
 };
 
 TEST_F(DaemonServerTest, ServesInfoAndHealthOnAnOwnerOnlySocket) {
@@ -101,6 +114,7 @@ TEST_F(DaemonServerTest, ServesInfoAndHealthOnAnOwnerOnlySocket) {
 TEST_F(DaemonServerTest, AFailedCallIsNamedCountedAndHarmless) {
   auto server = DaemonServer::Start(Options());
   ASSERT_TRUE(server.ok());
+  Identify();
   auto stub = ddo::v1::Ddo::NewStub(Channel());
   ddo::v1::Profile response;
   ddo::v1::GetProfileRequest request;
@@ -159,9 +173,11 @@ TEST_F(DaemonServerTest, ARegularFileInPlaceOfTheSocketIsLeftAlone) {
 TEST_F(DaemonServerTest, ShutdownTellsLeasesRefusesWorkAndRemovesTheSocket) {
   auto server = DaemonServer::Start(Options());
   ASSERT_TRUE(server.ok());
+  Identify();
   auto stub = ddo::v1::Ddo::NewStub(Channel());
 
   grpc::ClientContext lease_context;
+  lease_context.AddMetadata("ddo-token", link_->token());
   ddo::v1::ConnectRequest hello;
   hello.set_client_pid(::getpid());
   hello.set_client_name("daemon_server_test");
@@ -193,9 +209,11 @@ TEST_F(DaemonServerTest, ShutdownTellsLeasesRefusesWorkAndRemovesTheSocket) {
 TEST_F(DaemonServerTest, ALeaseEndsWhenItsClientGoesAway) {
   auto server = DaemonServer::Start(Options());
   ASSERT_TRUE(server.ok());
+  Identify();
   auto stub = ddo::v1::Ddo::NewStub(Channel());
   {
     grpc::ClientContext lease_context;
+    lease_context.AddMetadata("ddo-token", link_->token());
     auto stream = stub->Connect(&lease_context, ddo::v1::ConnectRequest());
     ddo::v1::ConnectEvent event;
     ASSERT_TRUE(stream->Read(&event));
@@ -215,7 +233,8 @@ TEST_F(DaemonServerTest, RequestsAreRefusedWhileShuttingDown) {
   HostPool pool(PoolOptions{});
   ComponentStore store(pool, StoreOptions{});
   StreamSessions streams(store, pool, context.gpus, StreamSessionsOptions{});
-  DdoService service(context, pool, store, streams);
+  CallerRegistry callers;
+  DdoService service(context, pool, store, streams, callers);
   service.BeginShutdown("test");
   ddo::v1::DaemonInfo info;
   grpc::ServerContext server_context;
@@ -224,6 +243,56 @@ TEST_F(DaemonServerTest, RequestsAreRefusedWhileShuttingDown) {
   ddo::v1::RegisterComponentResponse response;
   EXPECT_EQ(service.RegisterComponent(&server_context, nullptr, &response).error_code(),
             grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(DaemonServerTest, EveryCallButGetInfoNeedsAToken) {
+  auto server = DaemonServer::Start(Options());
+  ASSERT_TRUE(server.ok());
+  auto stub = ddo::v1::Ddo::NewStub(Channel());
+  ddo::v1::DaemonInfo info;
+  ASSERT_TRUE(stub->GetInfo(Deadline().get(), ddo::v1::GetInfoRequest(), &info).ok());
+  EXPECT_EQ(info.identity_socket(), socket_path() + ".id");
+  EXPECT_EQ(info.uid(), static_cast<int64_t>(::geteuid()));
+  ddo::v1::Stats stats;
+  grpc::Status anonymous = stub->GetStats(Deadline().get(), ddo::v1::GetStatsRequest(), &stats);
+  EXPECT_EQ(anonymous.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(anonymous.error_message(), HasSubstr("identity socket"));
+  auto forged = Deadline();
+  forged->AddMetadata("ddo-token", "00000000000000000000000000000000");
+  EXPECT_EQ(stub->GetStats(forged.get(), ddo::v1::GetStatsRequest(), &stats).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  Identify();
+  EXPECT_TRUE(stub->GetStats(Deadline().get(), ddo::v1::GetStatsRequest(), &stats).ok());
+  // The lease carries the pid the kernel saw, not the one the request claims.
+  grpc::ClientContext lease_context;
+  lease_context.AddMetadata("ddo-token", link_->token());
+  ddo::v1::ConnectRequest hello;
+  hello.set_client_pid(1);
+  auto stream = stub->Connect(&lease_context, hello);
+  ddo::v1::ConnectEvent event;
+  ASSERT_TRUE(stream->Read(&event));
+  ASSERT_EQ((*server)->service().leases().List().size(), 1u);
+  EXPECT_EQ((*server)->service().leases().List()[0].client_pid, ::getpid());
+  lease_context.TryCancel();
+}
+
+TEST_F(DaemonServerTest, SocketGroupLeavesADirectoryItDidNotCreateAlone) {
+  // A directory that exists already (as /run does) keeps its owner group and mode.
+  std::filesystem::create_directories(dir_.Join("run"));
+  ASSERT_EQ(::chmod(dir_.Join("run").c_str(), 0700), 0);
+  DaemonOptions options = Options();
+  const group* any = ::getgrgid(::getegid());
+  ASSERT_NE(any, nullptr);
+  options.socket_group = any->gr_name;
+  auto server = DaemonServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  struct stat info {};
+  ASSERT_EQ(::stat(dir_.Join("run").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat(socket_path().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0660u);
+  ASSERT_EQ(::stat((socket_path() + ".id").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0660u);
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ std::string ParentDirectory(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-absl::Status EnsurePrivateDirectory(const std::string& path) {
+absl::Status EnsurePrivateDirectory(const std::string& path, bool* created) {
+  if (created != nullptr) *created = false;
   // Create missing ancestors first, each 0700.
   for (size_t slash = path.find('/', 1); slash != std::string::npos;
        slash = path.find('/', slash + 1)) {
@@ -27,7 +28,9 @@ absl::Status EnsurePrivateDirectory(const std::string& path) {
       return PosixError(absl::StrCat("mkdir ", prefix), errno);
     }
   }
-  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+  if (::mkdir(path.c_str(), 0700) == 0) {
+    if (created != nullptr) *created = true;
+  } else if (errno != EEXIST) {
     return PosixError(absl::StrCat("mkdir ", path), errno);
   }
   struct stat info {};

@@ -13,8 +13,8 @@
 namespace ddo {
 
 // mkdir -p with mode 0700 for the directories it creates; checks the final directory's owner
-// and permissions.
-absl::Status EnsurePrivateDirectory(const std::string& path);
+// and permissions. `created`, when given, says whether the final directory was made now.
+absl::Status EnsurePrivateDirectory(const std::string& path, bool* created = nullptr);
 
 // The directory part of a path ("/run/ddo/ddod.sock" -> "/run/ddo").
 std::string ParentDirectory(const std::string& path);

@@ -29,6 +29,8 @@ struct DaemonContext {
   // Platform facts the settings rules depend on (WSL: no pinning, no group-offload streams).
   bool wsl = false;
   bool windows = false;
+  // Where callers prove who they are (docs/security.md).
+  std::string identity_socket;
 };
 
 }  // namespace ddo

@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include "daemon/common/format_bytes.h"
 #include "daemon/config/environment.h"
 #include "daemon/profiles/profile_store.h"
@@ -8,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/common/version.h"
 #include "daemon/config/presets.h"
 #include "daemon/platform/system_info.h"
@@ -42,12 +45,38 @@ absl::Status DdoService::ReleaseIfLeaseEnded(const Lease& lease) {
   return absl::AbortedError(absl::StrCat("lease ", lease.id.substr(0, 8), " ended meanwhile"));
 }
 
-absl::Status DdoService::EnterCall() {
+absl::Status DdoService::EnterAnonymousCall() {
   in_flight_.fetch_add(1);
   if (shutting_down_.load()) {
     return absl::UnavailableError("ddod is shutting down");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Caller> DdoService::EnterCall(grpc::ServerContext* ctx) {
+  DDO_RETURN_IF_ERROR(EnterAnonymousCall());
+  const std::string token = TokenOf(ctx);
+  if (token.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "no ddo-token: a caller proves who it is on ddod's identity socket ",
+        context_.identity_socket, " first (docs/security.md)"));
+  }
+  return callers_.Find(token);
+}
+
+std::string DdoService::TokenOf(grpc::ServerContext* ctx) {
+  const auto& metadata = ctx->client_metadata();
+  auto it = metadata.find("ddo-token");
+  if (it == metadata.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+void DdoService::GrantSegments(grpc::ServerContext* ctx,
+                               const ddo::v1::ComponentInfo& component) {
+  const std::string token = TokenOf(ctx);
+  for (const auto& segment : component.segments()) {
+    callers_.Grant(token, segment.shm_name(), /*writable=*/false);
+  }
 }
 
 grpc::Status DdoService::Finish(const char* method, const absl::Status& status) {
@@ -61,7 +90,7 @@ grpc::Status DdoService::Finish(const char* method, const absl::Status& status) 
 
 grpc::Status DdoService::GetInfo(grpc::ServerContext*, const ddo::v1::GetInfoRequest*,
                                  ddo::v1::DaemonInfo* response) {
-  if (absl::Status serving = EnterCall(); !serving.ok()) {
+  if (absl::Status serving = EnterAnonymousCall(); !serving.ok()) {
     return Finish("GetInfo", serving);
   }
   *response = BuildDaemonInfo(context_, QuerySystemInfo(context_.options.available_ram_override_gb,
@@ -69,11 +98,10 @@ grpc::Status DdoService::GetInfo(grpc::ServerContext*, const ddo::v1::GetInfoReq
   return Finish("GetInfo", absl::OkStatus());
 }
 
-grpc::Status DdoService::GetStats(grpc::ServerContext*, const ddo::v1::GetStatsRequest*,
+grpc::Status DdoService::GetStats(grpc::ServerContext* ctx, const ddo::v1::GetStatsRequest*,
                                   ddo::v1::Stats* response) {
-  if (absl::Status serving = EnterCall(); !serving.ok()) {
-    return Finish("GetStats", serving);
-  }
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish("GetStats", caller.status());
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - context_.started));
   response->set_leases(static_cast<uint32_t>(leases_.size()));
   const PoolUsage usage = pool_.Usage();
@@ -97,11 +125,10 @@ grpc::Status DdoService::GetStats(grpc::ServerContext*, const ddo::v1::GetStatsR
   return Finish("GetStats", absl::OkStatus());
 }
 
-grpc::Status DdoService::ListPresets(grpc::ServerContext*, const ddo::v1::ListPresetsRequest*,
+grpc::Status DdoService::ListPresets(grpc::ServerContext* ctx, const ddo::v1::ListPresetsRequest*,
                                      ddo::v1::ListPresetsResponse* response) {
-  if (absl::Status serving = EnterCall(); !serving.ok()) {
-    return Finish("ListPresets", serving);
-  }
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish("ListPresets", caller.status());
   for (const PresetDefinition& definition : AllPresets()) {
     auto* preset = response->add_presets();
     preset->set_name(definition.name);
@@ -120,10 +147,10 @@ grpc::Status DdoService::ListPresets(grpc::ServerContext*, const ddo::v1::ListPr
 
 grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::ConnectRequest* request,
                                  grpc::ServerWriter<ddo::v1::ConnectEvent>* writer) {
-  if (absl::Status serving = EnterCall(); !serving.ok()) {
-    return Finish("Connect", serving);
-  }
-  absl::StatusOr<Lease> lease = leases_.Open(request->client_pid(), request->client_name());
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish("Connect", caller.status());
+  // The pid is the kernel's (the identity socket's peer), not request->client_pid().
+  absl::StatusOr<Lease> lease = leases_.Open(*caller, request->client_name());
   if (!lease.ok()) {
     return Finish("Connect", lease.status());
   }
@@ -149,11 +176,12 @@ grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::Connec
   return Finish("Connect", absl::OkStatus());
 }
 
-grpc::Status DdoService::ResolveSettings(grpc::ServerContext*,
+grpc::Status DdoService::ResolveSettings(grpc::ServerContext* ctx,
                                          const ddo::v1::ResolveSettingsRequest* request,
                                          ddo::v1::ResolvedSettings* response) {
   constexpr char kMethod[] = "ResolveSettings";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
   PlatformFacts platform;
   platform.wsl = context_.wsl;
   platform.windows = context_.windows;
@@ -187,11 +215,12 @@ MachineFacts DdoService::MachineFactsFor(const std::string& device_uuid) const {
   return machine;
 }
 
-grpc::Status DdoService::ExplainPlan(grpc::ServerContext*,
+grpc::Status DdoService::ExplainPlan(grpc::ServerContext* ctx,
                                      const ddo::v1::ExplainPlanRequest* request,
                                      ddo::v1::PlanExplanation* response) {
   constexpr char kMethod[] = "ExplainPlan";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
   absl::StatusOr<ddo::v1::PlanExplanation> plan = ddo::ExplainPlan(
       *request, context_.options.setting_environment, MachineFactsFor(request->device_uuid()));
   if (!plan.ok()) return Finish(kMethod, plan.status());
@@ -199,12 +228,13 @@ grpc::Status DdoService::ExplainPlan(grpc::ServerContext*,
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::RegisterComponent(grpc::ServerContext*,
+grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
                                            const ddo::v1::RegisterComponentRequest* request,
                                            ddo::v1::RegisterComponentResponse* response) {
   constexpr char kMethod[] = "RegisterComponent";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-  absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   absl::StatusOr<std::vector<TensorEntry>> tensors = TensorTableFromProto(request->tensors());
   if (!tensors.ok()) return Finish(kMethod, tensors.status());
@@ -217,6 +247,9 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext*,
   if (!result->warm_hit) {
     ddo::v1::ComponentInfo layout;
     ToProto(result->component, /*with_layout=*/true, &layout);
+    for (const auto& segment : layout.segments()) {
+      callers_.Grant(TokenOf(ctx), segment.shm_name(), /*writable=*/true);
+    }
     response->set_upload_id(result->upload_id);
     *response->mutable_segments() = layout.segments();
     *response->mutable_placements() = layout.placements();
@@ -224,12 +257,13 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext*,
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::CommitUpload(grpc::ServerContext*,
+grpc::Status DdoService::CommitUpload(grpc::ServerContext* ctx,
                                       const ddo::v1::CommitUploadRequest* request,
                                       ddo::v1::ComponentInfo* response) {
   constexpr char kMethod[] = "CommitUpload";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-  absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   absl::StatusOr<ComponentSnapshot> ready = store_.Commit(lease->id, request->upload_id());
   if (!ready.ok()) return Finish(kMethod, ready.status());
@@ -237,12 +271,13 @@ grpc::Status DdoService::CommitUpload(grpc::ServerContext*,
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::AbortUpload(grpc::ServerContext*,
+grpc::Status DdoService::AbortUpload(grpc::ServerContext* ctx,
                                      const ddo::v1::AbortUploadRequest* request,
                                      ddo::v1::AbortUploadResponse* response) {
   constexpr char kMethod[] = "AbortUpload";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-  absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   absl::StatusOr<uint64_t> freed = store_.Abort(lease->id, request->upload_id());
   if (!freed.ok()) return Finish(kMethod, freed.status());
@@ -254,13 +289,48 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
                                          const ddo::v1::LoadSafetensorsRequest* request,
                                          grpc::ServerWriter<ddo::v1::LoadProgress>* writer) {
   constexpr char kMethod[] = "LoadSafetensors";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-  absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   SafetensorsRequest load;
   load.cache_key = request->cache_key();
-  load.inputs.assign(request->files().begin(), request->files().end());
-  load.index_file = request->index_file();
+  const bool by_path = request->files_size() > 0 || !request->index_file().empty();
+  const bool by_descriptor = request->file_handles_size() > 0 || request->index_handle() != 0;
+  if (by_path == by_descriptor) {
+    return Finish(kMethod, absl::InvalidArgumentError(
+                               "name the files either by descriptor (file_handles, index_handle) "
+                               "or, for ddod's own user, by path (files, index_file); not both, "
+                               "not neither"));
+  }
+  if (by_path) {
+    // ddod opens a path only for its own user: for anyone else it would read with ddod's
+    // rights, not the caller's.
+    if (caller->uid != ::geteuid()) {
+      return Finish(kMethod, absl::PermissionDeniedError(
+                                 "ddod reads files by path only for its own user; pass the "
+                                 "files you opened as descriptors (docs/security.md)"));
+    }
+    auto opened = OpenSafetensorsPaths(
+        std::vector<std::string>(request->files().begin(), request->files().end()),
+        request->index_file());
+    if (!opened.ok()) return Finish(kMethod, opened.status());
+    load.files = std::move(opened->first);
+    load.index = std::move(opened->second);
+  } else {
+    std::vector<uint64_t> handles(request->file_handles().begin(),
+                                  request->file_handles().end());
+    if (request->index_handle() != 0) handles.push_back(request->index_handle());
+    absl::StatusOr<std::vector<PassedFile>> passed = callers_.TakeFiles(TokenOf(ctx), handles);
+    if (!passed.ok()) return Finish(kMethod, passed.status());
+    for (PassedFile& file : *passed) {
+      load.files.push_back(SafetensorsSource{std::move(file.name), std::move(file.fd)});
+    }
+    if (request->index_handle() != 0) {
+      load.index = std::move(load.files.back());
+      load.files.pop_back();
+    }
+  }
   load.content_hash = request->content_hash();
   load.units.insert(request->units().begin(), request->units().end());
 
@@ -273,9 +343,13 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
     absl::MutexLock lock(&writer_mu);
     writer->Write(message);
   };
-  auto cancelled = [&] { return ctx->IsCancelled() || shutting_down_.load(); };
-  absl::StatusOr<LoadResult> result = store_.LoadSafetensors(*lease, load, progress, cancelled);
+  // A load stops when its caller hangs up, its lease ends, or ddod stops.
+  auto cancelled = [&] {
+    return ctx->IsCancelled() || shutting_down_.load() || !leases_.Find(lease->id).ok();
+  };
+  absl::StatusOr<LoadResult> result = store_.LoadSafetensors(*lease, std::move(load), progress, cancelled);
   if (!result.ok()) return Finish(kMethod, result.status());
+  if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
   ddo::v1::LoadProgress last;
   last.set_bytes_done(result->component.total_bytes);
   last.set_bytes_total(result->component.total_bytes);
@@ -288,44 +362,48 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::GetComponent(grpc::ServerContext*,
+grpc::Status DdoService::GetComponent(grpc::ServerContext* ctx,
                                       const ddo::v1::GetComponentRequest* request,
                                       ddo::v1::ComponentInfo* response) {
   constexpr char kMethod[] = "GetComponent";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-  absl::StatusOr<ComponentSnapshot> component = store_.Get(request->cache_key());
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  absl::StatusOr<ComponentSnapshot> component = store_.Get(request->cache_key(), *caller);
   if (!component.ok()) return Finish(kMethod, component.status());
   ToProto(*component, request->with_layout(), response);
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::ListComponents(grpc::ServerContext*,
+grpc::Status DdoService::ListComponents(grpc::ServerContext* ctx,
                                         const ddo::v1::ListComponentsRequest*,
                                         ddo::v1::ListComponentsResponse* response) {
   constexpr char kMethod[] = "ListComponents";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-  for (const ComponentSnapshot& component : store_.List()) {
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  for (const ComponentSnapshot& component : store_.List(*caller)) {
     ToProto(component, /*with_layout=*/false, response->add_components());
   }
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::EvictComponent(grpc::ServerContext*,
+grpc::Status DdoService::EvictComponent(grpc::ServerContext* ctx,
                                         const ddo::v1::EvictComponentRequest* request,
                                         ddo::v1::EvictComponentResponse* response) {
   constexpr char kMethod[] = "EvictComponent";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-  absl::StatusOr<uint64_t> freed = store_.Evict(request->cache_key());
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  absl::StatusOr<uint64_t> freed = store_.Evict(request->cache_key(), *caller);
   if (!freed.ok()) return Finish(kMethod, freed.status());
   response->set_freed_bytes(*freed);
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::Attach(grpc::ServerContext*, const ddo::v1::AttachRequest* request,
+grpc::Status DdoService::Attach(grpc::ServerContext* ctx, const ddo::v1::AttachRequest* request,
                                 ddo::v1::AttachResponse* response) {
   constexpr char kMethod[] = "Attach";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-  absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   if (!request->device_uuid().empty()) {
     const MachineFacts machine = MachineFactsFor(request->device_uuid());
@@ -340,6 +418,17 @@ grpc::Status DdoService::Attach(grpc::ServerContext*, const ddo::v1::AttachReque
     AddTransferEstimate(machine, response->mutable_plan());
     if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
     ToProto(*component, /*with_layout=*/true, response->mutable_component());
+    GrantSegments(ctx, response->component());
+    const std::string token = TokenOf(ctx);
+    const auto& resources = response->device();
+    // The runner writes its counters into the control block and rings the doorbell; it only
+    // reads the host backend's slab and ring.
+    for (const std::string& name : {resources.control_block_shm(), resources.doorbell_shm()}) {
+      if (!name.empty()) callers_.Grant(token, name, /*writable=*/true);
+    }
+    for (const std::string& name : {resources.resident_slab_shm(), resources.ring_shm()}) {
+      if (!name.empty()) callers_.Grant(token, name, /*writable=*/false);
+    }
     return Finish(kMethod, absl::OkStatus());
   }
   absl::StatusOr<HostAttachment> attached = store_.AttachHost(*lease, request->cache_key());
@@ -347,23 +436,34 @@ grpc::Status DdoService::Attach(grpc::ServerContext*, const ddo::v1::AttachReque
   if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
   response->set_session_id(attached->session_id);
   ToProto(attached->component, /*with_layout=*/true, response->mutable_component());
+  GrantSegments(ctx, response->component());
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::Detach(grpc::ServerContext*, const ddo::v1::DetachRequest* request,
+grpc::Status DdoService::Detach(grpc::ServerContext* ctx, const ddo::v1::DetachRequest* request,
                                 ddo::v1::DetachResponse*) {
   constexpr char kMethod[] = "Detach";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status owner = store_.CheckSessionOwner(request->session_id(), *caller);
+      !owner.ok()) {
+    return Finish(kMethod, owner);
+  }
   if (streams_.Owns(request->session_id())) {
     return Finish(kMethod, streams_.Detach(request->session_id()));
   }
-  return Finish(kMethod, store_.Detach(request->session_id()));
+  return Finish(kMethod, store_.Detach(request->session_id(), *caller));
 }
 
-grpc::Status DdoService::SetSchedule(grpc::ServerContext*, const ddo::v1::SetScheduleRequest* request,
+grpc::Status DdoService::SetSchedule(grpc::ServerContext* ctx, const ddo::v1::SetScheduleRequest* request,
                                      ddo::v1::SetScheduleResponse* response) {
   constexpr char kMethod[] = "SetSchedule";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status owner = store_.CheckSessionOwner(request->session_id(), *caller);
+      !owner.ok()) {
+    return Finish(kMethod, owner);
+  }
   std::vector<uint32_t> order(request->unit_order().begin(), request->unit_order().end());
   absl::StatusOr<uint32_t> length = streams_.SetSchedule(request->session_id(), std::move(order));
   if (!length.ok()) return Finish(kMethod, length.status());
@@ -371,13 +471,14 @@ grpc::Status DdoService::SetSchedule(grpc::ServerContext*, const ddo::v1::SetSch
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::ListSessions(grpc::ServerContext*, const ddo::v1::ListSessionsRequest*,
+grpc::Status DdoService::ListSessions(grpc::ServerContext* ctx, const ddo::v1::ListSessionsRequest*,
                                       ddo::v1::ListSessionsResponse* response) {
-  if (absl::Status serving = EnterCall(); !serving.ok()) {
-    return Finish("ListSessions", serving);
-  }
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish("ListSessions", caller.status());
   std::map<std::string, int64_t> pids;
+  // Everyone sees their own; an admin sees all.
   for (const Lease& lease : leases_.List()) {
+    if (!caller->admin && lease.caller.uid != caller->uid) continue;
     auto* info = response->add_leases();
     // The full id is its holder's capability; others see a prefix that tells leases apart.
     info->set_lease_id(lease.id.substr(0, 8));
@@ -390,6 +491,7 @@ grpc::Status DdoService::ListSessions(grpc::ServerContext*, const ddo::v1::ListS
   std::map<std::string, StreamSessionInfo> streaming;
   for (StreamSessionInfo& stream : streams_.List()) streaming[stream.session_id] = stream;
   for (const SessionSnapshot& session : store_.Sessions()) {
+    if (!caller->admin && session.uid != caller->uid) continue;
     auto* info = response->add_sessions();
     if (auto it = streaming.find(session.session_id); it != streaming.end()) {
       const StreamSessionInfo& stream = it->second;
@@ -412,11 +514,12 @@ grpc::Status DdoService::ListSessions(grpc::ServerContext*, const ddo::v1::ListS
   return Finish("ListSessions", absl::OkStatus());
 }
 
-grpc::Status DdoService::Phase(grpc::ServerContext*, const ddo::v1::PhaseRequest* request,
+grpc::Status DdoService::Phase(grpc::ServerContext* ctx, const ddo::v1::PhaseRequest* request,
                                ddo::v1::PhaseResponse* response) {
   constexpr char kMethod[] = "Phase";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-  absl::StatusOr<Lease> lease = leases_.Find(request->lease_id());
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   if (request->phase() == ddo::v1::PHASE_KIND_UNSPECIFIED) {
     return Finish(kMethod, absl::InvalidArgumentError(
@@ -453,6 +556,24 @@ std::string ProfileDir(const DaemonContext& context, const std::string& requeste
                            Lookup(ProcessEnvironment(), "HOME").value_or(""));
 }
 
+// The caller's profiles: ddod's own user may name a directory (or gets ddod's default one);
+// everyone else has a directory of their own in ddod's profile root and may name none, since
+// ddod would open it with its own rights.
+absl::StatusOr<ProfileStore> ProfileStoreFor(const DaemonContext& context, const Caller& caller,
+                                             const std::string& requested,
+                                             ProfileStore::IfMissing if_missing) {
+  if (caller.uid == ::geteuid()) {
+    return ProfileStore::ForDirectory(ProfileDir(context, requested), if_missing);
+  }
+  if (!requested.empty()) {
+    return absl::PermissionDeniedError(
+        "ddod keeps other users' profiles in its own per-user store: profile_dir is honoured "
+        "only for ddod's own user; send none");
+  }
+  return ProfileStore::ForUser(absl::StrCat(context.options.state_dir, "/profiles"), caller.uid,
+                               if_missing);
+}
+
 void ToProto(const ProfileFile& file, ddo::v1::Profile* out) {
   out->mutable_ref()->set_key(file.key);
   out->mutable_ref()->set_name(file.name);
@@ -462,47 +583,59 @@ void ToProto(const ProfileFile& file, ddo::v1::Profile* out) {
 
 }  // namespace
 
-grpc::Status DdoService::ListProfiles(grpc::ServerContext*, const ddo::v1::ListProfilesRequest* request,
+grpc::Status DdoService::ListProfiles(grpc::ServerContext* ctx, const ddo::v1::ListProfilesRequest* request,
                                       ddo::v1::ListProfilesResponse* response) {
   constexpr char kMethod[] = "ListProfiles";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-  absl::StatusOr<std::vector<ProfileFile>> files =
-      ddo::ListProfiles(ProfileDir(context_, request->profile_dir()));
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  absl::StatusOr<ProfileStore> store = ProfileStoreFor(
+      context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kEmpty);
+  if (!store.ok()) return Finish(kMethod, store.status());
+  absl::StatusOr<std::vector<ProfileFile>> files = store->List();
   if (!files.ok()) return Finish(kMethod, files.status());
   for (const ProfileFile& file : *files) ToProto(file, response->add_profiles());
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::GetProfile(grpc::ServerContext*, const ddo::v1::GetProfileRequest* request,
+grpc::Status DdoService::GetProfile(grpc::ServerContext* ctx, const ddo::v1::GetProfileRequest* request,
                                     ddo::v1::Profile* response) {
   constexpr char kMethod[] = "GetProfile";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-  absl::StatusOr<ProfileFile> file =
-      ReadProfile(ProfileDir(context_, request->profile_dir()), request->ref().key());
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  absl::StatusOr<ProfileStore> store = ProfileStoreFor(
+      context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kEmpty);
+  if (!store.ok()) return Finish(kMethod, store.status());
+  absl::StatusOr<ProfileFile> file = store->Get(request->ref().key());
   if (!file.ok()) return Finish(kMethod, file.status());
   ToProto(*file, response);
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::PutProfile(grpc::ServerContext*, const ddo::v1::PutProfileRequest* request,
+grpc::Status DdoService::PutProfile(grpc::ServerContext* ctx, const ddo::v1::PutProfileRequest* request,
                                     ddo::v1::Profile* response) {
   constexpr char kMethod[] = "PutProfile";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  absl::StatusOr<ProfileStore> store = ProfileStoreFor(
+      context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kCreate);
+  if (!store.ok()) return Finish(kMethod, store.status());
   absl::StatusOr<ProfileFile> file =
-      WriteProfile(ProfileDir(context_, request->profile_dir()), request->profile().ref().key(),
-                   request->profile().json());
+      store->Put(request->profile().ref().key(), request->profile().json());
   if (!file.ok()) return Finish(kMethod, file.status());
   ToProto(*file, response);
   return Finish(kMethod, absl::OkStatus());
 }
 
-grpc::Status DdoService::DeleteProfile(grpc::ServerContext*,
+grpc::Status DdoService::DeleteProfile(grpc::ServerContext* ctx,
                                        const ddo::v1::DeleteProfileRequest* request,
                                        ddo::v1::DeleteProfileResponse* response) {
   constexpr char kMethod[] = "DeleteProfile";
-  if (absl::Status serving = EnterCall(); !serving.ok()) return Finish(kMethod, serving);
-  absl::StatusOr<bool> deleted =
-      ddo::DeleteProfile(ProfileDir(context_, request->profile_dir()), request->ref().key());
+  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  if (!caller.ok()) return Finish(kMethod, caller.status());
+  absl::StatusOr<ProfileStore> store = ProfileStoreFor(
+      context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kEmpty);
+  if (!store.ok()) return Finish(kMethod, store.status());
+  absl::StatusOr<bool> deleted = store->Delete(request->ref().key());
   if (!deleted.ok()) return Finish(kMethod, deleted.status());
   response->set_deleted(*deleted);
   return Finish(kMethod, absl::OkStatus());

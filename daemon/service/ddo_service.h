@@ -12,6 +12,7 @@
 #include <atomic>
 #include <string>
 
+#include "daemon/identity/caller_registry.h"
 #include "daemon/service/daemon_context.h"
 #include "daemon/service/rpc_counters.h"
 #include "daemon/store/component_store.h"
@@ -25,8 +26,13 @@ namespace ddo {
 class DdoService final : public ddo::v1::Ddo::Service {
  public:
   DdoService(const DaemonContext& context, HostPool& pool, ComponentStore& store,
-             StreamSessions& streams)
-      : context_(context), pool_(pool), store_(store), streams_(streams) {}
+             StreamSessions& streams, CallerRegistry& callers, LeaseLimits lease_limits = {})
+      : context_(context),
+        pool_(pool),
+        store_(store),
+        streams_(streams),
+        callers_(callers),
+        leases_(lease_limits) {}
 
   // From now on every new request is refused with UNAVAILABLE and every Connect stream is
   // sent a shutting_down event and ended.
@@ -89,14 +95,21 @@ class DdoService final : public ddo::v1::Ddo::Service {
                              ddo::v1::DeleteProfileResponse* response) override;
 
  private:
-  // Every handler calls EnterCall first and Finish last, exactly once each, so in_flight_
-  // counts running handlers. EnterCall answers UNAVAILABLE once shutdown has begun.
-  absl::Status EnterCall();
+  // Every handler calls EnterCall (or EnterAnonymousCall) first and Finish last, exactly once
+  // each, so in_flight_ counts running handlers. Both answer UNAVAILABLE once shutdown has
+  // begun; EnterCall also identifies the caller by the token in its "ddo-token" metadata
+  // (UNAUTHENTICATED without a valid one). Only GetInfo serves anonymous callers.
+  absl::StatusOr<Caller> EnterCall(grpc::ServerContext* ctx);
+  absl::Status EnterAnonymousCall();
   // Counts the outcome of `method` and converts it for gRPC.
   grpc::Status Finish(const char* method, const absl::Status& status);
   // After a call created something for `lease`: when the lease ended meanwhile (its client
   // died), releases what it owns and returns ABORTED.
   absl::Status ReleaseIfLeaseEnded(const Lease& lease);
+  // The token this call carries ("" when none).
+  static std::string TokenOf(grpc::ServerContext* ctx);
+  // Lets the caller open these segments through the identity socket (docs/security.md).
+  void GrantSegments(grpc::ServerContext* ctx, const ddo::v1::ComponentInfo& component);
   // The platform, the named device's VRAM (else the first GPU's) and the available RAM.
   MachineFacts MachineFactsFor(const std::string& device_uuid) const;
 
@@ -104,6 +117,7 @@ class DdoService final : public ddo::v1::Ddo::Service {
   HostPool& pool_;
   ComponentStore& store_;
   StreamSessions& streams_;
+  CallerRegistry& callers_;
   LeaseRegistry leases_;
   RpcCounters counters_;
   std::atomic<bool> shutting_down_{false};

@@ -74,6 +74,8 @@ ddo::v1::DaemonInfo BuildDaemonInfo(const DaemonContext& context, const SystemIn
   info.set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - context.started));
   info.set_embedded(context.options.parent_pid.has_value());
   info.set_parent_pid(context.options.parent_pid.value_or(0));
+  info.set_identity_socket(context.identity_socket);
+  info.set_uid(::geteuid());
   return info;
 }
 

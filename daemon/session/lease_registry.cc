@@ -8,9 +8,16 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
 
 namespace ddo {
+namespace {
+
+// Client names are the client's words: shown escaped and at most this long.
+constexpr size_t kMaxShownClientName = 128;
+
+}  // namespace
 
 std::string RandomId() {
   unsigned char bytes[16];
@@ -31,17 +38,38 @@ std::string RandomId() {
       absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
-absl::StatusOr<Lease> LeaseRegistry::Open(int64_t client_pid, std::string client_name) {
-  Lease lease{RandomId(), client_pid, std::move(client_name), absl::Now()};
+absl::StatusOr<Lease> LeaseRegistry::Open(const Caller& caller, std::string client_name) {
+  Lease lease{RandomId(), caller.pid, EscapeForDisplay(client_name, kMaxShownClientName),
+              absl::Now(), caller};
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) {
       return absl::UnavailableError("ddod is shutting down");
     }
+    size_t of_uid = 0;
+    for (const auto& [id, open] : leases_) of_uid += open.caller.uid == caller.uid ? 1 : 0;
+    if (of_uid >= limits_.per_uid) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "uid ", caller.uid, " already holds ", of_uid, " leases, the limit per user (",
+          limits_.per_uid, "); close other clients first"));
+    }
+    if (leases_.size() >= limits_.in_all) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "ddod holds ", leases_.size(), " leases, its limit in all (", limits_.in_all, ")"));
+    }
     leases_.emplace(lease.id, lease);
   }
-  Logger("lease")->info("lease {} opened by pid {} ({})", lease.id.substr(0, 8), client_pid,
+  Logger("lease")->info("lease {} opened by {} ({})", lease.id.substr(0, 8), caller.Describe(),
                         lease.client_name);
+  return lease;
+}
+
+absl::StatusOr<Lease> LeaseRegistry::FindFor(const std::string& id, const Caller& caller) const {
+  absl::StatusOr<Lease> lease = Find(id);
+  if (lease.ok() && lease->caller.uid != caller.uid) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("lease ", id.substr(0, 8), "... belongs to another user"));
+  }
   return lease;
 }
 
@@ -68,8 +96,8 @@ void LeaseRegistry::Close(const std::string& id) {
     closed = std::move(it->second);
     leases_.erase(it);
   }
-  Logger("lease")->info("lease {} of pid {} closed after {:.1f} s", id.substr(0, 8),
-                        closed.client_pid, absl::ToDoubleSeconds(absl::Now() - closed.connected));
+  Logger("lease")->info("lease {} of {} closed after {:.1f} s", id.substr(0, 8),
+                        closed.caller.Describe(), absl::ToDoubleSeconds(absl::Now() - closed.connected));
 }
 
 bool LeaseRegistry::WaitForShutdown(absl::Duration timeout) const {

@@ -17,27 +17,38 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/identity/caller.h"
 
 namespace ddo {
 
 struct Lease {
   std::string id;  // 128 random bits, hex: unguessable by other local users
-  int64_t client_pid = 0;
-  std::string client_name;
+  int64_t client_pid = 0;  // the caller's pid as the kernel reported it
+  std::string client_name;  // as the client said, escaped and bounded
   absl::Time connected;
+  Caller caller;
+};
+
+struct LeaseLimits {
+  size_t per_uid = 32;
+  // Every lease holds one of gRPC's threads (its Connect stream): the rest serve calls.
+  size_t in_all = 384;
 };
 
 class LeaseRegistry {
  public:
-  LeaseRegistry() = default;
+  explicit LeaseRegistry(LeaseLimits limits = {}) : limits_(limits) {}
   LeaseRegistry(const LeaseRegistry&) = delete;
   LeaseRegistry& operator=(const LeaseRegistry&) = delete;
 
-  // Opens a lease. Unavailable once shutdown has begun.
-  absl::StatusOr<Lease> Open(int64_t client_pid, std::string client_name);
+  // Opens a lease for `caller`. UNAVAILABLE once shutdown has begun; RESOURCE_EXHAUSTED
+  // naming the limit when the caller's uid, or everyone together, holds too many.
+  absl::StatusOr<Lease> Open(const Caller& caller, std::string client_name);
 
   // The open lease with this id; FAILED_PRECONDITION naming the problem otherwise.
   absl::StatusOr<Lease> Find(const std::string& id) const;
+  // The same, and PERMISSION_DENIED unless `caller` runs as the uid that opened the lease.
+  absl::StatusOr<Lease> FindFor(const std::string& id, const Caller& caller) const;
 
   // Closes a lease. Closing an unknown id does nothing.
   void Close(const std::string& id);
@@ -54,6 +65,7 @@ class LeaseRegistry {
   size_t size() const;
 
  private:
+  const LeaseLimits limits_;
   mutable absl::Mutex mu_;
   std::map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

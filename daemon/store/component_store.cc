@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "daemon/common/display_text.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/posix_error.h"
@@ -42,7 +43,7 @@ absl::StatusOr<std::vector<TensorEntry>> TableOfSafetensors(
         tensor.unit = unit->second;
       } else {
         return absl::InvalidArgumentError(absl::StrCat(
-            "units names no unit for tensor '", source.name, "' of ", file.path));
+            "units names no unit for tensor '", source.name, "' of ", file.name));
       }
       tensors.push_back(std::move(tensor));
     }
@@ -75,6 +76,35 @@ ComponentStore::ComponentStore(HostPool& pool, StoreOptions options)
     : pool_(pool), options_(std::move(options)) {}
 
 ComponentStore::~ComponentStore() { Close(/*discard=*/false); }
+
+bool ComponentStore::MayRead(const Caller& caller, const Component& component) {
+  return caller.admin || component.info.owner_uid == caller.uid ||
+         component.readers.count(caller.uid) != 0;
+}
+
+absl::Status ComponentStore::CheckUploadLimitsLocked(const Caller& caller, uint64_t bytes) const {
+  if (caller.admin) return absl::OkStatus();
+  size_t uploads = 0;
+  uint64_t owned_bytes = 0;
+  for (const auto& [key, component] : components_) {
+    if (component.info.owner_uid != caller.uid) continue;
+    uploads += component.info.state == ComponentState::kUploading ? 1 : 0;
+    owned_bytes += HostPool::Footprint(component.info.total_bytes);
+  }
+  if (uploads >= options_.max_uploads_per_uid) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "uid ", caller.uid, " already has ", uploads, " uploads in progress, the limit per user (",
+        options_.max_uploads_per_uid, ")"));
+  }
+  if (options_.max_bytes_per_uid > 0 &&
+      owned_bytes + HostPool::Footprint(bytes) > options_.max_bytes_per_uid) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "uid ", caller.uid, " owns ", FormatBytes(owned_bytes), " of the pool; ",
+        FormatBytes(HostPool::Footprint(bytes)), " more would pass the limit per user (",
+        FormatBytes(options_.max_bytes_per_uid), "); evict components you no longer need"));
+  }
+  return absl::OkStatus();
+}
 
 ComponentSnapshot ComponentStore::SnapshotLocked(const Component& component) const {
   ComponentSnapshot snapshot = component.info;
@@ -110,7 +140,10 @@ void ComponentStore::PersistLocked() {
     if (component.info.state != ComponentState::kReady) continue;
     entries.push_back({key, component.info.component_id, component.info.structure_hash,
                        component.info.content_hash, component.segment->name(),
-                       component.segment->size(), component.info.tensors});
+                       component.segment->size(), component.info.tensors,
+                       component.info.owner_uid,
+                       std::vector<uid_t>(component.readers.begin(), component.readers.end()),
+                       component.sources});
   }
   if (absl::Status written = WriteManifest(options_.manifest_path, entries); !written.ok()) {
     // The pool keeps working; only warm restarts suffer.
@@ -157,10 +190,10 @@ absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t
   return absl::OkStatus();
 }
 
-absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(const Lease& lease,
-                                                           const std::string& cache_key,
-                                                           std::vector<TensorEntry> tensors,
-                                                           const std::string& content_hash) {
+absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
+    const Lease& lease, const std::string& cache_key, std::vector<TensorEntry> tensors,
+    const std::string& content_hash, const std::vector<FileIdentity>& sources) {
+  const Caller& caller = lease.caller;
   if (cache_key.empty()) {
     return absl::InvalidArgumentError("cache_key is empty");
   }
@@ -177,15 +210,29 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(const Lease& lease,
     if (auto it = components_.find(cache_key); it != components_.end()) {
       Component& existing = it->second;
       if (existing.info.state == ComponentState::kUploading) {
-        return absl::AbortedError(absl::StrCat("'", cache_key, "' is being uploaded by pid ",
-                                               existing.info.uploader_pid,
-                                               "; retry after it is committed"));
+        return absl::AbortedError(absl::StrCat("'", EscapeForDisplay(cache_key),
+                                               "' is being uploaded by another client; retry "
+                                               "after it is committed"));
       }
       const bool same = existing.info.structure_hash == structure_hash &&
                         (content_hash.empty() || existing.info.content_hash == content_hash);
-      if (same) {
+      // Reading the very files this component was read from proves the caller may read it.
+      const bool proved = same && !sources.empty() && sources == existing.sources;
+      if (same && (MayRead(caller, existing) || proved)) {
+        if (!MayRead(caller, existing)) {
+          existing.readers.insert(caller.uid);
+          Logger("store")->info("'{}' shared with {}: it passed the component's own files",
+                                EscapeForDisplay(cache_key), caller.Describe());
+          PersistLocked();
+        }
         existing.info.last_used = absl::Now();
         return RegisterResult{SnapshotLocked(existing), /*warm_hit=*/true, ""};
+      }
+      if (existing.info.owner_uid != caller.uid && !caller.admin) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "'", EscapeForDisplay(cache_key),
+            "' holds another user's component: only its owner may replace it, and it is shared "
+            "only with users who load it from the same files; use another cache key"));
       }
       if (existing.info.sessions > 0) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -197,6 +244,7 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(const Lease& lease,
       DiscardLocked(it);
       PersistLocked();
     }
+    DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, span));
     DDO_RETURN_IF_ERROR(MakeRoomLocked(cache_key, span));
     Component placeholder;
     placeholder.info.component_id = ComponentId(cache_key, structure_hash);
@@ -208,6 +256,8 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(const Lease& lease,
     placeholder.info.unit_count = CountUnits(tensors);
     placeholder.info.last_used = absl::Now();
     placeholder.info.uploader_pid = lease.client_pid;
+    placeholder.info.owner_uid = caller.uid;
+    placeholder.sources = sources;
     placeholder.info.tensors = std::move(tensors);
     placeholder.upload_id = upload_id;
     placeholder.owner_lease = lease.id;
@@ -230,8 +280,8 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(const Lease& lease,
     return segment.status();
   }
   it->second.segment = *std::move(segment);
-  Logger("store")->info("upload {} of '{}' started by pid {}: {} tensors, {} (segment in {:.2f} s)",
-                        upload_id.substr(0, 8), cache_key, lease.client_pid,
+  Logger("store")->info("upload {} of '{}' started by {}: {} tensors, {} (segment in {:.2f} s)",
+                        upload_id.substr(0, 8), EscapeForDisplay(cache_key), caller.Describe(),
                         it->second.info.tensors.size(), FormatBytes(it->second.info.total_bytes),
                         allocate_s);
   return RegisterResult{SnapshotLocked(it->second), /*warm_hit=*/false, upload_id};
@@ -319,11 +369,13 @@ absl::StatusOr<uint64_t> ComponentStore::Abort(const std::string& lease_id,
 }
 
 absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
-    const Lease& lease, const SafetensorsRequest& request,
+    const Lease& lease, SafetensorsRequest request,
     const std::function<void(uint64_t, uint64_t)>& progress,
     const std::function<bool()>& cancelled) {
   const absl::Time started = absl::Now();
-  DDO_ASSIGN_OR_RETURN(SafetensorsSet set, OpenSafetensorsSet(request.inputs, request.index_file));
+  DDO_ASSIGN_OR_RETURN(
+      SafetensorsSet set,
+      OpenSafetensorsSet(std::move(request.files), std::move(request.index), cancelled));
   DDO_ASSIGN_OR_RETURN(std::vector<TensorEntry> tensors, TableOfSafetensors(set, request.units));
   DDO_ASSIGN_OR_RETURN(RegisterResult begun, BeginUpload(lease, request.cache_key, tensors,
                                                          request.content_hash));
@@ -336,33 +388,25 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   auto segment = SegmentOfUpload(lease.id, begun.upload_id, &laid_out, &expected_hash);
   if (!segment.ok()) return segment.status();
 
-  // Positional reads of every tensor straight into its place in the segment.
-  std::vector<UniqueFd> fds;
+  // Positional reads of every tensor straight into its place in the segment, through the
+  // descriptors the files were validated through (never reopened by path).
   std::vector<ReadJob> jobs;
   size_t index = 0;
-  absl::Status opened = absl::OkStatus();
   for (const SafetensorsFile& file : set.files) {
-    fds.emplace_back(::open(file.path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fds.back().valid()) {
-      opened = PosixError(absl::StrCat("open ", file.path), errno);
-      break;
-    }
     for (const SafetensorsTensor& source : file.tensors) {
-      jobs.push_back({fds.back().get(), source.file_offset,
+      jobs.push_back({file.fd.get(), source.file_offset,
                       (*segment)->data() + laid_out[index++].offset, source.byte_size,
-                      file.path});
+                      file.name});
     }
   }
   const uint64_t total = set.total_bytes;
   const absl::Time reading = absl::Now();
-  if (opened.ok()) {
-    opened = ReadInParallel(
-        jobs, options_.read_threads, [&](uint64_t done) { progress(done, total); }, cancelled);
-  }
+  const absl::Status read = ReadInParallel(
+      jobs, options_.read_threads, [&](uint64_t done) { progress(done, total); }, cancelled);
   const double read_s = absl::ToDoubleSeconds(absl::Now() - reading);
-  if (!opened.ok()) {
+  if (!read.ok()) {
     (void)Abort(lease.id, begun.upload_id);
-    return opened;
+    return read;
   }
   DDO_ASSIGN_OR_RETURN(ComponentSnapshot ready, Commit(lease.id, begun.upload_id));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
@@ -374,40 +418,52 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   return LoadResult{std::move(ready), false, seconds};
 }
 
-absl::StatusOr<ComponentSnapshot> ComponentStore::Get(const std::string& cache_key) const {
+absl::StatusOr<ComponentSnapshot> ComponentStore::Get(const std::string& cache_key,
+                                                      const Caller& caller) const {
   absl::MutexLock lock(&mu_);
   auto it = components_.find(cache_key);
-  if (it == components_.end() || it->second.info.state != ComponentState::kReady) {
-    return absl::NotFoundError(absl::StrCat("no component '", cache_key, "' in the pool"));
+  if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
+      !MayRead(caller, it->second)) {
+    return absl::NotFoundError(
+        absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
   }
   return SnapshotLocked(it->second);
 }
 
-std::vector<ComponentSnapshot> ComponentStore::List() const {
+std::vector<ComponentSnapshot> ComponentStore::List(const Caller& caller) const {
   absl::MutexLock lock(&mu_);
   std::vector<ComponentSnapshot> result;
   for (const auto& [key, component] : components_) {
-    result.push_back(SnapshotLocked(component));
+    if (MayRead(caller, component)) result.push_back(SnapshotLocked(component));
   }
   return result;
 }
 
-absl::StatusOr<uint64_t> ComponentStore::Evict(const std::string& cache_key) {
+absl::StatusOr<uint64_t> ComponentStore::Evict(const std::string& cache_key,
+                                               const Caller& caller) {
   absl::MutexLock lock(&mu_);
   auto it = components_.find(cache_key);
-  if (it == components_.end()) {
-    return absl::NotFoundError(absl::StrCat("no component '", cache_key, "' in the pool"));
+  if (it == components_.end() || !MayRead(caller, it->second)) {
+    return absl::NotFoundError(
+        absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
+  }
+  if (it->second.info.owner_uid != caller.uid && !caller.admin) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "'", EscapeForDisplay(cache_key),
+        "' is shared with you but owned by another user: only its owner or ddod's "
+        "administrator may evict it"));
   }
   if (it->second.info.state == ComponentState::kUploading) {
     return absl::FailedPreconditionError(
-        absl::StrCat("'", cache_key, "' is being uploaded by pid ", it->second.info.uploader_pid));
+        absl::StrCat("'", EscapeForDisplay(cache_key), "' is being uploaded"));
   }
   if (it->second.info.sessions > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "'", cache_key, "' is in use by ", it->second.info.sessions, " session(s)"));
   }
   const uint64_t freed = it->second.segment->size();
-  Logger("store")->info("evicted '{}' on request ({})", cache_key, FormatBytes(freed));
+  Logger("store")->info("evicted '{}' at the request of {} ({})", EscapeForDisplay(cache_key),
+                        caller.Describe(), FormatBytes(freed));
   DiscardLocked(it);
   PersistLocked();
   return freed;
@@ -417,27 +473,54 @@ absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
                                                           const std::string& cache_key) {
   absl::MutexLock lock(&mu_);
   auto it = components_.find(cache_key);
-  if (it == components_.end() || it->second.info.state != ComponentState::kReady) {
-    return absl::NotFoundError(absl::StrCat("no component '", cache_key, "' in the pool"));
+  if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
+      !MayRead(lease.caller, it->second)) {
+    return absl::NotFoundError(
+        absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
+  }
+  if (!lease.caller.admin) {
+    size_t of_uid = 0;
+    for (const auto& [id, session] : sessions_) of_uid += session.uid == lease.caller.uid ? 1 : 0;
+    if (of_uid >= options_.max_sessions_per_uid) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "uid ", lease.caller.uid, " already holds ", of_uid,
+          " sessions, the limit per user (", options_.max_sessions_per_uid, ")"));
+    }
   }
   it->second.info.sessions += 1;
   it->second.info.last_used = absl::Now();
   const std::string session_id = RandomId();
-  sessions_[session_id] = Session{lease.id, cache_key};
+  sessions_[session_id] = Session{lease.id, cache_key, lease.caller.uid};
   return HostAttachment{session_id, SnapshotLocked(it->second), it->second.segment};
 }
 
-absl::Status ComponentStore::Detach(const std::string& session_id) {
+absl::Status ComponentStore::Detach(const std::string& session_id, const Caller& caller) {
   absl::MutexLock lock(&mu_);
   auto session = sessions_.find(session_id);
   if (session == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat("no session ", session_id));
+    return absl::NotFoundError(absl::StrCat("no session ", EscapeForDisplay(session_id, 8), "..."));
+  }
+  if (session->second.uid != caller.uid && !caller.admin) {
+    return absl::PermissionDeniedError("that session belongs to another user");
   }
   if (auto it = components_.find(session->second.cache_key); it != components_.end()) {
     it->second.info.sessions -= 1;
     it->second.info.last_used = absl::Now();
   }
   sessions_.erase(session);
+  return absl::OkStatus();
+}
+
+absl::Status ComponentStore::CheckSessionOwner(const std::string& session_id,
+                                               const Caller& caller) const {
+  absl::MutexLock lock(&mu_);
+  auto session = sessions_.find(session_id);
+  if (session == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat("no session ", EscapeForDisplay(session_id, 8), "..."));
+  }
+  if (session->second.uid != caller.uid && !caller.admin) {
+    return absl::PermissionDeniedError("that session belongs to another user");
+  }
   return absl::OkStatus();
 }
 
@@ -485,7 +568,7 @@ std::vector<SessionSnapshot> ComponentStore::Sessions() const {
   absl::MutexLock lock(&mu_);
   std::vector<SessionSnapshot> result;
   for (const auto& [id, session] : sessions_) {
-    result.push_back({id, session.lease_id, session.cache_key});
+    result.push_back({id, session.lease_id, session.cache_key, session.uid});
   }
   return result;
 }
@@ -548,6 +631,9 @@ void ComponentStore::AdoptPrevious() {
     component.info.unit_count = CountUnits(entry.tensors);
     component.info.last_used = absl::Now();
     component.info.tensors = std::move(entry.tensors);
+    component.info.owner_uid = entry.owner_uid;
+    component.readers.insert(entry.readers.begin(), entry.readers.end());
+    component.sources = std::move(entry.sources);
     component.segment = *std::move(segment);
     kept.insert(entry.segment_name);
     log->info("adopted '{}' ({}) from the previous ddod", entry.cache_key,

@@ -17,6 +17,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,8 +26,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/identity/caller.h"
 #include "daemon/pool/host_pool.h"
 #include "daemon/session/lease_registry.h"
+#include "daemon/store/file_identity.h"
+#include "daemon/store/safetensors.h"
 #include "daemon/store/tensor_table.h"
 
 namespace ddo {
@@ -47,8 +52,10 @@ struct ComponentSnapshot {
   uint32_t sessions = 0;
   absl::Time last_used;
   int64_t uploader_pid = 0;
+  uid_t owner_uid = 0;  // who made it: only they (or an admin) evict or replace it
   std::vector<TensorEntry> tensors;
 };
+
 
 struct RegisterResult {
   ComponentSnapshot component;
@@ -58,8 +65,8 @@ struct RegisterResult {
 
 struct SafetensorsRequest {
   std::string cache_key;
-  std::vector<std::string> inputs;  // files or model folders, absolute
-  std::string index_file;
+  std::vector<SafetensorsSource> files;     // open descriptors; read only through them
+  std::optional<SafetensorsSource> index;   // a *.safetensors.index.json, when there is one
   std::string content_hash;
   std::map<std::string, uint32_t> units;  // empty: one unit per tensor
 };
@@ -81,6 +88,7 @@ struct SessionSnapshot {
   std::string session_id;
   std::string lease_id;
   std::string cache_key;
+  uid_t uid = 0;
 };
 
 struct StoreStats {
@@ -96,6 +104,11 @@ struct StoreOptions {
   std::string manifest_path;
   // Threads that read safetensors files.
   int read_threads = 4;
+  // Per uid (admins excepted): uploads in progress, host sessions, and pool bytes of the
+  // components it owns; 0 bytes: the pool budget is the only bound.
+  size_t max_uploads_per_uid = 8;
+  size_t max_sessions_per_uid = 256;
+  uint64_t max_bytes_per_uid = 0;
 };
 
 class ComponentStore {
@@ -110,9 +123,11 @@ class ComponentStore {
   void AdoptPrevious();
 
   // Registers a tensor table under `cache_key`: a warm hit when the key holds the same
-  // structure (and content hash, when given); otherwise a new upload the lease owns.
-  // ABORTED while another client uploads the key; FAILED_PRECONDITION when a different
-  // component under the key is in use; RESOURCE_EXHAUSTED when no room can be made.
+  // structure (and content hash, when given) and the lease's caller may read it; otherwise a
+  // new upload the lease owns. ABORTED while another client uploads the key;
+  // FAILED_PRECONDITION when a different component under the key is in use;
+  // PERMISSION_DENIED when the key holds another user's component; RESOURCE_EXHAUSTED when no
+  // room can be made or the caller's uid is at a limit (named).
   absl::StatusOr<RegisterResult> Register(const Lease& lease, const std::string& cache_key,
                                           std::vector<TensorEntry> tensors,
                                           const std::string& content_hash);
@@ -124,23 +139,30 @@ class ComponentStore {
   // Discards an upload; returns the bytes freed.
   absl::StatusOr<uint64_t> Abort(const std::string& lease_id, const std::string& upload_id);
 
-  // Reads safetensors files straight into a new component (or finds it warm). `progress`
-  // gets (bytes_done, bytes_total) from any thread; `cancelled` stops the read.
+  // Reads safetensors files straight into a new component (or finds it warm), through the
+  // request's descriptors (validated first; see safetensors.h). `progress` gets
+  // (bytes_done, bytes_total) from any thread; `cancelled` stops the validation and the read.
   absl::StatusOr<LoadResult> LoadSafetensors(
-      const Lease& lease, const SafetensorsRequest& request,
+      const Lease& lease, SafetensorsRequest request,
       const std::function<void(uint64_t, uint64_t)>& progress,
       const std::function<bool()>& cancelled);
 
-  // READY components only.
-  absl::StatusOr<ComponentSnapshot> Get(const std::string& cache_key) const;
-  std::vector<ComponentSnapshot> List() const;
+  // READY components `caller` may read (its own, proved, or any for an admin). Another
+  // user's component is NOT_FOUND, as if it were not there.
+  absl::StatusOr<ComponentSnapshot> Get(const std::string& cache_key, const Caller& caller) const;
+  std::vector<ComponentSnapshot> List(const Caller& caller) const;
 
-  // Removes an unused component; returns the bytes freed.
-  absl::StatusOr<uint64_t> Evict(const std::string& cache_key);
+  // Removes an unused component; returns the bytes freed. Only its owner or an admin may.
+  absl::StatusOr<uint64_t> Evict(const std::string& cache_key, const Caller& caller);
 
-  // A host session: the component stays until Detach or the lease ends.
+  // A host session: the component stays until Detach or the lease ends. The lease's caller
+  // must be allowed to read the component.
   absl::StatusOr<HostAttachment> AttachHost(const Lease& lease, const std::string& cache_key);
-  absl::Status Detach(const std::string& session_id);
+  // PERMISSION_DENIED unless `caller` runs as the session's uid or is an admin.
+  absl::Status Detach(const std::string& session_id, const Caller& caller);
+  // OK when the session exists and `caller` runs as its uid or is an admin; NOT_FOUND or
+  // PERMISSION_DENIED otherwise. Streaming sessions are host sessions too, by the same id.
+  absl::Status CheckSessionOwner(const std::string& session_id, const Caller& caller) const;
 
   // Everything a lease owned: uploads discarded, sessions detached.
   void ReleaseLease(const std::string& lease_id);
@@ -158,16 +180,28 @@ class ComponentStore {
     std::shared_ptr<PoolSegment> segment;
     std::string upload_id;
     std::string owner_lease;  // while uploading
+    std::set<uid_t> readers;  // other uids that proved they may read it
+    std::vector<FileIdentity> sources;  // the files it was read from; empty for uploads
   };
   struct Session {
     std::string lease_id;
     std::string cache_key;
+    uid_t uid = 0;
   };
 
-  // Steps shared by Register and LoadSafetensors.
+  static bool MayRead(const Caller& caller, const Component& component);
+  // RESOURCE_EXHAUSTED naming the limit when `caller` (not an admin) may not start an upload
+  // of `bytes` more.
+  absl::Status CheckUploadLimitsLocked(const Caller& caller, uint64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Steps shared by Register and LoadSafetensors. `sources` (LoadSafetensors only) are the
+  // identities of the caller's files: when they are a READY component's own sources, the
+  // caller proved it may read it and becomes one of its readers.
   absl::StatusOr<RegisterResult> BeginUpload(const Lease& lease, const std::string& cache_key,
                                              std::vector<TensorEntry> tensors,
-                                             const std::string& content_hash);
+                                             const std::string& content_hash,
+                                             const std::vector<FileIdentity>& sources = {});
   absl::StatusOr<std::shared_ptr<PoolSegment>> SegmentOfUpload(const std::string& lease_id,
                                                                const std::string& upload_id,
                                                                std::vector<TensorEntry>* tensors,

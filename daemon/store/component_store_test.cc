@@ -87,7 +87,7 @@ class ComponentStoreTest : public ::testing::Test {
   PoolOptions pool_options_;
   std::unique_ptr<HostPool> pool_;
   std::unique_ptr<ComponentStore> store_;
-  Lease lease_{RandomId(), 1234, "test", absl::Now()};
+  Lease lease_{RandomId(), 1234, "test", absl::Now(), DaemonCaller()};
 };
 
 TEST_F(ComponentStoreTest, UploadCommitThenWarmHit) {
@@ -109,12 +109,12 @@ TEST_F(ComponentStoreTest, UploadCommitThenWarmHit) {
 TEST_F(ComponentStoreTest, NothingIsServedBeforeCommit) {
   auto registered = store_->Register(lease_, "model-a", Table(1, kMiB), "");
   ASSERT_TRUE(registered.ok());
-  EXPECT_TRUE(absl::IsNotFound(store_->Get("model-a").status()));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("model-a", DaemonCaller()).status()));
   EXPECT_TRUE(absl::IsNotFound(store_->AttachHost(lease_, "model-a").status()));
-  Lease other{RandomId(), 99, "other", absl::Now()};
+  Lease other{RandomId(), 99, "other", absl::Now(), DaemonCaller()};
   auto concurrent = store_->Register(other, "model-a", Table(1, kMiB), "");
   EXPECT_TRUE(absl::IsAborted(concurrent.status()));
-  EXPECT_THAT(std::string(concurrent.status().message()), HasSubstr("pid 1234"));
+  EXPECT_THAT(std::string(concurrent.status().message()), HasSubstr("another client"));
   EXPECT_TRUE(absl::IsPermissionDenied(store_->Commit(other.id, registered->upload_id).status()));
 }
 
@@ -126,7 +126,7 @@ TEST_F(ComponentStoreTest, AClientThatGoesAwayLosesItsUploadAndItsSpace) {
   store_->ReleaseLease(lease_.id);
   EXPECT_FALSE(InShm(segment));
   EXPECT_EQ(pool_->Usage().reserved_bytes, 0u);
-  EXPECT_TRUE(absl::IsNotFound(store_->Get("model-a").status()));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("model-a", DaemonCaller()).status()));
   EXPECT_FALSE(store_->Commit(lease_.id, registered->upload_id).ok());
 }
 
@@ -138,7 +138,7 @@ TEST_F(ComponentStoreTest, ContentHashIsVerifiedAtCommit) {
   auto wrong = store_->Commit(lease_.id, registered->upload_id);
   EXPECT_TRUE(absl::IsInvalidArgument(wrong.status()));
   EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("content hash mismatch"));
-  EXPECT_TRUE(absl::IsNotFound(store_->Get("model-a").status()));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("model-a", DaemonCaller()).status()));
   EXPECT_EQ(pool_->Usage().reserved_bytes, 0u);
 
   auto malformed = store_->Register(lease_, "model-a", tensors, "md5:abc");
@@ -163,14 +163,14 @@ TEST_F(ComponentStoreTest, LeastRecentlyUsedUnusedComponentsAreEvictedFirst) {
   Upload("c");
   // Use "a" again, so "b" is now the least recently used.
   auto session = store_->AttachHost(lease_, "a");
-  ASSERT_TRUE(store_->Detach(session->session_id).ok());
+  ASSERT_TRUE(store_->Detach(session->session_id, DaemonCaller()).ok());
   Upload("d");
   Upload("e");  // needs room again: "c" goes
-  EXPECT_TRUE(absl::IsNotFound(store_->Get("b").status()));
-  EXPECT_TRUE(absl::IsNotFound(store_->Get("c").status()));
-  EXPECT_TRUE(store_->Get("a").ok());
-  EXPECT_TRUE(store_->Get("d").ok());
-  EXPECT_TRUE(store_->Get("e").ok());
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("b", DaemonCaller()).status()));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("c", DaemonCaller()).status()));
+  EXPECT_TRUE(store_->Get("a", DaemonCaller()).ok());
+  EXPECT_TRUE(store_->Get("d", DaemonCaller()).ok());
+  EXPECT_TRUE(store_->Get("e", DaemonCaller()).ok());
   EXPECT_EQ(store_->Stats().evictions, 2u);
 }
 
@@ -185,14 +185,14 @@ TEST_F(ComponentStoreTest, ComponentsInUseAreNeverEvicted) {
   ASSERT_FALSE(too_big.ok());
   EXPECT_TRUE(absl::IsResourceExhausted(too_big.status()));
   EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("'d' needs 2.0 MiB"));
-  EXPECT_TRUE(store_->Get("a").ok());
-  EXPECT_TRUE(store_->Get("b").ok());
-  auto evict = store_->Evict("a");
+  EXPECT_TRUE(store_->Get("a", DaemonCaller()).ok());
+  EXPECT_TRUE(store_->Get("b", DaemonCaller()).ok());
+  auto evict = store_->Evict("a", DaemonCaller());
   EXPECT_TRUE(absl::IsFailedPrecondition(evict.status()));
   // When the lease ends, its sessions end with it.
   store_->ReleaseLease(lease_.id);
-  EXPECT_TRUE(store_->Evict("a").ok());
-  EXPECT_TRUE(absl::IsNotFound(store_->Evict("a").status()));
+  EXPECT_TRUE(store_->Evict("a", DaemonCaller()).ok());
+  EXPECT_TRUE(absl::IsNotFound(store_->Evict("a", DaemonCaller()).status()));
 }
 
 TEST_F(ComponentStoreTest, ARequestLargerThanTheBudgetEvictsNothing) {
@@ -201,7 +201,7 @@ TEST_F(ComponentStoreTest, ARequestLargerThanTheBudgetEvictsNothing) {
   ASSERT_FALSE(huge.ok());
   EXPECT_TRUE(absl::IsResourceExhausted(huge.status()));
   EXPECT_THAT(std::string(huge.status().message()), HasSubstr("more than the whole budget"));
-  EXPECT_TRUE(store_->Get("a").ok());
+  EXPECT_TRUE(store_->Get("a", DaemonCaller()).ok());
   EXPECT_EQ(store_->Stats().evictions, 0u);
 }
 
@@ -210,7 +210,7 @@ TEST_F(ComponentStoreTest, ADifferentStructureReplacesAnUnusedComponent) {
   auto session = store_->AttachHost(lease_, "model");
   auto blocked = store_->Register(lease_, "model", Table(3, kMiB / 2), "");
   EXPECT_TRUE(absl::IsFailedPrecondition(blocked.status()));
-  ASSERT_TRUE(store_->Detach(session->session_id).ok());
+  ASSERT_TRUE(store_->Detach(session->session_id, DaemonCaller()).ok());
   session->segment.reset();  // an attachment's own reference to the bytes
   auto replaced = store_->Register(lease_, "model", Table(3, kMiB / 2), "");
   ASSERT_TRUE(replaced.ok()) << replaced.status();
@@ -226,12 +226,12 @@ TEST_F(ComponentStoreTest, ARestartAdoptsReadyComponentsAndDropsUploads) {
   // the segments stay because nothing marks them discarded).
   Restart();
   EXPECT_EQ(store_->Stats().adopted, 1u);
-  auto adopted = store_->Get("kept");
+  auto adopted = store_->Get("kept", DaemonCaller());
   ASSERT_TRUE(adopted.ok());
   EXPECT_EQ(adopted->segment_name, ready.segment_name);
   auto mapping = SharedSegment::Open(adopted->segment_name);
   EXPECT_EQ(std::string(mapping->data() + adopted->tensors[0].offset, 4), "kept");
-  EXPECT_TRUE(absl::IsNotFound(store_->Get("unfinished").status()));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("unfinished", DaemonCaller()).status()));
   EXPECT_FALSE(InShm(unfinished->component.segment_name)) << "leftover upload removed";
   auto warm = store_->Register(lease_, "kept", Table(2, kMiB), "");
   EXPECT_TRUE(warm->warm_hit);
@@ -243,9 +243,9 @@ TEST_F(ComponentStoreTest, ATruncatedSegmentIsNotAdopted) {
   store_.reset();  // crash-like: manifest and segments stay
   ASSERT_EQ(::truncate(SegmentPath(ready.segment_name).c_str(), kMiB), 0);
   Restart();
-  EXPECT_TRUE(absl::IsNotFound(store_->Get("kept").status()));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("kept", DaemonCaller()).status()));
   EXPECT_FALSE(InShm(ready.segment_name));
-  EXPECT_TRUE(store_->Get("other").ok());
+  EXPECT_TRUE(store_->Get("other", DaemonCaller()).ok());
 }
 
 TEST_F(ComponentStoreTest, ACorruptManifestDiscardsThePool) {
@@ -253,7 +253,7 @@ TEST_F(ComponentStoreTest, ACorruptManifestDiscardsThePool) {
   store_.reset();
   std::ofstream(dir_.Join("manifest.json"), std::ios::app) << "garbage";
   Restart();
-  EXPECT_TRUE(absl::IsNotFound(store_->Get("kept").status()));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("kept", DaemonCaller()).status()));
   EXPECT_FALSE(InShm(ready.segment_name));
   EXPECT_EQ(pool_->Usage().reserved_bytes, 0u);
 }
@@ -264,6 +264,84 @@ TEST_F(ComponentStoreTest, CloseWithDiscardLeavesNothing) {
   EXPECT_FALSE(InShm(ready.segment_name));
   EXPECT_FALSE(std::filesystem::exists(dir_.Join("manifest.json")));
   EXPECT_TRUE(pool_->ListSegmentNames().empty());
+}
+
+// Two users of a shared ddod: neither is an admin.
+Lease LeaseOf(uid_t uid) {
+  return Lease{RandomId(), 10 + static_cast<int64_t>(uid), "user", absl::Now(),
+               CallerFromCredentials(uid, uid, 10 + static_cast<pid_t>(uid))};
+}
+
+TEST_F(ComponentStoreTest, AnotherUsersComponentIsInvisibleAndUntouchable) {
+  const uid_t victim_uid = ::geteuid() == 5001 ? 5003 : 5001;
+  const uid_t attacker_uid = ::geteuid() == 5002 ? 5004 : 5002;
+  const Lease victim = LeaseOf(victim_uid);
+  const Lease attacker = LeaseOf(attacker_uid);
+  const ComponentSnapshot ready = Upload("victim/model", 2, kMiB, &victim);
+  EXPECT_EQ(ready.owner_uid, victim_uid);
+
+  // Not listed, not found, not attachable, not evictable: as if it were not there.
+  EXPECT_TRUE(store_->List(attacker.caller).empty());
+  EXPECT_EQ(store_->List(victim.caller).size(), 1u);
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("victim/model", attacker.caller).status()));
+  EXPECT_TRUE(absl::IsNotFound(store_->AttachHost(attacker, "victim/model").status()));
+  EXPECT_TRUE(absl::IsNotFound(store_->Evict("victim/model", attacker.caller).status()));
+  // Same table under the same key: no warm hit with the victim's bytes, and no replacement.
+  auto same = store_->Register(attacker, "victim/model", Table(2, kMiB), "");
+  EXPECT_TRUE(absl::IsPermissionDenied(same.status())) << same.status();
+  auto other = store_->Register(attacker, "victim/model", Table(1, kMiB), "");
+  EXPECT_TRUE(absl::IsPermissionDenied(other.status())) << other.status();
+  // The victim's component is intact, and an admin sees it.
+  auto kept = store_->Get("victim/model", DaemonCaller());
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->segment_name, ready.segment_name);
+}
+
+TEST_F(ComponentStoreTest, ASessionIsDetachedOnlyByItsUser) {
+  const Lease victim = LeaseOf(5001);
+  const Lease attacker = LeaseOf(5002);
+  Upload("victim/model", 2, kMiB, &victim);
+  auto attached = store_->AttachHost(victim, "victim/model");
+  ASSERT_TRUE(attached.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(store_->Detach(attached->session_id, attacker.caller)));
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      store_->CheckSessionOwner(attached->session_id, attacker.caller)));
+  EXPECT_TRUE(store_->CheckSessionOwner(attached->session_id, victim.caller).ok());
+  EXPECT_TRUE(store_->Detach(attached->session_id, victim.caller).ok());
+}
+
+TEST_F(ComponentStoreTest, AnUploadFromMemoryIsNeverShared) {
+  const Lease owner = LeaseOf(5001);
+  const Lease reader = LeaseOf(5002);
+  auto registered = store_->Register(owner, "shared/model", Table(2, kMiB), "");
+  ASSERT_TRUE(registered.ok());
+  ASSERT_TRUE(store_->Commit(owner.id, registered->upload_id).ok());
+  // An upload from memory proves nothing: the component stays the owner's.
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      store_->Register(reader, "shared/model", Table(2, kMiB), "").status()));
+  EXPECT_TRUE(store_->List(reader.caller).empty());
+}
+
+TEST_F(ComponentStoreTest, UploadsPerUserAreBoundedAndTheLimitIsNamed) {
+  pool_options_.budget_bytes = 64 * kMiB;
+  store_->Close(true);
+  pool_ = std::make_unique<HostPool>(pool_options_);
+  StoreOptions options{dir_.Join("manifest.json"), 2};
+  options.max_uploads_per_uid = 2;
+  options.max_bytes_per_uid = 6 * kMiB;
+  store_ = std::make_unique<ComponentStore>(*pool_, options);
+  const Lease user = LeaseOf(5001);
+  ASSERT_TRUE(store_->Register(user, "a", Table(1, kMiB), "").ok());
+  ASSERT_TRUE(store_->Register(user, "b", Table(1, kMiB), "").ok());
+  auto third = store_->Register(user, "c", Table(1, kMiB), "");
+  EXPECT_TRUE(absl::IsResourceExhausted(third.status()));
+  EXPECT_THAT(std::string(third.status().message()), HasSubstr("limit per user (2)"));
+  // Another user is not affected; its bytes are bounded too.
+  const Lease other = LeaseOf(5002);
+  auto big = store_->Register(other, "big", Table(1, 8 * kMiB), "");
+  EXPECT_TRUE(absl::IsResourceExhausted(big.status()));
+  EXPECT_THAT(std::string(big.status().message()), HasSubstr("limit per user"));
+  EXPECT_TRUE(store_->Register(other, "small", Table(1, kMiB), "").ok());
 }
 
 }  // namespace

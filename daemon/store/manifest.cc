@@ -78,7 +78,15 @@ absl::Status WriteManifest(const std::string& path,
   for (const ManifestComponent& component : components) {
     json tensors = json::array();
     for (const TensorEntry& tensor : component.tensors) tensors.push_back(TensorToJson(tensor));
+    json sources = json::array();
+    for (const FileIdentity& file : component.sources) {
+      sources.push_back(json::array(
+          {file.device, file.inode, file.size, file.modified_ns, file.changed_ns}));
+    }
     list.push_back(json{{"cache_key", component.cache_key},
+                        {"owner_uid", component.owner_uid},
+                        {"readers", component.readers},
+                        {"sources", std::move(sources)},
                         {"component_id", component.component_id},
                         {"structure_hash", component.structure_hash},
                         {"content_hash", component.content_hash},
@@ -149,6 +157,18 @@ absl::StatusOr<std::vector<ManifestComponent>> ReadManifest(const std::string& p
       component.content_hash = entry.at("content_hash").get<std::string>();
       component.segment_name = entry.at("segment_name").get<std::string>();
       component.segment_size = entry.at("segment_size").get<uint64_t>();
+      component.owner_uid = entry.contains("owner_uid") ? entry.at("owner_uid").get<uid_t>()
+                                                         : ::geteuid();
+      if (entry.contains("readers")) {
+        component.readers = entry.at("readers").get<std::vector<uid_t>>();
+      }
+      if (entry.contains("sources")) {
+        for (const json& file : entry.at("sources")) {
+          component.sources.push_back({file.at(0).get<uint64_t>(), file.at(1).get<uint64_t>(),
+                                       file.at(2).get<uint64_t>(), file.at(3).get<int64_t>(),
+                                       file.at(4).get<int64_t>()});
+        }
+      }
       for (const json& tensor : entry.at("tensors")) {
         DDO_ASSIGN_OR_RETURN(TensorEntry parsed, TensorFromJson(tensor));
         component.tensors.push_back(std::move(parsed));

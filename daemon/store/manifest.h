@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include <sys/types.h>
+
+#include "daemon/store/file_identity.h"
 #include "daemon/store/tensor_table.h"
 
 namespace ddo {
@@ -24,6 +27,9 @@ struct ManifestComponent {
   std::string segment_name;
   uint64_t segment_size = 0;
   std::vector<TensorEntry> tensors;  // with offsets
+  uid_t owner_uid = 0;               // manifests written before owners: ddod's own uid
+  std::vector<uid_t> readers;        // other uids that proved they may read it
+  std::vector<FileIdentity> sources;  // the files it was read from
 };
 
 // Replaces the manifest at `path` atomically.

@@ -5,16 +5,19 @@
 
 #include <algorithm>
 #include <cmath>
-#include <regex>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "daemon/common/display_text.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/config/module_patterns.h"
+#include "daemon/config/setting_catalog.h"
 #include "daemon/config/values.h"
 
 namespace ddo {
@@ -90,25 +93,41 @@ std::vector<size_t> SelectionOrder(const std::vector<uint64_t>& sizes, uint64_t 
 
 namespace {
 
-// A comma-separated list of regexes (and "auto" where `auto_allowed`), each checked.
+// A comma-separated list of patterns (and "auto" where `auto_allowed`), each checked
+// (module_patterns.h: RE2 syntax, size and count limits).
 absl::StatusOr<std::vector<std::string>> ParseRegexList(const std::string& name,
                                                        absl::string_view text, bool auto_allowed) {
   std::vector<std::string> patterns;
   for (absl::string_view pattern : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    DDO_RETURN_IF_ERROR(CheckModulePatternCount(name, patterns.size() + 1));
     const std::string trimmed(absl::StripAsciiWhitespace(pattern));
     if (auto_allowed && absl::AsciiStrToLower(trimmed) == "auto") {
       patterns.push_back("auto");
       continue;
     }
-    try {
-      std::regex check(trimmed);
-    } catch (const std::regex_error& error) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": '", trimmed, "' is not a regex: ", error.what()));
-    }
+    DDO_RETURN_IF_ERROR(CheckModulePattern(name, patterns.size(), trimmed));
     patterns.push_back(trimmed);
   }
   return patterns;
+}
+
+// A numeric library setting that ParseStreamSettings does not read itself (the resident policy
+// reads several): refused when outside the catalog's range, so that no later conversion to
+// bytes overflows.
+absl::Status CheckCatalogNumber(const std::string& name, const std::string& text) {
+  const SettingSpec* spec = FindLibrarySetting(name);
+  if (spec == nullptr || (spec->type != SettingType::kInt && spec->type != SettingType::kNumber)) {
+    return absl::OkStatus();
+  }
+  if (text.empty() || absl::AsciiStrToLower(text) == "auto") return absl::OkStatus();
+  return NormalizeSetting(*spec, name, text).status();
+}
+
+// "transformer_blocks.3" for `block_prefix` "transformer_blocks": the seed's inferred
+// pattern ^<prefix>\.\d+$, matched without a regex (the prefix may be long).
+bool IsIndexedMemberOf(absl::string_view path, absl::string_view block_prefix) {
+  return path.size() > block_prefix.size() + 1 && absl::StartsWith(path, block_prefix) &&
+         path[block_prefix.size()] == '.' && IsDigits(path.substr(block_prefix.size() + 1));
 }
 
 std::string RegexEscape(absl::string_view text) {
@@ -122,18 +141,20 @@ std::string RegexEscape(absl::string_view text) {
 
 }  // namespace
 
-std::map<std::string, std::string> ResidentCandidatesOf(const std::vector<std::string>& module_paths,
-                                                        const std::vector<uint64_t>& bytes,
-                                                        const std::vector<std::string>& patterns,
-                                                        std::string* described) {
+absl::StatusOr<std::map<std::string, std::string>> ResidentCandidatesOf(
+    const std::vector<std::string>& module_paths, const std::vector<uint64_t>& bytes,
+    const std::vector<std::string>& patterns, std::string* described) {
   if (patterns.empty()) {
     *described = "every repeated block";
     return BlocksOf(module_paths);
   }
-  std::vector<std::string> regexes;
+  std::vector<std::string> regexes;        // the client's patterns
+  std::vector<std::string> inferred;       // block prefixes that "auto" inferred
+  std::vector<std::string> descriptions;   // both, as patterns, in the order given
   for (const std::string& pattern : patterns) {
     if (pattern != "auto") {
       regexes.push_back(pattern);
+      descriptions.push_back(pattern);
       continue;
     }
     // The seed's inference: groups "<prefix>.<digits>" with at least two members; the one with
@@ -141,6 +162,7 @@ std::map<std::string, std::string> ResidentCandidatesOf(const std::vector<std::s
     std::map<std::string, std::set<std::string>> members;
     std::map<std::string, uint64_t> group_bytes;
     for (size_t p = 0; p < module_paths.size(); ++p) {
+      if (module_paths[p].size() > kMaxModulePathBytes) continue;
       std::vector<std::string> parts = absl::StrSplit(module_paths[p], '.');
       for (size_t i = 1; i < parts.size(); ++i) {
         if (!IsDigits(parts[i])) continue;
@@ -157,21 +179,30 @@ std::map<std::string, std::string> ResidentCandidatesOf(const std::vector<std::s
         best = prefix;
       }
     }
-    if (!best.empty()) regexes.push_back(absl::StrCat("^", RegexEscape(best), "\\.\\d+$"));
+    if (!best.empty()) {
+      descriptions.push_back(absl::StrCat("^", RegexEscape(best), "\\.\\d+$"));
+      inferred.push_back(best);
+    }
   }
-  *described = regexes.empty() ? "none (no repeated block to infer)" : absl::StrJoin(regexes, ",");
-  std::vector<std::regex> compiled(regexes.begin(), regexes.end());
+  *described = descriptions.empty() ? "none (no repeated block to infer)"
+                                    : absl::StrJoin(descriptions, ",");
+  DDO_ASSIGN_OR_RETURN(const ModulePatterns compiled,
+                       ModulePatterns::Compile("DDO_RESIDENT_MODULE_PATTERNS", regexes));
   std::map<std::string, std::string> candidate_of;
   for (const std::string& path : module_paths) {
-    std::vector<std::string> parts = absl::StrSplit(path, '.');
     std::string candidate;
-    for (size_t i = 1; i <= parts.size() && candidate.empty(); ++i) {
-      const std::string prefix = absl::StrJoin(parts.begin(), parts.begin() + i, ".");
-      for (const std::regex& regex : compiled) {
-        if (std::regex_search(prefix, regex)) {
-          candidate = prefix;
-          break;
+    // Longer paths are refused where they enter (PlanSession); never matched prefix by prefix.
+    if (path.size() <= kMaxModulePathBytes) {
+      std::vector<std::string> parts = absl::StrSplit(path, '.');
+      std::string prefix;
+      for (size_t i = 0; i < parts.size() && candidate.empty(); ++i) {
+        if (i > 0) prefix += '.';
+        prefix += parts[i];
+        bool matched = compiled.Search(prefix);
+        for (const std::string& block : inferred) {
+          matched = matched || IsIndexedMemberOf(prefix, block);
         }
+        if (matched) candidate = prefix;
       }
     }
     candidate_of[path] = candidate;
@@ -216,13 +247,13 @@ absl::StatusOr<StreamSettings> ParseStreamSettings(
       } else if (lower == "block") {
         settings.grouping = UnitGrouping::kBlock;
       } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat("DDO_STREAM_UNIT='", text, "' must be 'linear' or 'block'"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "DDO_STREAM_UNIT='", EscapeForDisplay(text), "' must be 'linear' or 'block'"));
       }
     } else if (name == "DDO_RING_SLOTS") {
       uint32_t slots = 0;
       if (!text.empty() && (!absl::SimpleAtoi(text, &slots) || slots < 2 || slots > kMaxRingSlots)) {
-        return absl::InvalidArgumentError(absl::StrCat("DDO_RING_SLOTS='", text,
+        return absl::InvalidArgumentError(absl::StrCat("DDO_RING_SLOTS='", EscapeForDisplay(text),
                                                        "' must be a whole number from 2 to ",
                                                        kMaxRingSlots));
       }
@@ -249,19 +280,23 @@ absl::StatusOr<StreamSettings> ParseStreamSettings(
       } else if (lower == "largest") {
         settings.selection = ResidentSelection::kLargest;
       } else {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "DDO_RESIDENT_MODULE_SELECTION='", text, "' must be 'spread', 'first' or 'largest'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("DDO_RESIDENT_MODULE_SELECTION='", EscapeForDisplay(text),
+                         "' must be 'spread', 'first' or 'largest'"));
       }
     } else if (name == "DDO_SMALL_TENSOR_THRESHOLD_KB") {
-      absl::StatusOr<double> kib = ParseNonNegativeNumber(name, text);
-      if (!kib.ok()) return kib.status();
-      settings.small_tensor_bytes = static_cast<uint64_t>(*kib * 1024.0);
+      const SettingSpec* spec = FindLibrarySetting(name);
+      DDO_ASSIGN_OR_RETURN(const double kib,
+                           ParseNumberInRange(name, text, spec->min_value, spec->max_value));
+      settings.small_tensor_bytes = static_cast<uint64_t>(kib * 1024.0);
     } else if (name == "DDO_RESIDENT_MODULE_PATTERNS") {
       DDO_ASSIGN_OR_RETURN(settings.resident_module_patterns,
                            ParseRegexList(name, text, /*auto_allowed=*/true));
     } else if (name == "DDO_ALWAYS_RESIDENT_MODULE_PATTERNS") {
       DDO_ASSIGN_OR_RETURN(settings.always_resident_patterns,
                            ParseRegexList(name, text, /*auto_allowed=*/false));
+    } else {
+      DDO_RETURN_IF_ERROR(CheckCatalogNumber(name, text));
     }
   }
   return settings;
@@ -278,10 +313,16 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
   std::map<std::string, uint32_t> index_of;
   for (uint32_t i = 0; i < tensors.size(); ++i) index_of[tensors[i].name] = i;
   for (const std::string& name : streamable) {
+    if (name.size() > kMaxModulePathBytes) {
+      // Names are matched against the client's patterns prefix by prefix: bounded first.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "streamable tensor '", EscapeForDisplay(name), "' has a name of ", name.size(),
+          " bytes, at most ", kMaxModulePathBytes, " allowed"));
+    }
     auto it = index_of.find(name);
     if (it == index_of.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("streamable tensor '", name, "' is not in the component"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "streamable tensor '", EscapeForDisplay(name), "' is not in the component"));
     }
     const TensorEntry& tensor = tensors[it->second];
     // "<path>.weight", or "weight" when the component itself is the Linear.
@@ -289,15 +330,14 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
         name == "weight" || (name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0);
     if (tensor.shape.size() != 2 || !IsFloatingPoint(tensor.dtype) || !weight_name) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "streamable tensor '", name, "' is not a 2-D floating Linear weight (shape [",
+          "streamable tensor '", EscapeForDisplay(name), "' is not a 2-D floating Linear weight (shape [",
           absl::StrJoin(tensor.shape, ", "), "], dtype ", SafetensorsDTypeName(tensor.dtype), ")"));
     }
   }
 
-  std::vector<std::regex> always_resident;
-  for (const std::string& pattern : settings.always_resident_patterns) {
-    always_resident.emplace_back(pattern);
-  }
+  DDO_ASSIGN_OR_RETURN(const ModulePatterns always_resident,
+                       ModulePatterns::Compile("DDO_ALWAYS_RESIDENT_MODULE_PATTERNS",
+                                               settings.always_resident_patterns));
 
   // Which streamable weights stay resident anyway.
   std::vector<uint32_t> candidates;  // table order
@@ -312,11 +352,7 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
       small_bytes += tensor.byte_size;
       continue;
     }
-    bool pinned = false;
-    for (const std::regex& pattern : always_resident) {
-      if (std::regex_search(module_path, pattern)) pinned = true;
-    }
-    if (pinned) {
+    if (always_resident.Search(module_path)) {
       ++pinned_count;
       pinned_bytes += tensor.byte_size;
       continue;
@@ -360,8 +396,10 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
   std::vector<uint64_t> path_bytes;
   for (uint32_t i : candidates) path_bytes.push_back(tensors[i].byte_size);
   std::string patterns_in_use;
-  const std::map<std::string, std::string> resident_of = ResidentCandidatesOf(
-      paths, path_bytes, settings.resident_module_patterns, &patterns_in_use);
+  using CandidateMap = std::map<std::string, std::string>;
+  DDO_ASSIGN_OR_RETURN(const CandidateMap resident_of,
+                       ResidentCandidatesOf(paths, path_bytes, settings.resident_module_patterns,
+                                            &patterns_in_use));
   decide("resident_module_patterns", patterns_in_use,
          settings.resident_module_patterns.empty()
              ? "DDO_RESIDENT_MODULE_PATTERNS not sent: every repeated block is a candidate"

@@ -37,15 +37,18 @@ struct StreamSettings {
   std::vector<std::string> always_resident_patterns;
   // DDO_RESIDENT_MODULE_PATTERNS: which whole modules the resident budget may keep. Empty: every
   // repeated block (ddod's rule); "auto": the seed's inferred block pattern, the repeated group
-  // with the most bytes; other entries are regexes of module paths (re.search).
+  // with the most bytes; other entries are regexes of module paths (re.search, RE2 syntax,
+  // bounded as module_patterns.h says).
   std::vector<std::string> resident_module_patterns;
 };
 
 inline constexpr char kDefaultAlwaysResidentPattern[] =
     "(^|\\.)(proj_in|time_embed|prompt_adaln|norm_out|proj_out)(\\.|$)";
 
-// InvalidArgument naming the setting and the value. Unknown names are ignored (they may be
-// meant for the runner or for another route).
+// InvalidArgument naming the setting and the value (a short escaped prefix). Patterns are
+// checked as module_patterns.h says; the numbers this reads, and every other numeric library
+// setting present (setting_catalog.h), must be finite and inside their documented range.
+// Unknown names are ignored (they may be meant for the runner or for another route).
 absl::StatusOr<StreamSettings> ParseStreamSettings(const std::map<std::string, std::string>& values);
 
 struct PlannedTensor {
@@ -99,14 +102,15 @@ std::map<std::string, std::string> BlocksOf(const std::vector<std::string>& modu
 // DDO_RESIDENT_MODULE_PATTERNS (StreamSettings::resident_module_patterns): the outermost
 // prefix of the path that a pattern matches. "auto" adds the seed's inferred pattern
 // ^<prefix>\.\d+$ of the repeated group with the most bytes (`bytes[i]`: the bytes of
-// module_paths[i]; ties: more members). `described` gets the patterns in use.
-std::map<std::string, std::string> ResidentCandidatesOf(const std::vector<std::string>& module_paths,
-                                                        const std::vector<uint64_t>& bytes,
-                                                        const std::vector<std::string>& patterns,
-                                                        std::string* described);
+// module_paths[i]; ties: more members). `described` gets the patterns in use. Paths longer
+// than kMaxModulePathBytes get "" (never matched). InvalidArgument for a pattern that
+// ParseStreamSettings would have refused.
+absl::StatusOr<std::map<std::string, std::string>> ResidentCandidatesOf(
+    const std::vector<std::string>& module_paths, const std::vector<uint64_t>& bytes,
+    const std::vector<std::string>& patterns, std::string* described);
 
 // Plans a session. `streamable` names tensors of `tensors`; each must be a 2-D floating
-// ".weight" (InvalidArgument otherwise). ResourceExhausted when the VRAM budget cannot hold the
+// ".weight" with a name of at most kMaxModulePathBytes (InvalidArgument otherwise). ResourceExhausted when the VRAM budget cannot hold the
 // resident tensors, the ring and the activation reserve.
 absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
                                         const std::set<std::string>& streamable,

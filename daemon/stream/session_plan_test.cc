@@ -174,8 +174,107 @@ TEST(StreamSettingsTest, BadValuesAreNamed) {
               HasSubstr("spread"));
   EXPECT_THAT(
       ParseStreamSettings({{"DDO_ALWAYS_RESIDENT_MODULE_PATTERNS", "(unclosed"}}).status().message(),
-      HasSubstr("not a regex"));
+      HasSubstr("DDO_ALWAYS_RESIDENT_MODULE_PATTERNS[0]='(unclosed' is not a regular expression"));
   EXPECT_TRUE(ParseStreamSettings({{"DDO_SOMETHING_ELSE", "x"}}).ok());
+}
+
+TEST(StreamSettingsTest, SmallTensorThresholdMustBeFiniteAndInRange) {
+  for (const char* bad : {"1e308", "nan", "inf", "-inf", "-1", "1048577", "lots"}) {
+    absl::StatusOr<StreamSettings> settings =
+        ParseStreamSettings({{"DDO_SMALL_TENSOR_THRESHOLD_KB", bad}});
+    ASSERT_FALSE(settings.ok()) << bad;
+    EXPECT_TRUE(absl::IsInvalidArgument(settings.status()));
+    EXPECT_THAT(settings.status().message(), HasSubstr("DDO_SMALL_TENSOR_THRESHOLD_KB='"));
+    EXPECT_THAT(settings.status().message(), HasSubstr("from 0 to 1048576"));
+  }
+  EXPECT_EQ(Settings({{"DDO_SMALL_TENSOR_THRESHOLD_KB", "1048576"}}).small_tensor_bytes, 1ull << 30);
+  EXPECT_EQ(Settings({{"DDO_SMALL_TENSOR_THRESHOLD_KB", "0.5"}}).small_tensor_bytes, 512u);
+}
+
+TEST(StreamSettingsTest, SizesAndOtherCatalogNumbersAreBounded) {
+  for (const char* name : {"DDO_VRAM_BUDGET_GB", "DDO_ACTIVATION_RESERVE_GB",
+                           "DDO_RESIDENT_MODULE_BUDGET_GB", "DDO_MAX_PIN_WEIGHT_BUDGET_GB",
+                           "DDO_AUTO_VRAM_HEADROOM_GB", "DDO_PIN_WEIGHT_BUDGET_RATIO"}) {
+    for (const char* bad : {"1e308", "nan", "inf", "-1"}) {
+      absl::StatusOr<StreamSettings> settings = ParseStreamSettings({{name, bad}});
+      ASSERT_FALSE(settings.ok()) << name << "=" << bad;
+      EXPECT_THAT(settings.status().message(), HasSubstr(name));
+      EXPECT_THAT(settings.status().message(), HasSubstr("from 0 to"));
+    }
+  }
+  EXPECT_TRUE(ParseStreamSettings({{"DDO_MAX_PIN_WEIGHT_BUDGET_GB", "64"},
+                                   {"DDO_AVAILABLE_SYSTEM_RAM_GB", ""},
+                                   {"DDO_RESIDENT_MODULE_BUDGET_GB", "auto"}})
+                  .ok());
+}
+
+TEST(StreamSettingsTest, PatternListsAreBounded) {
+  for (const char* name : {"DDO_ALWAYS_RESIDENT_MODULE_PATTERNS", "DDO_RESIDENT_MODULE_PATTERNS"}) {
+    // Too long.
+    absl::StatusOr<StreamSettings> settings =
+        ParseStreamSettings({{name, "ok," + std::string(513, 'a')}});
+    ASSERT_FALSE(settings.ok());
+    EXPECT_THAT(settings.status().message(), HasSubstr(absl::StrCat(name, "[1]='aaaa")));
+    EXPECT_THAT(settings.status().message(), HasSubstr("at most 512"));
+    // Too many.
+    std::string many = "a";
+    for (int i = 0; i < 64; ++i) many += ",a";
+    settings = ParseStreamSettings({{name, many}});
+    ASSERT_FALSE(settings.ok());
+    EXPECT_THAT(settings.status().message(), HasSubstr(absl::StrCat(name, ": 65 patterns, at most 64")));
+    // Not RE2 (a backreference).
+    settings = ParseStreamSettings({{name, "(a)\\1"}});
+    ASSERT_FALSE(settings.ok());
+    EXPECT_THAT(settings.status().message(), HasSubstr(absl::StrCat(name, "[0]=")));
+  }
+}
+
+TEST(SessionPlanTest, CatastrophicPatternsAreMatchedInLinearTime) {
+  // (x+x+)+y against long paths: std::regex took minutes per path; RE2 is linear.
+  std::vector<TensorEntry> tensors;
+  std::set<std::string> streamable;
+  for (int i = 0; i < 8; ++i) {
+    const std::string path = absl::StrCat(std::string(1000, 'x'), i);
+    tensors.push_back(Tensor(path + ".weight", {1024, 1024}));
+    streamable.insert(path + ".weight");
+  }
+  const StreamSettings settings = Settings({{"DDO_SMALL_TENSOR_THRESHOLD_KB", "0"},
+                                            {"DDO_ALWAYS_RESIDENT_MODULE_PATTERNS", "(x+x+)+y"},
+                                            {"DDO_RESIDENT_MODULE_PATTERNS", "(x+x+)+y,auto"},
+                                            {"DDO_RESIDENT_MODULE_BUDGET_GB", "1"}});
+  absl::StatusOr<SessionPlan> plan = PlanSession(tensors, streamable, settings);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->units.size(), 8u);
+}
+
+TEST(SessionPlanTest, HugeModulePathIsRefusedNotMatched) {
+  // One ExplainPlan call with a long module path crashed ddod (std::regex's recursion).
+  const std::string path(1 << 20, 'a');
+  std::vector<TensorEntry> tensors = {Tensor(path + ".weight", {1024, 1024})};
+  absl::StatusOr<SessionPlan> plan = PlanSession(
+      tensors, {path + ".weight"},
+      Settings({{"DDO_SMALL_TENSOR_THRESHOLD_KB", "0"},
+                {"DDO_ALWAYS_RESIDENT_MODULE_PATTERNS", "(a|aa)*b"}}));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(plan.status()));
+  EXPECT_THAT(plan.status().message(), HasSubstr("at most 1024"));
+  EXPECT_LT(plan.status().message().size(), 300u);
+  // A non-streamable tensor with a long name is never matched, so it is fine: resident.
+  tensors.push_back(Tensor("proj.weight", {1024, 1024}));
+  plan = PlanSession(tensors, {"proj.weight"}, Settings({{"DDO_SMALL_TENSOR_THRESHOLD_KB", "0"}}));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->resident.size(), 1u);
+}
+
+TEST(SessionPlanTest, ResidentCandidatesSkipOverlongPaths) {
+  std::string described;
+  const std::string long_path = std::string(2000, 'b') + ".1";
+  absl::StatusOr<std::map<std::string, std::string>> candidates = ResidentCandidatesOf(
+      {"blocks.0", "blocks.1", long_path}, {1, 1, 1}, {"^blocks\\.\\d+$", "b+"}, &described);
+  ASSERT_TRUE(candidates.ok()) << candidates.status();
+  EXPECT_EQ(candidates->at("blocks.0"), "blocks");  // "b+" matches the first prefix
+  EXPECT_EQ(candidates->at(long_path), "");
+  EXPECT_FALSE(ResidentCandidatesOf({"x"}, {1}, {"(("}, &described).ok());
 }
 
 TEST(SessionPlanTest, AComponentThatIsOneLinearStreamsItsWeight) {

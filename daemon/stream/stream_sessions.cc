@@ -101,7 +101,7 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
   DDO_ASSIGN_OR_RETURN(HostAttachment attached, store_.AttachHost(lease, request.cache_key()));
   // From here on, every failure gives the component back.
   auto fail = [&](absl::Status status) -> absl::Status {
-    (void)store_.Detach(attached.session_id);
+    (void)store_.Detach(attached.session_id, lease.caller);
     return status;
   };
   std::vector<PlanDecisionEntry> policy_decisions;
@@ -362,7 +362,7 @@ void StreamSessions::CloseSession(std::shared_ptr<StreamSession> session, Sessio
   dropped.clear();
   slab.reset();
   session.reset();  // frees the ring, events and control block (the worker let go in Remove)
-  (void)store_.Detach(id);
+  (void)store_.Detach(id, DaemonCaller());
   Logger("stream")->info("session {} on {} closed{}", id.substr(0, 8), device,
                          kept ? "; its slab stays warm" : "");
 }
@@ -464,7 +464,7 @@ StreamSessions::PhaseResult StreamSessions::Phase(const Lease& lease,
     }
     auto note = [&](std::string text) {
       result.notes.push_back(absl::StrCat("'", key, "': ", text));
-      (void)store_.Detach(attached->session_id);
+      (void)store_.Detach(attached->session_id, lease.caller);
     };
     if (attached->component.segment_name != recipe.segment_name) {
       note("registered again since its last session: nothing to prefetch");

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, Set
+from typing import Any, Callable, Dict, Iterator, Set, Tuple
 
 import grpc
 import pytest
@@ -16,6 +16,7 @@ import pytest
 import diffusers_dynamic_offloader
 from diffusers_dynamic_offloader._proto import ddo_pb2_grpc
 from diffusers_dynamic_offloader._transport import health_pb2, health_pb2_grpc
+from diffusers_dynamic_offloader.identity import IdentityChannel, identity_socket_path
 
 #: The directory that holds the package under test, for PYTHONPATH of child interpreters.
 SOURCE_ROOT = os.path.dirname(os.path.dirname(diffusers_dynamic_offloader.__file__))
@@ -62,7 +63,12 @@ def start_ddod(binary: str, socket: str, log_path: str, *extra_args: str) -> Dae
     while True:
         if proc.poll() is not None:
             pytest.fail(f"ddod exited with code {proc.returncode} at start:\n{daemon.log()}")
-        if os.path.exists(socket) and _serving(daemon.address):
+        # Serving, with its identity socket (which every client connects to first).
+        if (
+            os.path.exists(socket)
+            and os.path.exists(identity_socket_path(socket))
+            and _serving(daemon.address)
+        ):
             return daemon
         if time.monotonic() > deadline:
             proc.kill()
@@ -85,10 +91,45 @@ def _serving(address: str) -> bool:
 
 
 @contextlib.contextmanager
-def ddo_stub(address: str) -> Iterator[ddo_pb2_grpc.DdoStub]:
-    """A bare ddo.v1.Ddo stub on its own channel, bypassing DdoClient."""
+def ddo_stub(address: str, *, token: bool = True) -> Iterator[Any]:
+    """A bare ddo.v1.Ddo stub on its own channel, bypassing DdoClient.
+
+    With ``token`` (the default), an identity connection is opened beside it for as long as
+    the stub is used, and every call carries its token (``stub.identity`` is that connection);
+    without, calls carry no token.
+    """
     with grpc.insecure_channel(address) as channel:
-        yield ddo_pb2_grpc.DdoStub(channel)
+        stub = ddo_pb2_grpc.DdoStub(channel)
+        if not token:
+            yield stub
+            return
+        if not address.startswith("unix:"):
+            raise ValueError(f"ddo_stub with a token needs a unix: address, not {address!r}")
+        identity = IdentityChannel.connect(
+            identity_socket_path(address[len("unix:"):]), timeout=10
+        )
+        try:
+            yield TokenStub(stub, identity)
+        finally:
+            identity.close()
+
+
+class TokenStub:
+    """A DdoStub whose calls carry an identity token unless a call gives its own metadata."""
+
+    def __init__(self, stub: ddo_pb2_grpc.DdoStub, identity: IdentityChannel) -> None:
+        self._stub = stub
+        self.identity = identity
+
+    def __getattr__(self, rpc: str) -> Callable[..., Any]:
+        method = getattr(self._stub, rpc)
+        metadata: Tuple[Tuple[str, str], ...] = self.identity.metadata
+
+        def call(request: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("metadata", metadata)
+            return method(request, **kwargs)
+
+        return call
 
 
 def python_env(**variables: str) -> Dict[str, str]:

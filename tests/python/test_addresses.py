@@ -6,10 +6,15 @@ from diffusers_dynamic_offloader import ConfigurationError, DdoClient, DdoError
 from diffusers_dynamic_offloader.addresses import (
     DaemonAddress,
     Discovery,
+    check_socket_location,
+    check_tcp_listener,
     default_socket_candidates,
     parse_daemon_location,
+    per_user_directory,
     resolve_daemon_location,
+    trusted_daemon_uids,
 )
+from diffusers_dynamic_offloader.errors import UntrustedDaemonError
 
 SYSTEM = "unix:/run/ddo/ddod.sock"
 
@@ -109,3 +114,71 @@ def test_invalid_ddo_daemon_fails_connect(monkeypatch):
         DdoClient.connect()
     with pytest.raises(ConfigurationError, match=r"address='bad address'"):
         DdoClient.connect("bad address")
+
+
+# Who may serve this client, and where its socket may be.
+
+
+def test_trusted_uids_are_the_user_root_and_the_service_user():
+    import pwd
+
+    assert trusted_daemon_uids({}, uid=1234)[:2] == (1234, 0)
+    assert trusted_daemon_uids({"DDO_SERVICE_USER": "no-such-user-here"}, uid=1234) == (1234, 0)
+    root_named = trusted_daemon_uids({"DDO_SERVICE_USER": "daemon"}, uid=1234)
+    assert root_named == (1234, 0, pwd.getpwnam("daemon").pw_uid)
+
+
+def test_the_per_user_directory():
+    assert per_user_directory(1234) == "/tmp/ddo-1234"
+    assert default_socket_candidates({}, uid=1234)[0].socket_path == "/tmp/ddo-1234/ddod.sock"
+
+
+def _listening_socket(path):
+    import socket
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    return listener
+
+
+def test_socket_files_of_untrusted_users_are_refused(tmp_path):
+    import os
+
+    directory = tmp_path / "run"
+    directory.mkdir(mode=0o700)
+    path = str(directory / "ddod.sock")
+    check_socket_location(path)  # nothing there yet: nothing to refuse
+    with _listening_socket(path):
+        check_socket_location(path)
+        if os.geteuid() == 0:  # a socket another user owns (only root can make one here)
+            os.chown(path, 54321, 54321, follow_symlinks=False)
+            with pytest.raises(UntrustedDaemonError, match=r"it is a socket owned by uid 54321"):
+                check_socket_location(path)
+    os.unlink(path)
+    os.symlink("/run/ddo/ddod.sock", path)  # a link is not followed
+    with pytest.raises(UntrustedDaemonError, match="symbolic link"):
+        check_socket_location(path)
+
+
+def test_a_world_writable_socket_directory_is_refused(tmp_path):
+    directory = tmp_path / "open"
+    directory.mkdir()
+    directory.chmod(0o777)
+    with pytest.raises(UntrustedDaemonError) as raised:
+        check_socket_location(str(directory / "ddod.sock"))
+    assert str(directory) in str(raised.value) and "mode 0777" in str(raised.value)
+
+
+def test_the_owner_of_a_tcp_port_is_checked():
+    import os
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = DaemonAddress(f"127.0.0.1:{listener.getsockname()[1]}")
+        check_tcp_listener(address)  # this process's own listener
+        with pytest.raises(UntrustedDaemonError, match=f"held by uid {os.getuid()}"):
+            check_tcp_listener(address, trusted_uids=(os.getuid() + 1,))
+    with pytest.raises(UntrustedDaemonError, match="no listener"):
+        check_tcp_listener(address)

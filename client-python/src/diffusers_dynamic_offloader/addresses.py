@@ -10,6 +10,14 @@
 
 A fixed address (the last two forms) never falls back to a private daemon: the user asked for
 that daemon, and silently using another would hide the mistake.
+
+Who may serve this client (:func:`trusted_daemon_uids`): a ddod running as the user itself, as
+root, or as the service user (``DDO_SERVICE_USER``, default ``ddo``, when that user exists).
+:func:`check_socket_location` refuses a Unix socket that another user could have put there:
+its directory must belong to a trusted user and be writable by its owner only, and the
+per-user directory ``/tmp/ddo-<uid>`` (used without ``XDG_RUNTIME_DIR``) must be the user's
+own, mode 0700. The process behind the socket is checked when the client connects
+(:mod:`diffusers_dynamic_offloader.identity`).
 """
 
 from __future__ import annotations
@@ -17,11 +25,13 @@ from __future__ import annotations
 import enum
 import ipaddress
 import os
+import pwd
 import re
+import stat
 from dataclasses import dataclass
-from typing import Mapping, Optional, Tuple
+from typing import Iterable, Mapping, Optional, Tuple
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, UntrustedDaemonError
 
 #: The environment variable that names the daemon to use.
 DAEMON_ENV_VAR = "DDO_DAEMON"
@@ -31,6 +41,10 @@ SYSTEM_SOCKET_PATH = "/run/ddo/ddod.sock"
 
 #: The file name of ddod's socket inside its directory.
 SOCKET_FILE_NAME = "ddod.sock"
+
+#: The environment variable that names the service user, whose ddod clients trust.
+SERVICE_USER_ENV_VAR = "DDO_SERVICE_USER"
+DEFAULT_SERVICE_USER = "ddo"
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 _MAX_SOCKET_PATH_BYTES = 107
@@ -102,11 +116,176 @@ def default_socket_candidates(
     elif runtime_dir:
         user_socket = os.path.join(runtime_dir, "ddo", SOCKET_FILE_NAME)
     else:
-        user_socket = f"/tmp/ddo-{uid}/{SOCKET_FILE_NAME}"
+        user_socket = os.path.join(per_user_directory(uid), SOCKET_FILE_NAME)
     paths = [user_socket]
     if user_socket != SYSTEM_SOCKET_PATH:
         paths.append(SYSTEM_SOCKET_PATH)
     return tuple(DaemonAddress.unix(path) for path in paths)
+
+
+def per_user_directory(uid: Optional[int] = None) -> str:
+    """The directory of a user's ddod socket without ``XDG_RUNTIME_DIR``: ``/tmp/ddo-<uid>``."""
+    return f"/tmp/ddo-{os.getuid() if uid is None else uid}"
+
+
+def trusted_daemon_uids(
+    environ: Optional[Mapping[str, str]] = None, uid: Optional[int] = None
+) -> Tuple[int, ...]:
+    """The uids a daemon may run as (and own its socket) for this client to talk to it: the
+    user's own, root's, and the service user's (``DDO_SERVICE_USER``, default ``ddo``) when
+    such a user exists."""
+    environ = os.environ if environ is None else environ
+    uids = [os.getuid() if uid is None else uid, 0]
+    service_user = environ.get(SERVICE_USER_ENV_VAR) or DEFAULT_SERVICE_USER
+    try:
+        uids.append(pwd.getpwnam(service_user).pw_uid)
+    except (KeyError, UnicodeEncodeError):
+        pass  # no such user: nobody else is trusted
+    return tuple(dict.fromkeys(uids))
+
+
+def describe_uids(uids: Iterable[int]) -> str:
+    """``"uid 1000 (you), 0 (root), 998 (ddo)"``."""
+    me = os.getuid()
+    parts = []
+    for uid in uids:
+        if uid == 0:
+            parts.append("0 (root, you)" if me == 0 else "0 (root)")
+        elif uid == me:
+            parts.append(f"{uid} (you)")
+        else:
+            try:
+                parts.append(f"{uid} ({pwd.getpwuid(uid).pw_name})")
+            except KeyError:
+                parts.append(str(uid))
+    return "uid " + ", ".join(parts)
+
+
+def check_socket_location(
+    path: str,
+    *,
+    trusted_uids: Optional[Tuple[int, ...]] = None,
+    uid: Optional[int] = None,
+) -> None:
+    """Refuses a Unix socket that a user this client does not trust may have put there.
+
+    Checks, without following symbolic links: the socket's directory is a directory owned by
+    a trusted uid and writable by its owner only (a sticky, world-writable directory such as
+    /tmp is not acceptable either); ``/tmp/ddo-<uid>`` is, moreover, owned by the user and
+    mode 0700; the socket file, when it exists, is a socket owned by a trusted uid. A missing
+    socket or directory passes: nothing can be connected to there.
+
+    Args:
+        path: The socket file.
+        trusted_uids: Default :func:`trusted_daemon_uids`.
+        uid: The user this client runs as (default: the process's).
+
+    Raises:
+        UntrustedDaemonError: the message names the path, what was found and what is accepted.
+    """
+    uid = os.getuid() if uid is None else uid
+    trusted = trusted_daemon_uids(uid=uid) if trusted_uids is None else trusted_uids
+    directory = os.path.dirname(path) or "/"
+    try:
+        found = os.lstat(directory)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise UntrustedDaemonError(
+            f"cannot check the daemon's socket directory {directory}: {error.strerror}"
+        ) from error
+    mode = stat.S_IMODE(found.st_mode)
+    if directory == per_user_directory(uid):
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != uid or mode != 0o700:
+            raise UntrustedDaemonError(
+                f"refusing the daemon socket directory {directory}: it is "
+                f"{_describe(found)}, but it must be a directory owned by you (uid {uid}) with "
+                f"mode 0700: another user may have created it to impersonate your ddod and "
+                f"serve you their weights. Remove it (as root if need be: rm -r {directory}) "
+                "and start your ddod again, or set XDG_RUNTIME_DIR to a directory only you own"
+            )
+    elif (
+        not stat.S_ISDIR(found.st_mode)
+        or found.st_uid not in trusted
+        or mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ):
+        raise UntrustedDaemonError(
+            f"refusing the daemon socket directory {directory}: it is {_describe(found)}; "
+            f"it must be a directory owned by {describe_uids(trusted)} and writable by its "
+            "owner only, or another user could have put a socket there (move the socket to "
+            "such a directory, e.g. /run/ddo or $XDG_RUNTIME_DIR/ddo)"
+        )
+    try:
+        socket_file = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise UntrustedDaemonError(
+            f"cannot check the daemon's socket {path}: {error.strerror}"
+        ) from error
+    if not stat.S_ISSOCK(socket_file.st_mode) or socket_file.st_uid not in trusted:
+        raise UntrustedDaemonError(
+            f"refusing the daemon socket {path}: it is {_describe(socket_file)}; it must be a "
+            f"socket owned by {describe_uids(trusted)}"
+        )
+
+
+def check_tcp_listener(
+    address: DaemonAddress,
+    *,
+    trusted_uids: Optional[Tuple[int, ...]] = None,
+    tables: Tuple[str, ...] = ("/proc/net/tcp", "/proc/net/tcp6"),
+) -> None:
+    """Refuses a TCP daemon address whose listening socket belongs to an untrusted user.
+
+    Any local user may listen on a free loopback port; the kernel's socket tables
+    (``/proc/net/tcp``, ``/proc/net/tcp6``, this network namespace's) say which uid owns each
+    listener. Every listener on the address's port must be owned by a trusted uid, and there
+    must be one.
+
+    Raises:
+        UntrustedDaemonError: no listener is visible, or one belongs to an untrusted uid.
+    """
+    trusted = trusted_daemon_uids() if trusted_uids is None else trusted_uids
+    port = int(address.target.rpartition(":")[2])
+    owners = []
+    for table in tables:
+        try:
+            with open(table, encoding="ascii", errors="replace") as rows:
+                next(rows, None)  # the header
+                for row in rows:
+                    fields = row.split()
+                    # local_address is ADDR:PORT in hex; st 0A is LISTEN; uid is field 7.
+                    if len(fields) > 7 and fields[3] == "0A":
+                        if int(fields[1].rpartition(":")[2], 16) == port:
+                            owners.append(int(fields[7]))
+        except (OSError, ValueError):
+            continue
+    if not owners:
+        raise UntrustedDaemonError(
+            f"refusing the daemon at {address.target}: no listener on port {port} is visible "
+            "in /proc/net/tcp, so its owner cannot be checked"
+        )
+    strangers = sorted(set(owners) - set(trusted))
+    if strangers:
+        raise UntrustedDaemonError(
+            f"refusing the daemon at {address.target}: port {port} is held by uid "
+            f"{', '.join(map(str, strangers))}, and this client trusts only "
+            f"{describe_uids(trusted)}; another user may be impersonating ddod"
+        )
+
+
+def _describe(found: os.stat_result) -> str:
+    """``"a directory owned by uid 1234 with mode 0777"``."""
+    if stat.S_ISDIR(found.st_mode):
+        kind = "a directory"
+    elif stat.S_ISSOCK(found.st_mode):
+        kind = "a socket"
+    elif stat.S_ISLNK(found.st_mode):
+        kind = "a symbolic link"
+    else:
+        kind = "not a directory or socket"
+    return f"{kind} owned by uid {found.st_uid} with mode {stat.S_IMODE(found.st_mode):04o}"
 
 
 def resolve_daemon_location(

@@ -1,7 +1,9 @@
 """DdoClient: the connection to ddod.
 
 :meth:`DdoClient.connect` finds the daemon (``DDO_DAEMON``, the default sockets, or a private
-ddod started for this process), then opens the client's lease, which it holds until
+ddod started for this process), checks that it is trusted and proves this process's identity
+to it over the identity socket (:mod:`diffusers_dynamic_offloader.identity`: every RPC then
+carries the token it got there), then opens the client's lease, which it holds until
 :meth:`DdoClient.close`.
 
 The component store methods (``register_state_dict``, ``attach``, ...) are thin wrappers of
@@ -22,7 +24,13 @@ from google.protobuf.message import Message
 from ._proto import ddo_pb2_grpc, info_pb2, settings_pb2, stats_pb2
 from ._transport import check_health, open_channel
 from ._version import __version__
-from .addresses import DaemonAddress, Discovery, resolve_daemon_location
+from .addresses import (
+    DaemonAddress,
+    Discovery,
+    check_socket_location,
+    check_tcp_listener,
+    resolve_daemon_location,
+)
 from .embedded import EmbeddedDaemon
 from .errors import (
     ConfigurationError,
@@ -30,8 +38,10 @@ from .errors import (
     DaemonUnavailableError,
     DdoError,
     EmbeddedDaemonError,
+    IdentityError,
     describe_attempts,
 )
+from .identity import IdentityChannel, identity_socket_path
 from .lease import Lease
 from ._closeable import Closeable
 
@@ -46,6 +56,7 @@ if TYPE_CHECKING:
     from .attached import AttachedComponent
     from .component_info import Component
     from .progress import LogFunction
+    from .shm import SegmentOpener
     from .store import PathArgument, UnitsArgument
     from .streaming import StreamingSession
 
@@ -73,13 +84,17 @@ class DdoClient(Closeable):
         lease: Lease,
         *,
         timeout: float,
+        identity: IdentityChannel,
         embedded_daemon: Optional[EmbeddedDaemon] = None,
     ) -> None:
-        """Takes ownership of an open ``channel`` and ``lease``; use :meth:`connect`."""
+        """Takes ownership of an open ``channel``, ``identity`` and ``lease``; use
+        :meth:`connect`."""
         self._channel = channel
         self._address = address
         self._lease = lease
         self._timeout = timeout
+        self._identity = identity
+        self._metadata = identity.metadata
         self._embedded_daemon = embedded_daemon
         self._stub = ddo_pb2_grpc.DdoStub(channel)
         # Cache keys this client stored or found warm (register_*, load_safetensors): what
@@ -87,7 +102,9 @@ class DdoClient(Closeable):
         self.stored_keys: Set[str] = set()
         # Releases everything at the latest when the client is collected or the interpreter
         # exits; the lease and channel go first, so that a private ddod stops at once.
-        self._finalizer = weakref.finalize(self, _release, lease, channel, embedded_daemon)
+        self._finalizer = weakref.finalize(
+            self, _release, lease, channel, identity, embedded_daemon
+        )
 
     @classmethod
     def connect(
@@ -110,6 +127,9 @@ class DdoClient(Closeable):
         Raises:
             ConfigurationError: the address, or a setting, is invalid.
             DaemonUnavailableError: no daemon answered and none could be started here.
+            UntrustedDaemonError: the daemon's socket, its directory or its process belongs to
+                a user this client does not trust (itself, root and the service user are).
+            IdentityError: the daemon's identity socket failed or refused this client.
             EmbeddedDaemonError: starting the private ddod failed.
             DaemonError: the daemon refused the lease.
         """
@@ -159,16 +179,30 @@ class DdoClient(Closeable):
         timeout: float,
         embedded_daemon: Optional[EmbeddedDaemon] = None,
     ) -> "DdoClient":
+        identity: Optional[IdentityChannel] = None
         try:
+            stub = ddo_pb2_grpc.DdoStub(channel)
+            identity = IdentityChannel.connect(
+                _identity_socket(stub, address, timeout), timeout=timeout
+            )
             lease = Lease.open(
-                ddo_pb2_grpc.DdoStub(channel), client_name=CLIENT_NAME, timeout=timeout
+                stub, client_name=CLIENT_NAME, timeout=timeout, metadata=identity.metadata
             )
         except BaseException:
             channel.close()
+            if identity is not None:
+                identity.close()
             if embedded_daemon is not None:
                 embedded_daemon.stop()
             raise
-        return cls(channel, address, lease, timeout=timeout, embedded_daemon=embedded_daemon)
+        return cls(
+            channel,
+            address,
+            lease,
+            timeout=timeout,
+            identity=identity,
+            embedded_daemon=embedded_daemon,
+        )
 
     # Connection state.
 
@@ -191,6 +225,11 @@ class DdoClient(Closeable):
     def daemon_info(self) -> Optional[info_pb2.DaemonInfo]:
         """What ddod reported about itself when it granted the lease (see :meth:`info`)."""
         return self._lease.daemon_info
+
+    @property
+    def daemon_uid(self) -> int:
+        """The uid ddod runs as, as the kernel reported it on the identity socket."""
+        return self._identity.daemon_uid
 
     @property
     def embedded(self) -> bool:
@@ -407,7 +446,10 @@ class DdoClient(Closeable):
         self._ensure_open()
         try:
             return getattr(self._stub, rpc)(
-                request, timeout=timeout or self._timeout, wait_for_ready=False
+                request,
+                timeout=timeout or self._timeout,
+                metadata=self._metadata,
+                wait_for_ready=False,
             )
         except grpc.RpcError as error:
             raise DaemonError(rpc, error) from error
@@ -416,7 +458,17 @@ class DdoClient(Closeable):
         """Starts a server-streaming RPC (no deadline unless ``timeout``); the caller iterates
         it and turns grpc.RpcError into DaemonError."""
         self._ensure_open()
-        return getattr(self._stub, rpc)(request, timeout=timeout, wait_for_ready=False)
+        return getattr(self._stub, rpc)(
+            request, timeout=timeout, metadata=self._metadata, wait_for_ready=False
+        )
+
+    @property
+    def _segment_opener(self) -> "SegmentOpener":
+        """How this client opens ddod's segments: by name when ddod runs as this user, else
+        through ddod (OPEN on the identity socket)."""
+        from .shm import SegmentOpener  # imports torch: only when segments are used
+
+        return SegmentOpener(self._identity.open_segment, self._identity.daemon_uid)
 
     def _ensure_open(self) -> None:
         if self.closed:
@@ -424,10 +476,14 @@ class DdoClient(Closeable):
 
 
 def _release(
-    lease: Lease, channel: grpc.Channel, embedded_daemon: Optional[EmbeddedDaemon]
+    lease: Lease,
+    channel: grpc.Channel,
+    identity: IdentityChannel,
+    embedded_daemon: Optional[EmbeddedDaemon],
 ) -> None:
     lease.close()
     channel.close()
+    identity.close()
     if embedded_daemon is not None:
         embedded_daemon.stop()
 
@@ -438,6 +494,9 @@ def _probe(address: DaemonAddress, timeout: float) -> Tuple[Optional[grpc.Channe
         problem = _socket_file_problem(address.socket_path)
         if problem is not None:
             return None, problem
+        # A socket another user could have put there is refused outright, not skipped: the
+        # user should learn that someone may be impersonating their ddod.
+        check_socket_location(address.socket_path)
     channel = open_channel(address)
     try:
         status = check_health(channel, timeout=timeout)
@@ -451,10 +510,30 @@ def _probe(address: DaemonAddress, timeout: float) -> Tuple[Optional[grpc.Channe
     return channel, ""
 
 
+def _identity_socket(stub: ddo_pb2_grpc.DdoStub, address: DaemonAddress, timeout: float) -> str:
+    """Where the daemon at ``address`` has its identity socket: beside a Unix socket; for a TCP
+    address, where GetInfo (which needs no token) says."""
+    if address.socket_path is not None:
+        return identity_socket_path(address.socket_path)
+    # Over TCP the identity socket proves only who serves *it*: the port must be held by a
+    # trusted user too, or an impostor on the port would receive the token.
+    check_tcp_listener(address)
+    try:
+        info = stub.GetInfo(info_pb2.GetInfoRequest(), timeout=timeout, wait_for_ready=False)
+    except grpc.RpcError as error:
+        raise DaemonError("GetInfo", error) from error
+    if not info.identity_socket:
+        raise IdentityError(
+            f"ddod at {address.target} names no identity socket in GetInfo: it is older than "
+            "this client (update ddod)"
+        )
+    return info.identity_socket
+
+
 def _socket_file_problem(path: str) -> Optional[str]:
     """Why nothing can listen at ``path``; None when a socket file is there."""
     try:
-        mode = os.stat(path).st_mode
+        mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return "no socket file"
     except OSError as error:

@@ -30,7 +30,7 @@ from typing import List, Optional
 from . import futex
 from ._closeable import Closeable
 from .errors import DaemonGoneError, DdoError, SessionClosedError, StreamingError
-from .shm import segment_path
+from .shm import BY_NAME, SegmentOpener, segment_path
 
 CONTROL_MAGIC = 0x434F4444  # "DDOC"
 CONTROL_VERSION = 2
@@ -63,17 +63,14 @@ DEFAULT_STALL_TIMEOUT_S = 120.0
 class _SharedSegment:
     """A shared-memory segment mapped read-write, with ctypes words over it."""
 
-    def __init__(self, shm_name: str, size: int, what: str) -> None:
+    def __init__(
+        self, shm_name: str, size: int, what: str, opener: Optional[SegmentOpener] = None
+    ) -> None:
         self.name = shm_name
         self.path = segment_path(shm_name)
         if size <= 0:
             raise DdoError(f"ddod sent the {what} {shm_name!r} with size {size}")
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except OSError as error:
-            raise DdoError(
-                f"cannot open the {what} {self.path} read-write: {error.strerror}"
-            ) from error
+        fd = (opener or BY_NAME).open(shm_name, True, what)
         try:
             status = os.fstat(fd)
             if not stat.S_ISREG(status.st_mode):
@@ -120,13 +117,14 @@ class Doorbell(Closeable):
         daemon_sleeping: Nonzero while the worker sleeps (or is about to).
     """
 
-    def __init__(self, shm_name: str) -> None:
-        """Maps the doorbell read-write and checks its magic.
+    def __init__(self, shm_name: str, *, opener: Optional[SegmentOpener] = None) -> None:
+        """Maps the doorbell read-write (opened through ``opener``, default by name) and checks
+        its magic.
 
         Raises:
             DdoError: the segment is missing, too small, or not a doorbell.
         """
-        self._segment = _SharedSegment(shm_name, DOORBELL_BYTES, "doorbell")
+        self._segment = _SharedSegment(shm_name, DOORBELL_BYTES, "doorbell", opener)
         try:
             magic = self._segment.u32(_BELL_MAGIC).value
             if magic != DOORBELL_MAGIC:
@@ -188,6 +186,7 @@ class ControlBlock(Closeable):
         size: int,
         *,
         stall_timeout: float = DEFAULT_STALL_TIMEOUT_S,
+        opener: Optional[SegmentOpener] = None,
     ) -> None:
         """Maps the control block and checks its magic and version.
 
@@ -195,11 +194,13 @@ class ControlBlock(Closeable):
             shm_name: DeviceResources.control_block_shm.
             size: DeviceResources.control_block_bytes.
             stall_timeout: Seconds a wait tolerates without any progress from ddod.
+            opener: How to open the segment (the client's ``_segment_opener``; default: by
+                name).
 
         Raises:
             DdoError: the segment is missing, too small for its K, or not a version 2 block.
         """
-        self._segment = _SharedSegment(shm_name, size, "control block")
+        self._segment = _SharedSegment(shm_name, size, "control block", opener)
         try:
             self._check_header()
         except BaseException:

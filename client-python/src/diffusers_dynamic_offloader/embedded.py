@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -36,6 +37,7 @@ import grpc
 from ._transport import check_health, open_channel
 from .addresses import SOCKET_FILE_NAME, DaemonAddress
 from .errors import ConfigurationError, EmbeddedDaemonError
+from .identity import identity_socket_path
 
 BINARY_ENV_VAR = "DDO_DDOD_BINARY"
 START_TIMEOUT_ENV_VAR = "DDO_EMBEDDED_START_TIMEOUT"
@@ -161,7 +163,12 @@ class EmbeddedDaemon:
                     f"the private ddod exited with code {exit_code} before serving "
                     f"({' '.join(command)}){self._log_excerpt()}"
                 )
-            if os.path.exists(self.socket_path) and self._serving():
+            # The identity socket too: the client's first step is to connect to it.
+            if (
+                os.path.exists(self.socket_path)
+                and os.path.exists(identity_socket_path(self.socket_path))
+                and self._serving()
+            ):
                 return
             if time.monotonic() >= deadline:
                 raise EmbeddedDaemonError(
@@ -207,14 +214,45 @@ def _start_timeout() -> float:
 
 
 def _make_private_directory() -> str:
-    """A new 0700 directory under $XDG_RUNTIME_DIR, or under the temp dir without one."""
+    """A new 0700 directory under $XDG_RUNTIME_DIR, or under the temp dir without one (or when
+    XDG_RUNTIME_DIR is not this user's own); checked after it was made.
+
+    Raises:
+        EmbeddedDaemonError: the directory made is not a directory owned by this user with
+            mode 0700 (someone replaced it).
+    """
     runtime_dir: Optional[str] = os.environ.get("XDG_RUNTIME_DIR") or None
-    if runtime_dir is not None:
+    directory: Optional[str] = None
+    if runtime_dir is not None and _owned_privately(runtime_dir, exact_mode=False):
         try:
-            return tempfile.mkdtemp(prefix="ddo-embedded-", dir=runtime_dir)
+            directory = tempfile.mkdtemp(prefix="ddo-embedded-", dir=runtime_dir)
         except OSError:
             pass  # XDG_RUNTIME_DIR is stale (e.g. after su); the temp dir still works.
-    return tempfile.mkdtemp(prefix="ddo-embedded-")
+    if directory is None:
+        # mkdtemp creates the directory itself (mkdir with mode 0700, never an existing one).
+        directory = tempfile.mkdtemp(prefix="ddo-embedded-")
+    if not _owned_privately(directory, exact_mode=True):
+        shutil.rmtree(directory, ignore_errors=True)
+        raise EmbeddedDaemonError(
+            f"the private directory {directory} made for ddod is not a directory of yours "
+            "with mode 0700 (another user may have replaced it): not starting ddod there"
+        )
+    return directory
+
+
+def _owned_privately(path: str, *, exact_mode: bool) -> bool:
+    """True when ``path`` (not followed when a link) is a directory of this user that no one
+    else may write to (``exact_mode``: with mode 0700 exactly)."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False
+    mode = stat.S_IMODE(found.st_mode)
+    return (
+        stat.S_ISDIR(found.st_mode)
+        and found.st_uid == os.getuid()
+        and (mode == 0o700 if exact_mode else not mode & (stat.S_IWGRP | stat.S_IWOTH))
+    )
 
 
 def _stop_process(process: subprocess.Popen, directory: str, log: BinaryIO) -> None:

@@ -7,6 +7,11 @@ type. The subclasses say what went wrong:
 - :class:`DaemonUnavailableError`: no daemon answered at any address that was tried.
 - :class:`EmbeddedDaemonError`: a private ddod could not be started.
 - :class:`DaemonError`: the daemon answered an RPC with an error status.
+- :class:`UntrustedDaemonError`: the daemon's socket, its directory or its process belongs to
+  a user the client does not trust (another user may be impersonating ddod).
+- :class:`IdentityError`: the identity socket failed or ddod refused a request on it.
+- :class:`InputFileError`: a file given to ``load_safetensors`` cannot be opened and passed to
+  ddod (missing, unreadable, a FIFO or device, a name that cannot be passed).
 - :class:`TensorTableError`: tensors given to the client cannot be registered as they are
   (not a tensor, a dtype the protocol has no code for, a sparse or quantized tensor).
 - :class:`BindError`: an attached component does not fit the module it is bound to.
@@ -67,6 +72,20 @@ class DaemonError(DdoError):
         self.code: grpc.StatusCode = _status_code(error)
         self.details: str = _details(error)
         super().__init__(f"ddod {rpc} failed: {self.code.name}: {self.details}")
+
+
+class UntrustedDaemonError(DdoError):
+    """The daemon's socket, its directory or the process behind it belongs to a user this
+    client does not trust (not itself, root or the service user): the message names the path,
+    what was found and what is accepted."""
+
+
+class IdentityError(DdoError):
+    """The identity socket failed, or ddod refused a request on it (the message is ddod's)."""
+
+
+class InputFileError(DdoError):
+    """A file to load cannot be opened here and passed to ddod; the message names it."""
 
 
 class InvalidSettingError(DaemonError, ValueError):

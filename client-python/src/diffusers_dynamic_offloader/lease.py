@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Optional
+from typing import Optional, Sequence, Tuple
 
 import grpc
 
@@ -28,7 +28,12 @@ class Lease:
     any thread, more than once. ``_lock`` guards the fields the event thread writes.
     """
 
-    def __init__(self, stub: ddo_pb2_grpc.DdoStub, request: sessions_pb2.ConnectRequest) -> None:
+    def __init__(
+        self,
+        stub: ddo_pb2_grpc.DdoStub,
+        request: sessions_pb2.ConnectRequest,
+        metadata: Sequence[Tuple[str, str]] = (),
+    ) -> None:
         """Starts the stream and its event thread; :meth:`open` also waits for the lease id."""
         self._lock = threading.Lock()
         self._connected = threading.Event()
@@ -38,20 +43,30 @@ class Lease:
         self._shutting_down = False
         self._lost_reason: Optional[str] = None
         self._error: Optional[grpc.RpcError] = None
-        self._call = stub.Connect(request, wait_for_ready=False)
+        # The metadata carries the identity token (ddo-token) that ddod requires.
+        self._call = stub.Connect(request, metadata=tuple(metadata), wait_for_ready=False)
         self._thread = threading.Thread(target=self._consume, name="ddo-lease", daemon=True)
         self._thread.start()
 
     @classmethod
-    def open(cls, stub: ddo_pb2_grpc.DdoStub, *, client_name: str, timeout: float) -> "Lease":
+    def open(
+        cls,
+        stub: ddo_pb2_grpc.DdoStub,
+        *,
+        client_name: str,
+        timeout: float,
+        metadata: Sequence[Tuple[str, str]] = (),
+    ) -> "Lease":
         """Opens a lease and waits up to ``timeout`` seconds for ddod to confirm it.
+
+        ``metadata`` goes with the Connect call: the identity token (``ddo-token``).
 
         Raises:
             DaemonError: ddod refused or broke the stream before confirming.
             DdoError: no confirmation within ``timeout``.
         """
         request = sessions_pb2.ConnectRequest(client_pid=os.getpid(), client_name=client_name)
-        lease = cls(stub, request)
+        lease = cls(stub, request, metadata)
         confirmed = lease._connected.wait(timeout)
         with lease._lock:
             lease_id, error, lost_reason = lease._lease_id, lease._error, lease._lost_reason

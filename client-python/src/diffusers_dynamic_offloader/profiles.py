@@ -88,6 +88,15 @@ def dynamic_offload_profile_path(context: Any, profile_dir: Optional[os.PathLike
     return get_dynamic_offload_profile_dir(profile_dir) / f"{_FILE_PREFIX}{key}.json"
 
 
+def _profile_dir_request(client: Any, directory: Path) -> str:
+    """The directory to name in a profile request: ddod honours one only for its own user, so a
+    shared ddod running as another user keeps this user's profiles in its per-user store."""
+    info = client.daemon_info
+    if info is not None and info.uid != os.geteuid():
+        return ""
+    return str(directory)
+
+
 def load_dynamic_offload_profile(context: Any, profile_dir: Optional[os.PathLike] = None,
                                  client=None) -> Optional[Dict[str, Any]]:
     """The validated record of ``context``, or None: when there is none, or when the file is
@@ -97,8 +106,9 @@ def load_dynamic_offload_profile(context: Any, profile_dir: Optional[os.PathLike
     key = dynamic_offload_profile_key(normalized)
     directory = get_dynamic_offload_profile_dir(profile_dir)
     try:
-        answer = client_or_default(client)._unary("GetProfile", profiles_pb2.GetProfileRequest(
-            ref=profiles_pb2.ProfileRef(key=key), profile_dir=str(directory)))
+        ddo = client_or_default(client)
+        answer = ddo._unary("GetProfile", profiles_pb2.GetProfileRequest(
+            ref=profiles_pb2.ProfileRef(key=key), profile_dir=_profile_dir_request(ddo, directory)))
     except DaemonError as error:
         if error.code == grpc.StatusCode.NOT_FOUND:
             return None
@@ -163,9 +173,10 @@ def record_dynamic_offload_profile(context: Any, observation: Mapping[str, Any],
     elif "recommendation" in previous:
         record["recommendation"] = previous["recommendation"]
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
-    client_or_default(client)._unary("PutProfile", profiles_pb2.PutProfileRequest(
+    ddo = client_or_default(client)
+    ddo._unary("PutProfile", profiles_pb2.PutProfileRequest(
         profile=profiles_pb2.Profile(ref=profiles_pb2.ProfileRef(key=key), json=text),
-        profile_dir=str(directory)))
+        profile_dir=_profile_dir_request(ddo, directory)))
     return directory / f"{_FILE_PREFIX}{key}.json"
 
 

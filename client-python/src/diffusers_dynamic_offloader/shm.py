@@ -5,6 +5,12 @@ Linux that is the file ``/dev/shm/ddo-1000-...``. A client maps a segment read-w
 holds an upload into it, and read-only (``PROT_READ``, ``MAP_SHARED``) to attach: every process
 that attaches shares the same physical pages, and the kernel refuses writes to them.
 
+A :class:`SegmentOpener` says how this process opens a segment: by its name when ddod runs as
+this user (as before), otherwise, or when the file's permissions refuse it (a group member of
+a root ddod, whose segments are 0600), through ddod itself, which opens the segments it granted
+this process and passes the descriptor over the identity socket (``OPEN``,
+:meth:`~diffusers_dynamic_offloader.identity.IdentityChannel.open_segment`).
+
 Tensors made by :meth:`SegmentMapping.tensor` are views of the mapping, not copies. Each one
 keeps the mapping alive: :meth:`SegmentMapping.close` unmaps at once when no such tensor exists
 any more, and otherwise leaves the unmapping to the moment the last of them is released, so a
@@ -32,6 +38,73 @@ SHM_DIR = "/dev/shm"
 WRITE_CHUNK_BYTES = 32 << 20
 
 
+#: Asks ddod for a descriptor of a segment: ``(shm_name, writable) -> fd``.
+AskDaemon = Callable[[str, bool], int]
+
+
+class SegmentOpener:
+    """Opens ddod's segments by name, or asks ddod for them (see the module documentation).
+
+    Thread-safety: immutable; ``ask_daemon`` must be thread-safe (IdentityChannel's is).
+    """
+
+    def __init__(
+        self, ask_daemon: Optional[AskDaemon] = None, daemon_uid: Optional[int] = None
+    ) -> None:
+        """``ask_daemon``: None opens by name only. ``daemon_uid``: the uid ddod runs as;
+        segments are opened by name first only when it is this process's."""
+        self._ask_daemon = ask_daemon
+        self._daemon_uid = daemon_uid
+
+    def open(self, shm_name: str, writable: bool, what: str = "shared-memory segment") -> int:
+        """A descriptor of the segment, opened read-write or read-only; the caller closes it.
+
+        Raises:
+            DdoError: the name is invalid, or the segment cannot be opened either way; the
+                message names it.
+        """
+        path = segment_path(shm_name)
+        access = "read-write" if writable else "read-only"
+        by_name = self._ask_daemon is None or self._daemon_uid == os.getuid()
+        if by_name:
+            flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW
+            try:
+                fd = os.open(path, flags)
+            except PermissionError as error:
+                if self._ask_daemon is None:
+                    raise DdoError(
+                        f"cannot open the {what} {path} {access}: {error.strerror}"
+                    ) from error
+            except OSError as error:
+                raise DdoError(
+                    f"cannot open the {what} {path} {access}: {error.strerror}"
+                ) from error
+            else:
+                self._check_owner(fd, path, what)
+                return fd
+        assert self._ask_daemon is not None
+        try:
+            return self._ask_daemon(shm_name, writable)
+        except DdoError as error:
+            raise DdoError(f"cannot open the {what} {path} {access}: {error}") from error
+
+    def _check_owner(self, fd: int, path: str, what: str) -> None:
+        """A segment opened by name must be ddod's: refuses one another user created."""
+        if self._daemon_uid is None:
+            return
+        owner = os.fstat(fd).st_uid
+        if owner != self._daemon_uid:
+            os.close(fd)
+            raise DdoError(
+                f"the {what} {path} belongs to uid {owner}, not to ddod's uid "
+                f"{self._daemon_uid}: refusing to use it"
+            )
+
+
+#: Opens segments by name only: for code that has no client (tests, tools).
+BY_NAME = SegmentOpener()
+
+
 def segment_path(shm_name: str) -> str:
     """The file behind a shared-memory name: ``"/ddo-x"`` -> ``"/dev/shm/ddo-x"``.
 
@@ -50,8 +123,17 @@ class SegmentMapping(Closeable):
     Use it as a context manager, or call :meth:`close`. Not thread-safe: one owner at a time.
     """
 
-    def __init__(self, shm_name: str, size: int, *, writable: bool) -> None:
-        """Opens ``/dev/shm/<name>`` and maps its first ``size`` bytes (``MAP_SHARED``).
+    def __init__(
+        self,
+        shm_name: str,
+        size: int,
+        *,
+        writable: bool,
+        opener: Optional[SegmentOpener] = None,
+    ) -> None:
+        """Opens ``/dev/shm/<name>`` (through ``opener``: the client's
+        ``_segment_opener``; default: by name) and maps its first ``size`` bytes
+        (``MAP_SHARED``).
 
         Raises:
             DdoError: the segment does not exist, is not a regular file, is smaller than
@@ -63,14 +145,7 @@ class SegmentMapping(Closeable):
         self.writable = writable
         if self.size <= 0:
             raise DdoError(f"ddod sent segment {shm_name!r} with size {size}")
-        flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW
-        try:
-            fd = os.open(self.path, flags)
-        except OSError as error:
-            raise DdoError(
-                f"cannot open shared-memory segment {self.path} "
-                f"{'read-write' if writable else 'read-only'}: {error.strerror}"
-            ) from error
+        fd = (opener or BY_NAME).open(shm_name, writable)
         try:
             status = os.fstat(fd)
             if not stat.S_ISREG(status.st_mode):

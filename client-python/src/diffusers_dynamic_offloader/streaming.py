@@ -63,7 +63,7 @@ from .errors import BindError, ConfigurationError, DaemonError, DdoError, descri
 from .module_tensors import ModuleTensor, alias_groups, assign, module_tensors
 from .quantized import is_plain_tensor
 from .ring_consumer import RingConsumer, RingEvents, RingViews, UnitViews
-from .shm import SegmentMapping
+from .shm import SegmentMapping, SegmentOpener
 
 if TYPE_CHECKING:
     from .client import DdoClient
@@ -246,6 +246,7 @@ class _DeviceMemory:
         shm_name: str,
         handle: bytes,
         device: torch.device,
+        opener: Optional[SegmentOpener] = None,
     ) -> None:
         self.what = what
         self.size = size
@@ -257,7 +258,7 @@ class _DeviceMemory:
         if device.type == "cpu":
             if not shm_name:
                 raise DdoError(f"ddod sent no shared-memory name for the session's {what}")
-            self._segment = SegmentMapping(shm_name, size, writable=False)
+            self._segment = SegmentMapping(shm_name, size, writable=False, opener=opener)
         else:
             from .cuda_ipc import IpcDeviceMemory
 
@@ -390,9 +391,10 @@ class StreamingSession(Closeable):
         info = response.component
         from .store import _views
 
+        opener = self._open_client()._segment_opener
         for segment in info.segments:
             self._pool_mappings.append(
-                SegmentMapping(segment.shm_name, segment.size_bytes, writable=False)
+                SegmentMapping(segment.shm_name, segment.size_bytes, writable=False, opener=opener)
             )
         self._pool_views = _views(info, self._pool_mappings)
         specs = {spec.name: spec for spec in info.tensors}
@@ -402,12 +404,12 @@ class StreamingSession(Closeable):
         slot_bytes = resources.ring_slot_bytes
         self._slab = _DeviceMemory(
             "resident slab", resources.resident_slab_bytes, resources.resident_slab_shm,
-            resources.resident_slab_handle, self.device,
+            resources.resident_slab_handle, self.device, opener,
         )
         # The arena (units of the schedule, packed) and the out-of-schedule slot after it.
         self._ring = _DeviceMemory(
             "ring", resources.ring_arena_bytes + slot_bytes if resources.units else 0,
-            resources.ring_shm, resources.ring_handle, self.device,
+            resources.ring_shm, resources.ring_handle, self.device, opener,
         )
         resident = self._resident_views(resources, specs)
         streamed = self._streamed_layout(resources, specs, slot_bytes)
@@ -420,7 +422,7 @@ class StreamingSession(Closeable):
 
         self._block = ControlBlock(
             resources.control_block_shm, resources.control_block_bytes,
-            stall_timeout=self._stall_timeout,
+            stall_timeout=self._stall_timeout, opener=opener,
         )
         if (self._block.slots != slots or self._block.units != len(resources.units)
                 or self._block.arena_bytes != resources.ring_arena_bytes):
@@ -429,7 +431,7 @@ class StreamingSession(Closeable):
                 f"{self._block.arena_bytes}-byte arena, the Attach answer K={slots}, "
                 f"{len(resources.units)} units and {resources.ring_arena_bytes} bytes"
             )
-        self._doorbell = Doorbell(resources.doorbell_shm)
+        self._doorbell = Doorbell(resources.doorbell_shm, opener=opener)
         if self.device.type == "cuda":
             self._events = self._open_events(resources)
         self._consumer = RingConsumer(

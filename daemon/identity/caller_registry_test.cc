@@ -1,0 +1,81 @@
+#include "daemon/identity/caller_registry.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+
+namespace ddo {
+namespace {
+
+PassedFile DevNull(const std::string& name) {
+  return PassedFile{name, UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC))};
+}
+
+TEST(CallerRegistryTest, TokensIdentifyTheirCallerUntilRemoved) {
+  CallerRegistry callers;
+  const std::string token = callers.Add(CallerFromCredentials(1001, 1001, 42));
+  EXPECT_EQ(token.size(), 32u);
+  auto found = callers.Find(token);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->uid, 1001u);
+  EXPECT_EQ(found->pid, 42);
+  EXPECT_TRUE(absl::IsUnauthenticated(callers.Find("0123456789abcdef0123456789abcdef").status()));
+  callers.Remove(token);
+  EXPECT_TRUE(absl::IsUnauthenticated(callers.Find(token).status()));
+}
+
+TEST(CallerRegistryTest, AdminIsRootOrDaemonsOwnUser) {
+  EXPECT_TRUE(CallerFromCredentials(0, 0, 1).admin);
+  EXPECT_TRUE(CallerFromCredentials(::geteuid(), 0, 1).admin);
+  const uid_t stranger = ::geteuid() == 4242 ? 4243 : 4242;
+  EXPECT_FALSE(CallerFromCredentials(stranger, stranger, 1).admin);
+}
+
+TEST(CallerRegistryTest, PassedFilesAreTakenOnceAndOnlyByTheirConnection) {
+  CallerRegistry callers;
+  const std::string mine = callers.Add(CallerFromCredentials(1001, 1001, 1));
+  const std::string theirs = callers.Add(CallerFromCredentials(1002, 1002, 2));
+  auto a = callers.AddFile(mine, DevNull("a.safetensors"));
+  auto b = callers.AddFile(mine, DevNull("b.safetensors"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*a, *b);
+  // Another connection cannot use my handles.
+  EXPECT_TRUE(absl::IsInvalidArgument(callers.TakeFiles(theirs, {*a}).status()));
+  // A handle named twice, or an unknown one, takes nothing.
+  EXPECT_FALSE(callers.TakeFiles(mine, {*a, *a}).ok());
+  EXPECT_FALSE(callers.TakeFiles(mine, {*a, 999}).ok());
+  auto taken = callers.TakeFiles(mine, {*b, *a});
+  ASSERT_TRUE(taken.ok());
+  ASSERT_EQ(taken->size(), 2u);
+  EXPECT_EQ((*taken)[0].name, "b.safetensors");
+  EXPECT_TRUE((*taken)[1].fd.valid());
+  EXPECT_FALSE(callers.TakeFiles(mine, {*a}).ok());  // used once
+}
+
+TEST(CallerRegistryTest, HeldFilesAreBoundedPerConnection) {
+  CallerRegistry callers;
+  const std::string token = callers.Add(CallerFromCredentials(1001, 1001, 1));
+  for (size_t i = 0; i < CallerRegistry::kMaxHeldFiles; ++i) {
+    ASSERT_TRUE(callers.AddFile(token, DevNull("f")).ok());
+  }
+  auto refused = callers.AddFile(token, DevNull("f"));
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status()));
+  EXPECT_NE(refused.status().message().find("per connection"), std::string::npos);
+}
+
+TEST(CallerRegistryTest, GrantsAreTheOnlyWayToASegment) {
+  CallerRegistry callers;
+  const std::string token = callers.Add(CallerFromCredentials(1001, 1001, 1));
+  EXPECT_FALSE(callers.CheckGrant(token, "/ddo-x", false).ok());
+  callers.Grant(token, "/ddo-x", /*writable=*/false);
+  EXPECT_TRUE(callers.CheckGrant(token, "/ddo-x", false).ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(callers.CheckGrant(token, "/ddo-x", true)));
+  callers.Grant(token, "/ddo-x", /*writable=*/true);
+  EXPECT_TRUE(callers.CheckGrant(token, "/ddo-x", true).ok());
+  callers.Grant(token, "/ddo-x", /*writable=*/false);  // never narrows
+  EXPECT_TRUE(callers.CheckGrant(token, "/ddo-x", true).ok());
+}
+
+}  // namespace
+}  // namespace ddo

@@ -1,0 +1,105 @@
+#include "daemon/identity/identity_client.h"
+
+#include <pwd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/common/display_text.h"
+#include "daemon/common/posix_error.h"
+#include "daemon/identity/identity_protocol.h"
+#include "daemon/identity/seqpacket.h"
+
+namespace ddo {
+
+std::set<uid_t> TrustedDaemonUids(const std::string& service_user) {
+  std::set<uid_t> trusted{::geteuid(), 0};
+  const std::string name = service_user.empty() ? "ddo" : service_user;
+  passwd entry{};
+  passwd* found = nullptr;
+  char buffer[4096];
+  if (::getpwnam_r(name.c_str(), &entry, buffer, sizeof(buffer), &found) == 0 &&
+      found != nullptr) {
+    trusted.insert(found->pw_uid);
+  }
+  return trusted;
+}
+
+absl::StatusOr<IdentityLink> IdentityLink::Connect(const std::string& path,
+                                                   const std::set<uid_t>& trusted) {
+  IdentityLink link;
+  link.socket_ = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!link.socket_.valid()) return PosixError("socket(AF_UNIX, SOCK_SEQPACKET)", errno);
+  sockaddr_un address{};
+  if (path.size() >= sizeof(address.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("identity socket path too long: ", path));
+  }
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(link.socket_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot reach ddod's identity socket ", path, ": ",
+                                               std::strerror(errno)));
+  }
+  absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(link.socket_.get());
+  if (!peer.ok()) return peer.status();
+  if (trusted.count(peer->uid) == 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the daemon at ", path, " runs as uid ", peer->uid, ", not as a user this client trusts (",
+        absl::StrJoin(trusted, ", "),
+        "): another user may have started it to impersonate ddod; refusing to use it"));
+  }
+  link.daemon_uid_ = peer->uid;
+  absl::StatusOr<std::string> token = link.Ask("HELLO 1", -1, nullptr);
+  if (!token.ok()) return token.status();
+  if (token->size() != 32) {
+    return absl::FailedPreconditionError("ddod answered HELLO without a token");
+  }
+  link.token_ = *std::move(token);
+  return link;
+}
+
+absl::StatusOr<uint64_t> IdentityLink::PassFile(const std::string& base_name, int fd) {
+  absl::StatusOr<std::string> answer = Ask(absl::StrCat("FILE ", base_name), fd, nullptr);
+  if (!answer.ok()) return answer.status();
+  uint64_t handle = 0;
+  if (!absl::SimpleAtoi(*answer, &handle) || handle == 0) {
+    return absl::FailedPreconditionError("ddod answered FILE without a handle");
+  }
+  return handle;
+}
+
+absl::StatusOr<UniqueFd> IdentityLink::OpenSegment(const std::string& shm_name, bool writable) {
+  UniqueFd received;
+  absl::StatusOr<std::string> answer =
+      Ask(absl::StrCat("OPEN ", shm_name, writable ? " rw" : " ro"), -1, &received);
+  if (!answer.ok()) return answer.status();
+  if (!received.valid()) return absl::FailedPreconditionError("ddod answered OPEN without a descriptor");
+  return received;
+}
+
+absl::StatusOr<std::string> IdentityLink::Ask(const std::string& request, int fd,
+                                              UniqueFd* received) {
+  if (!SendPacket(socket_.get(), request, fd)) {
+    return absl::UnavailableError("the identity socket closed");
+  }
+  absl::StatusOr<Packet> answer = ReceivePacket(socket_.get(), kIdentityMaxPacketBytes);
+  if (!answer.ok()) return absl::UnavailableError(absl::StrCat("identity socket: ",
+                                                               answer.status().message()));
+  if (received != nullptr && !answer->fds.empty()) *received = std::move(answer->fds.front());
+  const std::string& text = answer->text;
+  if (text == "OK") return std::string();
+  if (text.rfind("OK ", 0) == 0) return text.substr(3);
+  if (text.rfind("ERR ", 0) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("ddod: ", text.substr(4)));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("unexpected identity answer '", EscapeForDisplay(text), "'"));
+}
+
+}  // namespace ddo

@@ -1,0 +1,79 @@
+// File: daemon/identity/identity_server.h
+//
+// The identity socket (docs/security.md): a SOCK_SEQPACKET Unix socket beside ddod's gRPC
+// socket where each caller's uid, gid and pid are read from the kernel (SO_PEERCRED) when it
+// connects. HELLO gives the connection a token in the CallerRegistry; FILE keeps a descriptor
+// the caller opened; OPEN hands the caller a descriptor of a segment it was granted. The token
+// and all it holds end when the connection closes.
+//
+// One thread serves every connection (poll, non-blocking I/O, one packet per request), so a
+// slow or hostile client can delay nobody: a client that does not read its answers is dropped.
+//
+// Thread-safety: Start and Stop from one thread; the serving thread owns the connections.
+#ifndef DDO_DAEMON_IDENTITY_IDENTITY_SERVER_H_
+#define DDO_DAEMON_IDENTITY_IDENTITY_SERVER_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "daemon/common/unique_fd.h"
+#include "daemon/identity/caller.h"
+#include "daemon/identity/caller_registry.h"
+
+namespace ddo {
+
+struct IdentityServerOptions {
+  std::string socket_path;
+  // Owner-only (0600) when empty; else this group may connect too (0660).
+  std::string socket_group;
+  size_t max_connections_per_uid = 64;
+  size_t max_connections = 1024;
+};
+
+class IdentityServer {
+ public:
+  // Binds the socket (replacing a stale socket file, nothing else) and starts serving.
+  static absl::StatusOr<std::unique_ptr<IdentityServer>> Start(IdentityServerOptions options,
+                                                               CallerRegistry& callers);
+  IdentityServer(const IdentityServer&) = delete;
+  IdentityServer& operator=(const IdentityServer&) = delete;
+  ~IdentityServer();
+
+  // Stops serving, drops every connection (their tokens end) and removes the socket file.
+  void Stop();
+
+  const std::string& socket_path() const { return options_.socket_path; }
+
+ private:
+  struct Connection {
+    UniqueFd fd;
+    Caller caller;
+    std::string token;  // empty until HELLO
+  };
+
+  IdentityServer(IdentityServerOptions options, CallerRegistry& callers)
+      : options_(std::move(options)), callers_(callers) {}
+
+  void Run();
+  void AcceptAll();
+  // Reads and answers one packet; false when the connection should be dropped.
+  bool Serve(Connection& connection);
+  void Drop(int fd);
+
+  const IdentityServerOptions options_;
+  CallerRegistry& callers_;
+  UniqueFd listener_;
+  UniqueFd wake_;  // eventfd: Stop() wakes the poll loop
+  std::map<int, Connection> connections_;  // by fd; touched by the serving thread only
+  std::thread thread_;
+  bool stopped_ = false;
+};
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_IDENTITY_IDENTITY_SERVER_H_

@@ -1,0 +1,183 @@
+#include "daemon/identity/identity_server.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "daemon/common/temp_dir_for_test.h"
+#include "gtest/gtest.h"
+
+namespace ddo {
+namespace {
+
+// A client of the identity socket, as a runner would be.
+class Client {
+ public:
+  explicit Client(const std::string& path) {
+    fd_ = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+    connected_ = ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  }
+  bool connected() const { return connected_; }
+
+  // Sends `text` (with `fd` when >= 0) and returns the answer; `received` gets a passed fd.
+  std::string Ask(const std::string& text, int fd = -1, UniqueFd* received = nullptr) {
+    iovec data{const_cast<char*>(text.data()), text.size()};
+    msghdr message{};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    if (fd >= 0) {
+      message.msg_control = control;
+      message.msg_controllen = sizeof(control);
+      cmsghdr* header = CMSG_FIRSTHDR(&message);
+      header->cmsg_level = SOL_SOCKET;
+      header->cmsg_type = SCM_RIGHTS;
+      header->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+    }
+    if (::sendmsg(fd_.get(), &message, MSG_NOSIGNAL) < 0) return "send failed";
+    char buffer[4096];
+    iovec in{buffer, sizeof(buffer)};
+    msghdr answer{};
+    answer.msg_iov = &in;
+    answer.msg_iovlen = 1;
+    alignas(cmsghdr) char in_control[CMSG_SPACE(sizeof(int))] = {};
+    answer.msg_control = in_control;
+    answer.msg_controllen = sizeof(in_control);
+    const ssize_t n = ::recvmsg(fd_.get(), &answer, MSG_CMSG_CLOEXEC);
+    if (n <= 0) return "closed";
+    cmsghdr* header = CMSG_FIRSTHDR(&answer);
+    if (header != nullptr && header->cmsg_type == SCM_RIGHTS && received != nullptr) {
+      int passed = -1;
+      std::memcpy(&passed, CMSG_DATA(header), sizeof(int));
+      received->Reset(passed);
+    }
+    return std::string(buffer, static_cast<size_t>(n));
+  }
+
+ private:
+  UniqueFd fd_;
+  bool connected_ = false;
+};
+
+class IdentityServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    IdentityServerOptions options;
+    options.socket_path = dir_.path() + "/ddod.sock.id";
+    options.max_connections_per_uid = 4;
+    auto server = IdentityServer::Start(options, callers_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  TempDirForTest dir_;
+  CallerRegistry callers_;
+  std::unique_ptr<IdentityServer> server_;
+};
+
+TEST_F(IdentityServerTest, TheSocketIsOwnerOnlyAndTheKernelNamesTheCaller) {
+  struct stat info {};
+  ASSERT_EQ(::stat(server_->socket_path().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  Client client(server_->socket_path());
+  ASSERT_TRUE(client.connected());
+  const std::string answer = client.Ask("HELLO 1");
+  ASSERT_EQ(answer.rfind("OK ", 0), 0u) << answer;
+  auto caller = callers_.Find(answer.substr(3));
+  ASSERT_TRUE(caller.ok());
+  EXPECT_EQ(caller->uid, ::geteuid());
+  EXPECT_EQ(caller->pid, ::getpid());
+  EXPECT_EQ(client.Ask("HELLO 1"), answer);  // one token per connection
+}
+
+TEST_F(IdentityServerTest, TheTokenEndsWithItsConnection) {
+  std::string token;
+  {
+    Client client(server_->socket_path());
+    token = client.Ask("HELLO 1").substr(3);
+    ASSERT_TRUE(callers_.Find(token).ok());
+  }
+  for (int i = 0; i < 200 && callers_.Find(token).ok(); ++i) ::usleep(10000);
+  EXPECT_FALSE(callers_.Find(token).ok());
+}
+
+TEST_F(IdentityServerTest, FilesArePassedAndNonRegularFilesRefused) {
+  Client client(server_->socket_path());
+  EXPECT_EQ(client.Ask("FILE x.safetensors", ::open("/dev/null", O_RDONLY)).rfind("ERR ", 0),
+            0u);  // before HELLO
+  const std::string token = client.Ask("HELLO 1").substr(3);
+  const std::string path = dir_.path() + "/x.safetensors";
+  UniqueFd file(::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+  const std::string answer = client.Ask("FILE x.safetensors", file.get());
+  ASSERT_EQ(answer.rfind("OK ", 0), 0u) << answer;
+  auto taken = callers_.TakeFiles(token, {std::stoull(answer.substr(3))});
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ((*taken)[0].name, "x.safetensors");
+  // A FIFO is refused at once; nothing blocks.
+  const std::string fifo = dir_.path() + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  UniqueFd pipe(::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  EXPECT_EQ(client.Ask("FILE pipe", pipe.get()).rfind("ERR ", 0), 0u);
+  UniqueFd directory(::open(dir_.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  EXPECT_EQ(client.Ask("FILE dir", directory.get()).rfind("ERR ", 0), 0u);
+  // The connection stays usable after refusals.
+  EXPECT_EQ(client.Ask("HELLO 1"), "OK " + token);
+}
+
+TEST_F(IdentityServerTest, OpenServesOnlyGrantedSegmentsWithTheGrantedAccess) {
+  const std::string name = "/ddo-identity-test-" + std::to_string(::getpid());
+  UniqueFd segment(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
+  ASSERT_TRUE(segment.valid());
+  ASSERT_EQ(::ftruncate(segment.get(), 4096), 0);
+  Client client(server_->socket_path());
+  const std::string token = client.Ask("HELLO 1").substr(3);
+  UniqueFd received;
+  EXPECT_EQ(client.Ask("OPEN " + name + " ro", -1, &received).rfind("ERR ", 0), 0u);
+  EXPECT_FALSE(received.valid());
+  callers_.Grant(token, name, /*writable=*/false);
+  EXPECT_EQ(client.Ask("OPEN " + name + " rw", -1, &received).rfind("ERR ", 0), 0u);
+  EXPECT_EQ(client.Ask("OPEN " + name + " ro", -1, &received), "OK");
+  ASSERT_TRUE(received.valid());
+  EXPECT_EQ(::fcntl(received.get(), F_GETFL) & O_ACCMODE, O_RDONLY);
+  ::shm_unlink(name.c_str());
+}
+
+TEST_F(IdentityServerTest, ConnectionsPerUidAreBounded) {
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(std::make_unique<Client>(server_->socket_path()));
+    ASSERT_EQ(clients.back()->Ask("HELLO 1").rfind("OK ", 0), 0u);
+  }
+  Client fifth(server_->socket_path());
+  const std::string answer = fifth.Ask("HELLO 1");
+  EXPECT_NE(answer.find("limit"), std::string::npos) << answer;
+}
+
+TEST_F(IdentityServerTest, GarbageAndOversizedPacketsAreRefusedWithoutHarm) {
+  Client client(server_->socket_path());
+  EXPECT_EQ(client.Ask(std::string(8000, 'A')).rfind("ERR ", 0), 0u);
+  EXPECT_EQ(client.Ask(std::string("\0\x01\x1b", 3)).rfind("ERR ", 0), 0u);
+  EXPECT_EQ(client.Ask("HELLO 1").rfind("OK ", 0), 0u);
+}
+
+TEST_F(IdentityServerTest, StopRemovesTheSocketAndEndsTokens) {
+  Client client(server_->socket_path());
+  const std::string token = client.Ask("HELLO 1").substr(3);
+  server_->Stop();
+  EXPECT_FALSE(callers_.Find(token).ok());
+  struct stat info {};
+  EXPECT_NE(::lstat(server_->socket_path().c_str(), &info), 0);
+}
+
+}  // namespace
+}  // namespace ddo

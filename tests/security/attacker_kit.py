@@ -1,0 +1,279 @@
+"""What an attacker (or a victim) running as a throwaway user uses to talk to the shared ddod.
+
+Imported by the programs the security tests run as other users (``run_as``), and by the test
+process itself (root: ddod's own uid, the admin). It speaks the wire protocol directly, the way
+a hostile local user would: raw gRPC stubs, and the identity socket of docs/security.md for a
+token the caller obtains legitimately for itself (``HELLO 1``) and for passing descriptors
+(``FILE``) or getting a granted segment's descriptor (``OPEN``). Against a ddod without an
+identity socket (the old code) calls go without a token and files go by path.
+
+Thread safety: a ``Ddo`` is used from one thread, except that RPCs may be issued from several
+threads at once (gRPC channels are thread-safe).
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import socket
+import struct
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import grpc
+
+# Re-exported: the programs run as other users build their requests with these.
+from diffusers_dynamic_offloader._proto import (
+    components_pb2,
+    ddo_pb2_grpc,
+    info_pb2,
+    profiles_pb2,
+    sessions_pb2,
+    settings_pb2,
+    stats_pb2,
+)
+
+# Programs run as other users start with `from attacker_kit import *`: every public name.
+
+IDENTITY_SUFFIX = ".id"
+PACKET_BYTES = 4096
+
+
+class Outcome(dict):
+    """The result of one RPC as plain data: ``code`` ("OK" or the status name), ``details``,
+    ``seconds``, and for OK the fields the test asked to keep."""
+
+    @property
+    def ok(self) -> bool:
+        return self["code"] == "OK"
+
+
+def _failure(error: grpc.RpcError, started: float) -> Outcome:
+    code = error.code() if hasattr(error, "code") else None
+    details = error.details() if hasattr(error, "details") else str(error)
+    return Outcome(code=code.name if code else "UNKNOWN", details=details or "",
+                   seconds=time.monotonic() - started)
+
+
+class IdentityConnection:
+    """One connection to ddod's identity socket; the token it hands out lives as long as it."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.settimeout(10)
+        self.sock.connect(path)
+
+    def ask(self, message: str, fds: Sequence[int] = ()) -> Tuple[str, List[int]]:
+        ancillary = []
+        if fds:
+            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        self.sock.sendmsg([message.encode()], ancillary)
+        data, received, _flags, _address = socket.recv_fds(self.sock, PACKET_BYTES, 4)
+        return data.decode(errors="replace"), list(received)
+
+    def hello(self) -> str:
+        answer, _ = self.ask("HELLO 1")
+        if not answer.startswith("OK "):
+            raise RuntimeError(f"identity socket refused HELLO: {answer!r}")
+        return answer[3:].strip()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Ddo:
+    """A connection to the ddod at ``socket_path`` as the current user."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.channel = grpc.insecure_channel(f"unix:{socket_path}")
+        self.stub = ddo_pb2_grpc.DdoStub(self.channel)
+        self.identity: Optional[IdentityConnection] = None
+        self.token = ""
+        if os.path.exists(socket_path + IDENTITY_SUFFIX):
+            self.identity = IdentityConnection(socket_path + IDENTITY_SUFFIX)
+            self.token = self.identity.hello()
+
+    @property
+    def has_identity(self) -> bool:
+        """True when ddod has the identity layer (the new code)."""
+        return self.identity is not None
+
+    @property
+    def metadata(self) -> List[Tuple[str, str]]:
+        return [("ddo-token", self.token)] if self.token else []
+
+    # Plain RPCs.
+
+    def call(self, rpc: str, request, timeout: float = 10.0, keep=None) -> Outcome:
+        """Calls unary ``rpc``; ``keep(response)`` picks what an OK outcome carries."""
+        started = time.monotonic()
+        try:
+            response = getattr(self.stub, rpc)(request, timeout=timeout, metadata=self.metadata)
+        except grpc.RpcError as error:
+            return _failure(error, started)
+        outcome = Outcome(code="OK", details="", seconds=time.monotonic() - started)
+        outcome["response"] = keep(response) if keep else None
+        return outcome
+
+    def alive(self, timeout: float = 5.0) -> bool:
+        """ddod answers GetInfo (needs no token) within ``timeout``."""
+        return self.call("GetInfo", info_pb2.GetInfoRequest(), timeout=timeout).ok
+
+    # Leases.
+
+    def open_lease(self, client_name: str = "attacker", client_pid: Optional[int] = None,
+                   timeout: float = 10.0, stub=None):
+        """Opens a Connect stream (on ``stub``'s channel when given); returns
+        ``(call, lease_id)``; ``call.cancel()`` ends it."""
+        request = sessions_pb2.ConnectRequest(
+            client_pid=os.getpid() if client_pid is None else client_pid,
+            client_name=client_name,
+        )
+        call = (stub or self.stub).Connect(request, metadata=self.metadata)
+        # The first event is `connected`; a deadline through a helper thread would be overkill.
+        deadline_timer = _Timer(timeout, call.cancel)
+        try:
+            event = next(call)
+        finally:
+            deadline_timer.stop()
+        return call, event.connected.lease_id
+
+    # Files.
+
+    def pass_file(self, path: str) -> int:
+        """Passes a file this user opened itself over the identity socket; returns the handle."""
+        assert self.identity is not None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            answer, _ = self.identity.ask(f"FILE {os.path.basename(path)}", [fd])
+        finally:
+            os.close(fd)
+        if not answer.startswith("OK "):
+            raise PermissionError(f"FILE refused: {answer}")
+        return int(answer.split()[1])
+
+    def load_request(self, lease_id: str, cache_key: str, paths: Sequence[str], *,
+                     by_path: bool = False, **fields) -> components_pb2.LoadSafetensorsRequest:
+        """A LoadSafetensors request for files this user may read: passed as descriptors when
+        ddod has the identity layer, by path otherwise (or when ``by_path``)."""
+        request = components_pb2.LoadSafetensorsRequest(lease_id=lease_id, cache_key=cache_key,
+                                                        **fields)
+        if self.has_identity and not by_path:
+            request.file_handles.extend(self.pass_file(path) for path in paths)
+        else:
+            request.files.extend(paths)
+        return request
+
+    def load(self, request: components_pb2.LoadSafetensorsRequest,
+             timeout: float = 20.0) -> Outcome:
+        """Runs a LoadSafetensors call to its end; OK carries ``warm_hit`` and the ``ref``."""
+        started = time.monotonic()
+        last = None
+        try:
+            for progress in self.stub.LoadSafetensors(request, timeout=timeout,
+                                                      metadata=self.metadata):
+                last = progress
+        except grpc.RpcError as error:
+            return _failure(error, started)
+        outcome = Outcome(code="OK", details="", seconds=time.monotonic() - started)
+        if last is not None and last.done:
+            outcome["warm_hit"] = last.warm_hit
+            outcome["content_hash"] = last.component.ref.content_hash
+            outcome["total_bytes"] = last.component.ref.total_bytes
+        return outcome
+
+    # Segments.
+
+    def map_segment(self, shm_name: str, size: int) -> bytes:
+        """The bytes of a pool segment this user was granted: by descriptor (OPEN) with the
+        identity layer, by shm_open's path under /dev/shm otherwise."""
+        if self.has_identity:
+            answer, fds = self.identity.ask(f"OPEN {shm_name} ro")
+            if not answer.startswith("OK") or not fds:
+                raise PermissionError(f"OPEN {shm_name} refused: {answer}")
+            fd = fds[0]
+        else:
+            fd = os.open("/dev/shm/" + shm_name.lstrip("/"), os.O_RDONLY)
+        try:
+            return os.pread(fd, size, 0)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        self.channel.close()
+        if self.identity is not None:
+            self.identity.close()
+
+
+class _Timer:
+    """Runs ``action`` after ``seconds`` unless stopped first."""
+
+    def __init__(self, seconds: float, action) -> None:
+        import threading
+
+        self._timer = threading.Timer(seconds, action)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def stop(self) -> None:
+        self._timer.cancel()
+
+
+def safetensors_bytes(tensors: Dict[str, bytes], header: Optional[dict] = None) -> bytes:
+    """A safetensors file of U8 tensors (one dimension each) with these bytes, or with the
+    given ``header`` (as a dict, written verbatim) and the concatenated bytes."""
+    data = b"".join(tensors.values())
+    if header is None:
+        header, offset = {}, 0
+        for name, payload in tensors.items():
+            header[name] = {"dtype": "U8", "shape": [len(payload)],
+                            "data_offsets": [offset, offset + len(payload)]}
+            offset += len(payload)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def write_safetensors(path: str, tensors: Dict[str, bytes], header: Optional[dict] = None,
+                      mode: int = 0o600) -> str:
+    if os.path.lexists(path):
+        os.unlink(path)  # whatever an earlier attack left there (a FIFO, a symlink)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as out:
+        out.write(safetensors_bytes(tensors, header))
+    os.chmod(path, mode)
+    return path
+
+
+def report(**fields) -> None:
+    """Prints the program's result for the test (the last line starting with RESULT)."""
+    sys.stdout.write("RESULT " + json.dumps(fields, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def from_environment() -> Ddo:
+    """The Ddo of the socket the test named in DDO_SEC_SOCKET."""
+    return Ddo(os.environ["DDO_SEC_SOCKET"])
+
+
+def read_component(ddo: Ddo, lease_id: str, cache_key: str) -> Dict[str, bytes]:
+    """Attaches on the host (a read-only session) and returns each tensor's bytes, as a runner
+    that uses the shared copy sees them; detaches afterwards."""
+    attached = ddo.stub.Attach(sessions_pb2.AttachRequest(lease_id=lease_id, cache_key=cache_key),
+                               timeout=10, metadata=ddo.metadata)
+    try:
+        segments = [ddo.map_segment(segment.shm_name, segment.size_bytes)
+                    for segment in attached.component.segments]
+        return {placement.name: segments[placement.segment][
+                    placement.offset:placement.offset + placement.byte_size]
+                for placement in attached.component.placements}
+    finally:
+        ddo.stub.Detach(sessions_pb2.DetachRequest(session_id=attached.session_id), timeout=10,
+                        metadata=ddo.metadata)
+
+
+def own_file(name: str, tensors: Dict[str, bytes]) -> str:
+    """A safetensors file of this user's, readable by it only, in its home directory."""
+    return write_safetensors(os.path.join(os.path.expanduser("~"), name), tensors)

@@ -1,0 +1,294 @@
+"""Host-side helpers of the security suite: throwaway users and groups, a root ddod started the
+way deploy/systemd/ddod.service starts it, and running Python programs as another user.
+
+Everything here runs as root in the test process. Not thread-safe (pytest runs tests serially).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import grpc
+
+from diffusers_dynamic_offloader._transport import health_pb2, health_pb2_grpc
+
+#: The directory of this suite (attacker_kit lives here) and the client package's source root.
+SUITE_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(SUITE_DIR))
+#: DDO_SEC_CLIENT_SOURCE runs the users' programs with another copy of the client (an old
+#: release, to show that a client-side defence is what makes a test pass).
+CLIENT_SOURCE = os.environ.get("DDO_SEC_CLIENT_SOURCE") or os.path.join(REPO_ROOT, "client-python", "src")
+
+START_TIMEOUT_S = 15.0
+#: How fast SIGTERM must stop ddod (the unit gives systemd 15 s; a healthy ddod needs far less).
+STOP_TIMEOUT_S = 5.0
+
+
+@dataclass
+class Account:
+    """A throwaway user: its name, ids, home directory and whether it is in the socket group."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+    extra_groups: List[int] = field(default_factory=list)
+
+
+def random_suffix() -> str:
+    return secrets.token_hex(3)
+
+
+def _run_quietly(args: Sequence[str]) -> None:
+    subprocess.run(list(args), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+class Accounts:
+    """Creates users and groups with useradd/groupadd and removes every one it created, even
+    when a test failed (``remove``)."""
+
+    def __init__(self, homes_root: str) -> None:
+        self.homes_root = homes_root
+        self._users: List[str] = []
+        self._uids: List[int] = []
+        self._groups: List[str] = []
+
+    def group(self, prefix: str) -> int:
+        name = f"{prefix}{random_suffix()}"
+        _run_quietly(["groupadd", name])
+        self._groups.append(name)
+        return int(subprocess.check_output(["getent", "group", name]).decode().split(":")[2])
+
+    def user(self, prefix: str, extra_groups: Sequence[int] = ()) -> Account:
+        name = f"{prefix}{random_suffix()}"
+        home = os.path.join(self.homes_root, name)
+        # -U: a private primary group, so no two test users share a group by accident.
+        _run_quietly(["useradd", "-M", "-U", "-d", home, "-s", "/usr/sbin/nologin", name])
+        self._users.append(name)
+        self._groups.append(name)
+        entry = subprocess.check_output(["getent", "passwd", name]).decode().split(":")
+        uid, gid = int(entry[2]), int(entry[3])
+        self._uids.append(uid)
+        os.mkdir(home, 0o700)
+        os.chown(home, uid, gid)
+        return Account(name=name, uid=uid, gid=gid, home=home, extra_groups=list(extra_groups))
+
+    def remove(self) -> List[str]:
+        """Removes everything created; returns the problems (never raises)."""
+        problems = []
+        for name in reversed(self._users):
+            result = subprocess.run(["userdel", name], capture_output=True, text=True)
+            if result.returncode not in (0, 6):  # 6: no such user
+                problems.append(f"userdel {name}: {result.stderr.strip()}")
+        for name in reversed(self._groups):
+            result = subprocess.run(["groupdel", name], capture_output=True, text=True)
+            if result.returncode not in (0, 6):
+                problems.append(f"groupdel {name}: {result.stderr.strip()}")
+        shutil.rmtree(self.homes_root, ignore_errors=True)
+        # Segments a daemon or client of these users left behind (the uids are fresh).
+        for uid in self._uids:
+            for path in glob.glob(f"/dev/shm/ddo-{uid}-*"):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+        self._uids.clear()
+        self._users.clear()
+        self._groups.clear()
+        return problems
+
+
+def serving(socket_path: str, timeout: float = 1.0) -> bool:
+    """ddod's health check answers SERVING (needs no token)."""
+    with grpc.insecure_channel(f"unix:{socket_path}") as channel:
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=timeout)
+        except grpc.RpcError:
+            return False
+    return response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+class RootDaemon:
+    """A ddod run as root like the systemd unit: warm_process preset, a socket under /run
+    shared with a group, a private state directory; --discard so that its segments go with it."""
+
+    def __init__(self, binary: str, socket_path: str, group: str, state_dir: str,
+                 log_path: str, extra_args: Sequence[str] = ()) -> None:
+        self.socket_path = socket_path
+        self.state_dir = state_dir
+        self.log_path = log_path
+        args = [binary, "--preset", "warm_process", "--socket", socket_path,
+                "--socket-group", group, "--state-dir", state_dir, "--log-level", "debug",
+                "--ram-budget-gb", "1", "--discard", *extra_args]
+        # HOME in the private state directory: whatever ddod puts under ~ stays there.
+        environment = {name: value for name, value in os.environ.items()
+                       if not name.startswith("DDO_") and name != "XDG_RUNTIME_DIR"}
+        environment["HOME"] = state_dir
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         env=environment)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (os.path.exists(socket_path) and serving(socket_path)):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ddod exited with {self.proc.returncode} at start:\n{self.log()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"ddod did not serve within {START_TIMEOUT_S} s:\n{self.log()}")
+            time.sleep(0.05)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        with open(self.log_path, encoding="utf-8", errors="replace") as log:
+            return log.read()
+
+    def log_bytes(self) -> bytes:
+        with open(self.log_path, "rb") as log:
+            return log.read()
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> Optional[float]:
+        """SIGTERM; the seconds ddod took to exit, or None when it did not exit within
+        ``timeout`` (it is then killed)."""
+        if self.proc.poll() is not None:
+            return 0.0
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+        return time.monotonic() - started
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def remove_segments(self) -> None:
+        """Removes what a killed ddod left in /dev/shm (a clean one removes them itself)."""
+        for pool in glob.glob(os.path.join(self.state_dir, "pool-*")):
+            namespace = os.path.basename(pool)[len("pool-"):]
+            for path in glob.glob(f"/dev/shm/ddo-*-{glob.escape(namespace)}-*"):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+
+
+def child_environment(account: Account, socket_path: str, **variables: str) -> Dict[str, str]:
+    """A minimal environment for a program run as ``account``: no XDG_RUNTIME_DIR, no DDO_*
+    of the developer."""
+    environment = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": account.home,
+        "USER": account.name,
+        "LOGNAME": account.name,
+        "PYTHONPATH": f"{CLIENT_SOURCE}:{SUITE_DIR}",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "DDO_SEC_SOCKET": socket_path,
+    }
+    for name in ("DDO_DDOD_BINARY",):
+        if os.environ.get(name):
+            environment[name] = os.path.abspath(os.environ[name])
+    environment.update(variables)
+    return environment
+
+
+class ProgramFailed(AssertionError):
+    """A program run as another user did not print a RESULT line."""
+
+
+def _as_user(account: Account) -> dict:
+    return dict(user=account.uid, group=account.gid, extra_groups=account.extra_groups,
+                cwd=account.home)
+
+
+def run_as(account: Account, socket_path: str, code: str, timeout: float = 60.0,
+           **variables: str) -> dict:
+    """Runs ``code`` (Python; ``from attacker_kit import *`` is prepended) as ``account`` and
+    returns the dict it passed to ``report``."""
+    program = "from attacker_kit import *\n" + textwrap.dedent(code)
+    result = subprocess.run(
+        [sys.executable, "-c", program], env=child_environment(account, socket_path, **variables),
+        capture_output=True, text=True, timeout=timeout, **_as_user(account))
+    return parse_result(result.stdout, result.stderr, result.returncode)
+
+
+def parse_result(stdout: str, stderr: str, returncode: Optional[int]) -> dict:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise ProgramFailed(f"the program printed no RESULT (exit {returncode}):\n"
+                        f"stdout:\n{stdout[-4000:]}\nstderr:\n{stderr[-4000:]}")
+
+
+def start_as(account: Account, socket_path: str, code: str, args: Sequence[str] = (),
+             **variables: str) -> subprocess.Popen:
+    """Starts ``code`` (or, with ``args``, that command) as ``account`` in the background;
+    stdin and stdout are pipes for talking to it."""
+    command = list(args) or [sys.executable, "-c", "from attacker_kit import *\n" +
+                             textwrap.dedent(code)]
+    return subprocess.Popen(command, env=child_environment(account, socket_path, **variables),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            **_as_user(account))
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """Ends a process started with ``start_as`` (its own session) and reaps it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait(10)
+
+
+def assert_still_serving(daemon: RootDaemon) -> None:
+    """ddod survived the attack and still answers its health check."""
+    assert daemon.running(), f"ddod died (exit {daemon.proc.returncode}); log tail:\n{daemon.log()[-3000:]}"
+    assert serving(daemon.socket_path, timeout=5), "ddod no longer answers its health check"
+
+
+def root_only_file(directory: str, name: str, content: bytes) -> str:
+    """A file only root may read (0600 in a 0700 directory owned by root)."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.chmod(directory, 0o700)
+    path = os.path.join(directory, name)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+        out.write(content)
+    return path
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    """Polls ``predicate`` until true (True) or until ``timeout`` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True

@@ -1,0 +1,121 @@
+"""Finding 4: pool entries had no owner: any client could evict or replace another user's
+component, and a later load_safetensors of the victim's key returned warm_hit=True with the
+attacker's bytes.
+
+Now components belong to their uploader's uid: evicting or replacing another uid's component
+is PERMISSION_DENIED, a warm hit is served across users only for a file the caller can read
+with the same content, and a caller lists only what it may read.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from attacker_kit import components_pb2
+from security_support import assert_still_serving, run_as
+
+VICTIM_BYTES = b"the victim's weights, 32 bytes.."
+ATTACKER_BYTES = b"the attacker's weights, 32 byte."  # same size: the same structure
+
+VICTIM_LOADS = """
+    ddo = from_environment()
+    call, lease = ddo.open_lease(client_name="victim")
+    path = own_file("model.safetensors", {{"weight": {payload!r}}})
+    outcome = ddo.load(ddo.load_request(lease, {key!r}, [path]))
+    try:
+        seen = read_component(ddo, lease, {key!r}).get("weight", b"").hex()
+    except Exception as error:  # the shared copy cannot be mapped (finding 9)
+        seen = f"unreadable: {{error}}"
+    report(load=outcome, seen=seen)
+"""
+
+
+def new_key() -> str:
+    return f"victim-model-{secrets.token_hex(4)}"
+
+
+def victim_loads(ddod, victim, key):
+    result = run_as(victim, ddod.socket_path, VICTIM_LOADS.format(key=key, payload=VICTIM_BYTES))
+    assert result["load"]["code"] == "OK", result
+    return result
+
+
+def admin_component(admin, key):
+    return admin.call("GetComponent", components_pb2.GetComponentRequest(cache_key=key),
+                      keep=lambda response: (response.ref.structure_hash, response.state))
+
+
+def test_f4_cannot_evict_another_users_component(ddod, admin, attacker, victim):
+    key = new_key()
+    victim_loads(ddod, victim, key)
+    before = admin_component(admin, key)
+    result = run_as(attacker, ddod.socket_path, f"""
+        ddo = from_environment()
+        report(evict=ddo.call("EvictComponent", components_pb2.EvictComponentRequest(cache_key={key!r})))
+    """)
+    assert result["evict"]["code"] == "PERMISSION_DENIED", result
+    assert admin_component(admin, key) == before, "the victim's component is gone or changed"
+    assert_still_serving(ddod)
+
+
+def test_f4_cannot_replace_another_users_component(ddod, admin, attacker, victim):
+    key = new_key()
+    victim_loads(ddod, victim, key)
+    before = admin_component(admin, key)
+    result = run_as(attacker, ddod.socket_path, f"""
+        ddo = from_environment()
+        call, lease = ddo.open_lease()
+        # Another structure under the victim's key (an upload), and a file of the attacker's.
+        spec = components_pb2.TensorSpec(name="weight", dtype=components_pb2.DTYPE_U8,
+                                         shape=[64], byte_size=64)
+        register = ddo.call("RegisterComponent", components_pb2.RegisterComponentRequest(
+            lease_id=lease, cache_key={key!r}, tensors=[spec]))
+        evil = own_file("evil.safetensors", {{"weight": b"x" * 48}})
+        load = ddo.load(ddo.load_request(lease, {key!r}, [evil]))
+        report(register=register, load=load)
+    """)
+    assert result["register"]["code"] == "PERMISSION_DENIED", result
+    assert result["load"]["code"] == "PERMISSION_DENIED", result
+    assert admin_component(admin, key) == before, "the victim's component was replaced"
+    again = victim_loads(ddod, victim, key)
+    assert again["seen"] == VICTIM_BYTES.hex(), again
+    assert_still_serving(ddod)
+
+
+def test_f4_preloaded_key_does_not_serve_attacker_bytes(ddod, attacker, victim):
+    key = new_key()
+    planted = run_as(attacker, ddod.socket_path, f"""
+        ddo = from_environment()
+        call, lease = ddo.open_lease()
+        path = own_file("bait.safetensors", {{"weight": {ATTACKER_BYTES!r}}})
+        report(load=ddo.load(ddo.load_request(lease, {key!r}, [path])))
+    """)
+    assert planted["load"]["code"] == "OK", planted  # the attacker may load its own file
+    result = run_as(victim, ddod.socket_path,
+                    VICTIM_LOADS.format(key=key, payload=VICTIM_BYTES))
+    if result["load"]["code"] == "OK":
+        assert not result["load"].get("warm_hit"), f"the victim got the attacker's copy: {result}"
+        assert result["seen"] == VICTIM_BYTES.hex(), result
+    else:
+        # Refusing the victim's load is safe too, as long as the message says why.
+        assert result["load"]["code"] == "PERMISSION_DENIED", result
+    assert ATTACKER_BYTES.hex() not in result["seen"], result
+    assert_still_serving(ddod)
+
+
+def test_f4_listing_shows_only_what_the_caller_may_read(ddod, attacker, victim):
+    key = new_key()
+    victim_loads(ddod, victim, key)
+    result = run_as(attacker, ddod.socket_path, f"""
+        ddo = from_environment()
+        report(
+            listed=ddo.call("ListComponents", components_pb2.ListComponentsRequest(),
+                            keep=lambda response: [c.ref.cache_key for c in response.components]),
+            got=ddo.call("GetComponent", components_pb2.GetComponentRequest(
+                cache_key={key!r}, with_layout=True), keep=str),
+        )
+    """)
+    assert result["listed"]["code"] == "OK", result
+    assert key not in result["listed"]["response"], result
+    assert result["got"]["code"] in ("NOT_FOUND", "PERMISSION_DENIED"), result
+    assert_still_serving(ddod)

@@ -1,0 +1,96 @@
+"""Finding 9: --socket-group chgrp'd and chmod'ed the socket's parent directory even when it was
+root-owned and not ddod's (it would do it to /run) and never restored it; and group members
+could not map root's 0600 segments, so the shared copy did not work for them.
+
+Now --socket-group touches only what ddod created, and segments reach group members as
+descriptors (OPEN) when granted.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import stat
+
+import pytest
+
+from security_support import assert_still_serving, run_as, serving
+
+PAYLOAD = b"shared weights, readable by the group member who loaded them"
+
+
+@pytest.fixture
+def existing_root_dir():
+    """A root-owned 0755 directory that ddod did not create (like /run)."""
+    path = f"/run/ddo-sec-pre-{secrets.token_hex(3)}"
+    os.mkdir(path, 0o755)
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def ownership(path: str):
+    info = os.stat(path)
+    return info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)
+
+
+def test_f9_socket_group_leaves_an_existing_parent_dir_alone(ddod_factory, existing_root_dir,
+                                                             victim):
+    before = ownership(existing_root_dir)
+    daemon = ddod_factory(os.path.join(existing_root_dir, "ddod.sock"))
+    assert ownership(existing_root_dir) == before, "ddod changed a directory it did not create"
+    # The socket itself is the group's: a member gets in.
+    result = run_as(victim, daemon.socket_path, "report(alive=from_environment().alive())")
+    assert result["alive"], result
+    assert daemon.stop() is not None
+    assert ownership(existing_root_dir) == before
+
+
+def test_f9_group_member_can_read_the_shared_copy(ddod, victim):
+    result = run_as(victim, ddod.socket_path, f"""
+        ddo = from_environment()
+        call, lease = ddo.open_lease(client_name="victim")
+        path = own_file("model.safetensors", {{"weight": {PAYLOAD!r}}})
+        load = ddo.load(ddo.load_request(lease, "shared-model", [path]))
+        try:
+            seen = read_component(ddo, lease, "shared-model")["weight"].hex()
+        except Exception as error:
+            seen = f"unreadable: {{error}}"
+        report(load=load, seen=seen)
+    """)
+    assert result["load"]["code"] == "OK", result
+    assert result["seen"] == PAYLOAD.hex(), f"the member cannot read the shared copy: {result}"
+    assert_still_serving(ddod)
+
+
+def test_f9_group_member_attaches_with_the_public_client(ddod, victim):
+    """The same through DdoClient: load_safetensors, then attach (zero-copy tensors)."""
+    result = run_as(victim, ddod.socket_path, f"""
+        from diffusers_dynamic_offloader import DdoClient
+        path = own_file("model.safetensors", {{"weight": {PAYLOAD!r}}})
+        try:
+            with DdoClient.connect("unix:" + {ddod.socket_path!r}, allow_embedded=False) as client:
+                client.load_safetensors("public-model", path, progress=False)
+                attached = client.attach("public-model")
+                seen = bytes(attached.tensors["weight"].numpy()).hex()
+                attached.close()
+        except Exception as error:
+            seen = f"unreadable: {{type(error).__name__}}: {{error}}"
+        report(seen=seen)
+    """, timeout=120)
+    assert result["seen"] == PAYLOAD.hex(), result
+    assert_still_serving(ddod)
+
+
+def test_f9_outsider_cannot_reach_the_daemon(ddod, outsider):
+    result = run_as(outsider, ddod.socket_path, """
+        import os
+        try:
+            reached = from_environment().alive(timeout=3)
+        except OSError as error:  # the identity socket refused the connection
+            reached = False
+        report(reached=reached)
+    """)
+    assert result["reached"] is False, "a user outside the group reached ddod"
+    assert serving(ddod.socket_path)
