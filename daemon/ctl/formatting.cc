@@ -9,9 +9,14 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "absl/time/time.h"
+#include "daemon/common/display_text.h"
 
 namespace ddo {
 namespace {
+
+// What a client named (keys, client names, profile names) is shown escaped and bounded: a
+// terminal escape sequence in another user's cache key never reaches this terminal.
+std::string Shown(const std::string& text) { return EscapeForDisplay(text, 160); }
 
 std::string BackendName(ddo::v1::Backend backend) {
   switch (backend) {
@@ -161,14 +166,14 @@ std::string FormatComponents(const ddo::v1::ListComponentsResponse& components) 
   }
   size_t width = 3;
   for (const auto& component : components.components()) {
-    width = std::max(width, component.ref().cache_key().size());
+    width = std::max(width, Shown(component.ref().cache_key()).size());
   }
   std::string out = absl::StrFormat("%-*s  %-9s %10s  %-6s %8s  %s\n", static_cast<int>(width),
                                     "key", "state", "size", "pinned", "sessions", "last use");
   for (const auto& component : components.components()) {
     const bool ready = component.state() == ddo::v1::COMPONENT_STATE_READY;
     out += absl::StrFormat(
-        "%-*s  %-9s %10s  %-6s %8d  %s\n", static_cast<int>(width), component.ref().cache_key(),
+        "%-*s  %-9s %10s  %-6s %8d  %s\n", static_cast<int>(width), Shown(component.ref().cache_key()),
         ready ? "ready" : "uploading", FormatBytes(component.ref().total_bytes()),
         component.pinned() ? "yes" : "no", component.sessions(),
         absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(component.last_used_unix_ms()),
@@ -256,13 +261,13 @@ std::string FormatSessions(const ddo::v1::ListSessionsResponse& sessions) {
                                     sessions.sessions_size());
   for (const auto& lease : sessions.leases()) {
     out += absl::StrFormat("  lease %s  pid %-8d %s  since %s\n", lease.lease_id().substr(0, 8),
-                           lease.client_pid(), lease.client_name(),
+                           lease.client_pid(), Shown(lease.client_name()),
                            absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(lease.connected_unix_ms()),
                                             absl::LocalTimeZone()));
   }
   for (const auto& session : sessions.sessions()) {
     out += absl::StrFormat("  session %s  pid %-8d %s on %s\n", session.session_id().substr(0, 8),
-                           session.client_pid(), session.cache_key(),
+                           session.client_pid(), Shown(session.cache_key()),
                            session.device_uuid().empty() ? "host" : session.device_uuid());
     if (session.device_uuid().empty()) continue;
     // A streaming session: where its bytes are and how the stream goes.
@@ -305,8 +310,8 @@ std::string FormatProfiles(const ddo::v1::ListProfilesResponse& profiles, const 
         absl::StrAppend(&recommendation, recommendation.empty() ? "" : ", ", key, "=", value.dump());
       }
     }
-    out += absl::StrFormat("  %s  %-20s  updated %s\n", profile.ref().key(),
-                           profile.ref().name().empty() ? "(capacity)" : profile.ref().name(),
+    out += absl::StrFormat("  %s  %-20s  updated %s\n", Shown(profile.ref().key()),
+                           profile.ref().name().empty() ? "(capacity)" : Shown(profile.ref().name()),
                            record.is_object() && record.contains("updated_at") &&
                                    record["updated_at"].is_string()
                                ? record["updated_at"].get<std::string>()

@@ -147,20 +147,22 @@ void IdentityServer::AcceptAll() {
     for (const auto& [other, connection] : connections_) {
       of_uid += connection.caller.uid == caller.uid ? 1 : 0;
     }
-    if (of_uid >= options_.max_connections_per_uid ||
-        connections_.size() >= options_.max_connections) {
-      const bool per_user = of_uid >= options_.max_connections_per_uid;
-      Answer(fd.get(), IdentityError(absl::StrCat(
-                               "too many identity connections (",
-                               per_user ? "per user" : "in all", " limit ",
-                               per_user ? options_.max_connections_per_uid
-                                        : options_.max_connections,
-                               "): RESOURCE_EXHAUSTED")));
-      log->warn("refused an identity connection of {}: connection limit", caller.Describe());
-      continue;
+    if (connections_.size() >= options_.max_connections) {
+      log->warn("refused an identity connection of {}: {} connections in all, the limit",
+                caller.Describe(), options_.max_connections);
+      continue;  // closed at once: every descriptor counts
+    }
+    std::string refusal;
+    if (of_uid >= options_.max_connections_per_uid) {
+      // Kept just long enough to answer its first request with the reason, so that the
+      // client's own error says which limit it met.
+      refusal = absl::StrCat("RESOURCE_EXHAUSTED: uid ", caller.uid, " already holds ", of_uid,
+                             " identity connections, the limit per user");
+      log->warn("refused an identity connection of {}: connection limit per user",
+                caller.Describe());
     }
     const int key = fd.get();
-    connections_.emplace(key, Connection{std::move(fd), caller, ""});
+    connections_.emplace(key, Connection{std::move(fd), caller, "", std::move(refusal)});
   }
 }
 
@@ -169,6 +171,10 @@ bool IdentityServer::Serve(Connection& connection) {
       ReceivePacket(connection.fd.get(), kIdentityMaxPacketBytes, MSG_DONTWAIT);
   if (!packet.ok()) return false;          // closed by the caller, or broken
   if (packet->would_block) return true;   // a wake-up with nothing to read
+  if (!connection.refusal.empty()) {
+    Answer(connection.fd.get(), IdentityError(connection.refusal));
+    return false;
+  }
   std::vector<UniqueFd>& passed = packet->fds;
   if (packet->truncated) {
     return Answer(connection.fd.get(),

@@ -53,7 +53,8 @@ class IdentityServer {
   struct Connection {
     UniqueFd fd;
     Caller caller;
-    std::string token;  // empty until HELLO
+    std::string token;    // empty until HELLO
+    std::string refusal;  // set: answer the first request with this error, then drop
   };
 
   IdentityServer(IdentityServerOptions options, CallerRegistry& callers)

@@ -1,4 +1,6 @@
 // ddod: the DDO daemon. See `ddod --help` and docs/configuration.md.
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -47,6 +49,11 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   ddo::InitLogging(options->log_level);
+  // Passed files and granted segments are descriptors: use all the descriptors allowed.
+  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &files);
+  }
 
   auto waiter = ddo::StopWaiter::Create(options->parent_pid);
   if (!waiter.ok()) {

@@ -17,6 +17,7 @@
 #include "daemon/service/component_proto.h"
 #include "daemon/service/grpc_status.h"
 #include "daemon/service/info_builder.h"
+#include "daemon/service/request_limits.h"
 
 namespace ddo {
 namespace {
@@ -149,6 +150,7 @@ grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::Connec
                                  grpc::ServerWriter<ddo::v1::ConnectEvent>* writer) {
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish("Connect", caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish("Connect", valid);
   // The pid is the kernel's (the identity socket's peer), not request->client_pid().
   absl::StatusOr<Lease> lease = leases_.Open(*caller, request->client_name());
   if (!lease.ok()) {
@@ -182,6 +184,7 @@ grpc::Status DdoService::ResolveSettings(grpc::ServerContext* ctx,
   constexpr char kMethod[] = "ResolveSettings";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   PlatformFacts platform;
   platform.wsl = context_.wsl;
   platform.windows = context_.windows;
@@ -221,6 +224,7 @@ grpc::Status DdoService::ExplainPlan(grpc::ServerContext* ctx,
   constexpr char kMethod[] = "ExplainPlan";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<ddo::v1::PlanExplanation> plan = ddo::ExplainPlan(
       *request, context_.options.setting_environment, MachineFactsFor(request->device_uuid()));
   if (!plan.ok()) return Finish(kMethod, plan.status());
@@ -234,6 +238,7 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
   constexpr char kMethod[] = "RegisterComponent";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   absl::StatusOr<std::vector<TensorEntry>> tensors = TensorTableFromProto(request->tensors());
@@ -263,6 +268,7 @@ grpc::Status DdoService::CommitUpload(grpc::ServerContext* ctx,
   constexpr char kMethod[] = "CommitUpload";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   absl::StatusOr<ComponentSnapshot> ready = store_.Commit(lease->id, request->upload_id());
@@ -277,6 +283,7 @@ grpc::Status DdoService::AbortUpload(grpc::ServerContext* ctx,
   constexpr char kMethod[] = "AbortUpload";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   absl::StatusOr<uint64_t> freed = store_.Abort(lease->id, request->upload_id());
@@ -291,6 +298,7 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
   constexpr char kMethod[] = "LoadSafetensors";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   SafetensorsRequest load;
@@ -368,6 +376,7 @@ grpc::Status DdoService::GetComponent(grpc::ServerContext* ctx,
   constexpr char kMethod[] = "GetComponent";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<ComponentSnapshot> component = store_.Get(request->cache_key(), *caller);
   if (!component.ok()) return Finish(kMethod, component.status());
   ToProto(*component, request->with_layout(), response);
@@ -392,6 +401,7 @@ grpc::Status DdoService::EvictComponent(grpc::ServerContext* ctx,
   constexpr char kMethod[] = "EvictComponent";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<uint64_t> freed = store_.Evict(request->cache_key(), *caller);
   if (!freed.ok()) return Finish(kMethod, freed.status());
   response->set_freed_bytes(*freed);
@@ -403,6 +413,7 @@ grpc::Status DdoService::Attach(grpc::ServerContext* ctx, const ddo::v1::AttachR
   constexpr char kMethod[] = "Attach";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   if (!request->device_uuid().empty()) {
@@ -445,6 +456,7 @@ grpc::Status DdoService::Detach(grpc::ServerContext* ctx, const ddo::v1::DetachR
   constexpr char kMethod[] = "Detach";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   if (absl::Status owner = store_.CheckSessionOwner(request->session_id(), *caller);
       !owner.ok()) {
     return Finish(kMethod, owner);
@@ -460,6 +472,7 @@ grpc::Status DdoService::SetSchedule(grpc::ServerContext* ctx, const ddo::v1::Se
   constexpr char kMethod[] = "SetSchedule";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   if (absl::Status owner = store_.CheckSessionOwner(request->session_id(), *caller);
       !owner.ok()) {
     return Finish(kMethod, owner);
@@ -519,6 +532,7 @@ grpc::Status DdoService::Phase(grpc::ServerContext* ctx, const ddo::v1::PhaseReq
   constexpr char kMethod[] = "Phase";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   if (request->phase() == ddo::v1::PHASE_KIND_UNSPECIFIED) {
@@ -588,6 +602,7 @@ grpc::Status DdoService::ListProfiles(grpc::ServerContext* ctx, const ddo::v1::L
   constexpr char kMethod[] = "ListProfiles";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<ProfileStore> store = ProfileStoreFor(
       context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kEmpty);
   if (!store.ok()) return Finish(kMethod, store.status());
@@ -602,6 +617,7 @@ grpc::Status DdoService::GetProfile(grpc::ServerContext* ctx, const ddo::v1::Get
   constexpr char kMethod[] = "GetProfile";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<ProfileStore> store = ProfileStoreFor(
       context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kEmpty);
   if (!store.ok()) return Finish(kMethod, store.status());
@@ -616,6 +632,7 @@ grpc::Status DdoService::PutProfile(grpc::ServerContext* ctx, const ddo::v1::Put
   constexpr char kMethod[] = "PutProfile";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<ProfileStore> store = ProfileStoreFor(
       context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kCreate);
   if (!store.ok()) return Finish(kMethod, store.status());
@@ -632,6 +649,7 @@ grpc::Status DdoService::DeleteProfile(grpc::ServerContext* ctx,
   constexpr char kMethod[] = "DeleteProfile";
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
+  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<ProfileStore> store = ProfileStoreFor(
       context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kEmpty);
   if (!store.ok()) return Finish(kMethod, store.status());

@@ -377,8 +377,16 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
       SafetensorsSet set,
       OpenSafetensorsSet(std::move(request.files), std::move(request.index), cancelled));
   DDO_ASSIGN_OR_RETURN(std::vector<TensorEntry> tensors, TableOfSafetensors(set, request.units));
+  // Which files these are: the same unchanged files prove a caller may read a component
+  // another user loaded from them.
+  std::vector<FileIdentity> sources;
+  for (const SafetensorsFile& file : set.files) {
+    DDO_ASSIGN_OR_RETURN(FileIdentity identity, IdentityOfFile(file.fd.get()));
+    sources.push_back(identity);
+  }
+  std::sort(sources.begin(), sources.end());
   DDO_ASSIGN_OR_RETURN(RegisterResult begun, BeginUpload(lease, request.cache_key, tensors,
-                                                         request.content_hash));
+                                                         request.content_hash, sources));
   if (begun.warm_hit) {
     return LoadResult{std::move(begun.component), true,
                       absl::ToDoubleSeconds(absl::Now() - started)};
@@ -407,6 +415,10 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   if (!read.ok()) {
     (void)Abort(lease.id, begun.upload_id);
     return read;
+  }
+  if (cancelled()) {  // the lease ended or the caller left while the last bytes arrived
+    (void)Abort(lease.id, begun.upload_id);
+    return absl::CancelledError("the load was cancelled: its lease ended or its caller left");
   }
   DDO_ASSIGN_OR_RETURN(ComponentSnapshot ready, Commit(lease.id, begun.upload_id));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);

@@ -1,5 +1,7 @@
 #include "daemon/store/component_store.h"
 
+#include <fcntl.h>
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -342,6 +344,74 @@ TEST_F(ComponentStoreTest, UploadsPerUserAreBoundedAndTheLimitIsNamed) {
   EXPECT_TRUE(absl::IsResourceExhausted(big.status()));
   EXPECT_THAT(std::string(big.status().message()), HasSubstr("limit per user"));
   EXPECT_TRUE(store_->Register(other, "small", Table(1, kMiB), "").ok());
+}
+
+// A one-tensor safetensors file: 4 floats.
+void WriteSmallSafetensors(const std::string& path) {
+  std::string header = R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+  header.resize((header.size() + 7) / 8 * 8, ' ');
+  std::string bytes(8, '\0');
+  const uint64_t length = header.size();
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+  bytes += header;
+  bytes += std::string(16, '\x11');
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(file, nullptr);
+  std::fwrite(bytes.data(), 1, bytes.size(), file);
+  std::fclose(file);
+}
+
+// The request a client makes with a descriptor it opened itself.
+SafetensorsRequest RequestFor(const std::string& key, const std::string& path) {
+  SafetensorsRequest request;
+  request.cache_key = key;
+  request.files.push_back(SafetensorsSource{"model.safetensors",
+                                            UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC))});
+  return request;
+}
+
+TEST_F(ComponentStoreTest, TheVeryFilesProveAReaderButACopyDoesNot) {
+  const Lease owner = LeaseOf(5001);
+  const Lease other = LeaseOf(5002);
+  const std::string path = dir_.Join("model.safetensors");
+  const std::string copy = dir_.Join("copy.safetensors");
+  WriteSmallSafetensors(path);
+  WriteSmallSafetensors(copy);
+  auto none = [] { return false; };
+  auto quiet = [](uint64_t, uint64_t) {};
+  auto loaded = store_->LoadSafetensors(owner, RequestFor("m", path), quiet, none);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_FALSE(loaded->warm_hit);
+
+  // Same bytes in another file: no proof that the caller may read the owner's file.
+  auto from_copy = store_->LoadSafetensors(other, RequestFor("m", copy), quiet, none);
+  EXPECT_TRUE(absl::IsPermissionDenied(from_copy.status())) << from_copy.status();
+  EXPECT_TRUE(store_->List(other.caller).empty());
+
+  // The very file: served warm, shared, listed; still not the reader's to evict.
+  auto proved = store_->LoadSafetensors(other, RequestFor("m", path), quiet, none);
+  ASSERT_TRUE(proved.ok()) << proved.status();
+  EXPECT_TRUE(proved->warm_hit);
+  EXPECT_EQ(store_->List(other.caller).size(), 1u);
+  EXPECT_TRUE(store_->AttachHost(other, "m").ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(store_->Evict("m", other.caller).status()));
+
+  // A third user with the file changed since (a new modification time) proves nothing.
+  const Lease third = LeaseOf(5003);
+  WriteSmallSafetensors(path);
+  auto changed = store_->LoadSafetensors(third, RequestFor("m", path), quiet, none);
+  EXPECT_FALSE(changed.ok());
+}
+
+TEST_F(ComponentStoreTest, ALoadWhoseLeaseEndsIsNotCommitted) {
+  const std::string path = dir_.Join("model.safetensors");
+  WriteSmallSafetensors(path);
+  auto ended = [] { return true; };
+  auto result =
+      store_->LoadSafetensors(lease_, RequestFor("m", path), [](uint64_t, uint64_t) {}, ended);
+  EXPECT_FALSE(result.ok());
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("m", DaemonCaller()).status()));
+  EXPECT_EQ(pool_->Usage().segments, 0u);
 }
 
 }  // namespace

@@ -22,8 +22,8 @@ ATTACK_BY_PATH = """
     call, lease = ddo.open_lease()
     outcomes = [ddo.load(ddo.load_request(lease, {key!r}, [{path!r}], by_path=True), timeout=20)]
     mine = own_file("mine.safetensors", {{"w": b"attacker"}})
-    # The path as the shard index of a load of the attacker's own file.
-    outcomes.append(ddo.load(ddo.load_request(lease, {key!r} + "-index", [mine],
+    # The path as the shard index of a load of the attacker's own file (both by path).
+    outcomes.append(ddo.load(ddo.load_request(lease, {key!r} + "-index", [mine], by_path=True,
                                               index_file={path!r}), timeout=20))
     report(outcomes=outcomes)
 """

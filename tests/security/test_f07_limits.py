@@ -97,12 +97,13 @@ def test_f7_huge_strings_are_refused(ddod, admin, attacker):
             lease_named = {"code": getattr(error, "code", lambda: None)() and error.code().name,
                            "details": str(error)[:300]}
         for outcome in (register, named, load):
+            outcome["echoes"] = "k" * 1000 in outcome["details"]
             outcome["details"] = outcome["details"][:300]
         report(register=register, named=named, load=load, lease_named=lease_named)
     """, timeout=120)
     for name in ("register", "named", "load"):
         assert result[name]["code"] in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"), result
-        assert "k" * 1000 not in result[name]["details"], "an error echoes the huge string"
+        assert not result[name]["echoes"], f"an error echoes the huge string: {result}"
         # gRPC's own refusal of an answer that echoed the string is not the limit we want.
         assert "metadata size exceeds" not in result[name]["details"], result
     listed = admin.call("ListComponents", components_pb2.ListComponentsRequest(),
