@@ -210,9 +210,14 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     if (auto it = components_.find(cache_key); it != components_.end()) {
       Component& existing = it->second;
       if (existing.info.state == ComponentState::kUploading) {
+        // Another user's pid is theirs to know: name it only to the same user.
+        const std::string uploader =
+            existing.info.owner_uid == caller.uid
+                ? absl::StrCat("pid ", existing.info.uploader_pid)
+                : std::string("another user's client");
         return absl::AbortedError(absl::StrCat("'", EscapeForDisplay(cache_key),
-                                               "' is being uploaded by another client; retry "
-                                               "after it is committed"));
+                                               "' is being uploaded by ", uploader,
+                                               "; retry after it is committed"));
       }
       const bool same = existing.info.structure_hash == structure_hash &&
                         (content_hash.empty() || existing.info.content_hash == content_hash);

@@ -116,7 +116,7 @@ TEST_F(ComponentStoreTest, NothingIsServedBeforeCommit) {
   Lease other{RandomId(), 99, "other", absl::Now(), DaemonCaller()};
   auto concurrent = store_->Register(other, "model-a", Table(1, kMiB), "");
   EXPECT_TRUE(absl::IsAborted(concurrent.status()));
-  EXPECT_THAT(std::string(concurrent.status().message()), HasSubstr("another client"));
+  EXPECT_THAT(std::string(concurrent.status().message()), HasSubstr("pid 1234"));
   EXPECT_TRUE(absl::IsPermissionDenied(store_->Commit(other.id, registered->upload_id).status()));
 }
 
