@@ -94,3 +94,36 @@ def test_f9_outsider_cannot_reach_the_daemon(ddod, outsider):
     """)
     assert result["reached"] is False, "a user outside the group reached ddod"
     assert serving(ddod.socket_path)
+
+
+def test_f9_group_member_streams_a_module_from_the_shared_copy(ddod, victim):
+    """The whole runner path as a group member: register a module, stream it on the host
+    backend (control block, doorbell, slab and ring all reach the member by descriptor), and
+    get the same output as the module run in place."""
+    result = run_as(victim, ddod.socket_path, f"""
+        import torch
+        from diffusers_dynamic_offloader import DdoClient
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(),
+                                    torch.nn.Linear(256, 256))
+        x = torch.randn(4, 256)
+        with torch.no_grad():
+            expected = model(x)
+        try:
+            with DdoClient.connect("unix:" + {ddod.socket_path!r}, allow_embedded=False) as client:
+                client.register_module("member/mlp", model)
+                with client.stream(model, "member/mlp", device="cpu",
+                                   settings={{"DDO_SMALL_TENSOR_THRESHOLD_KB": "1"}}) as session:
+                    with torch.no_grad():
+                        first = model(x)
+                        second = model(x)
+                    streamed = session.stats()["uses"]
+            outcome = {{"equal": bool(torch.equal(first, expected) and torch.equal(second, expected)),
+                        "streamed": streamed}}
+        except Exception as error:
+            outcome = {{"error": f"{{type(error).__name__}}: {{error}}"}}
+        report(**outcome)
+    """, timeout=120)
+    assert result.get("equal") is True, result
+    assert result["streamed"] > 0, f"nothing was streamed: {result}"
+    assert_still_serving(ddod)
