@@ -8,6 +8,7 @@
 #include "daemon/policy/plan_explainer.h"
 #include "daemon/policy/settings_resolver.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
@@ -63,6 +64,22 @@ absl::StatusOr<Caller> DdoService::EnterCall(grpc::ServerContext* ctx) {
         context_.identity_socket, " first (docs/security.md)"));
   }
   return callers_.Find(token);
+}
+
+absl::Status DdoService::CheckGpuSessionAllowed(const std::string& device,
+                                                const Caller& caller) {
+  const bool host_backend = device == "cpu" || absl::StartsWith(device, "cpu:");
+  if (host_backend || caller.uid == ::geteuid() || caller.uid == 0) return absl::OkStatus();
+  // CUDA keeps a process's interprocess events in a 0600 /dev/shm/cuda.shm.* file of its own:
+  // another user's runner cannot open them (cuIpcOpenEventHandle: CUDA_ERROR_MAP_FAILED,
+  // bench/probes/ipc_cross_user.py), and opening that file to a group would let every member
+  // tamper with every session's ordering. Refused here, with the way out, rather than failing
+  // inside the runner.
+  return absl::FailedPreconditionError(absl::StrCat(
+      "ddod runs as uid ", ::geteuid(), " and streams on a GPU only for its own user: CUDA's "
+      "interprocess events cannot be opened by another user. Run a per-user ddod "
+      "(deploy/systemd/ddod-user.service), or stream on the host backend (device cpu); "
+      "host attaches of the shared copy work for every group member (docs/security.md)"));
 }
 
 std::string DdoService::TokenOf(grpc::ServerContext* ctx) {
@@ -417,6 +434,10 @@ grpc::Status DdoService::Attach(grpc::ServerContext* ctx, const ddo::v1::AttachR
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   if (!request->device_uuid().empty()) {
+    if (absl::Status served = CheckGpuSessionAllowed(request->device_uuid(), *caller);
+        !served.ok()) {
+      return Finish(kMethod, served);
+    }
     const MachineFacts machine = MachineFactsFor(request->device_uuid());
     auto policy = [&machine](const std::vector<TensorEntry>& tensors,
                              const std::set<std::string>& streamable,

@@ -106,6 +106,9 @@ class DdoService final : public ddo::v1::Ddo::Service {
   // After a call created something for `lease`: when the lease ended meanwhile (its client
   // died), releases what it owns and returns ABORTED.
   absl::Status ReleaseIfLeaseEnded(const Lease& lease);
+  // FAILED_PRECONDITION, saying why and what to do, when `caller` may not stream on `device`:
+  // a GPU session is served to ddod's own user and root only.
+  static absl::Status CheckGpuSessionAllowed(const std::string& device, const Caller& caller);
   // The token this call carries ("" when none).
   static std::string TokenOf(grpc::ServerContext* ctx);
   // Lets the caller open these segments through the identity socket (docs/security.md).

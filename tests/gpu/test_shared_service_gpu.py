@@ -1,7 +1,10 @@
 """A shared ddod on the GPU (issue 13): ddod runs as root like deploy/systemd/ddod.service
-(--socket-group), and a runner of another user, a member of the group, streams a module on
-cuda:0. Its segments, control block and doorbell reach it as descriptors (OPEN); the ring and
-slab as CUDA IPC handles. The output must equal the all-GPU output.
+(--socket-group), and a runner of another user, a member of the group, asks to stream a module
+on cuda:0. CUDA's interprocess events cannot be opened by another user (the first run of this
+test failed inside the runner with cudaErrorMapBufferObjectFailed; bench/probes/
+ipc_cross_user.py shows legacy memory handles and VMM descriptors work across users, events do
+not), so ddod refuses the GPU session up front with a message that says what to do, and the
+same runner still gets the shared copy on the host (attach) and streams on the host backend.
 
 Needs root (it creates a throwaway user and group, as tests/security does) and a GPU; skips
 with the reason otherwise.
@@ -32,28 +35,36 @@ import torch
 from diffusers_dynamic_offloader import DdoClient
 torch.manual_seed(0)
 model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)]).to(torch.bfloat16)
-x = torch.randn(16, 1024, dtype=torch.bfloat16, device="cuda:0")
-with torch.no_grad():
-    expected = model.to("cuda:0")(x).cpu()
-model.to("cpu")
-try:
-    with DdoClient.connect("unix:" + SOCKET, allow_embedded=False) as client:
-        client.register_module("member/gpu-mlp", model)
-        with client.stream(model, "member/gpu-mlp", device="cuda:0",
-                           settings={"DDO_SMALL_TENSOR_THRESHOLD_KB": "1",
-                                     "DDO_RESIDENT_MODULE_BUDGET_GB": "0"}) as session:
-            with torch.no_grad():
-                outputs = [model(x).cpu() for _ in range(3)]
-            stats = session.stats()
-    outcome = {"equal": all(torch.equal(o, expected) for o in outputs),
-               "uses": stats["uses"], "daemon_uid": client.daemon_info.uid}
-except Exception as error:
-    outcome = {"error": f"{type(error).__name__}: {error}"}
+x = torch.randn(16, 1024, dtype=torch.bfloat16)
+settings = {"DDO_SMALL_TENSOR_THRESHOLD_KB": "1", "DDO_RESIDENT_MODULE_BUDGET_GB": "0"}
+outcome = {}
+with DdoClient.connect("unix:" + SOCKET, allow_embedded=False) as client:
+    outcome["daemon_uid"] = client.daemon_info.uid
+    client.register_module("member/gpu-mlp", model)
+    try:
+        with client.stream(model, "member/gpu-mlp", device="cuda:0", settings=settings):
+            pass
+        outcome["gpu"] = "served"
+    except Exception as error:
+        outcome["gpu"] = f"{type(error).__name__}: {error}"
+    attached = client.attach("member/gpu-mlp")
+    outcome["attached"] = sorted(attached.tensors) == sorted(model.state_dict())
+    attached.close()
+    x_host = x.cpu().float()
+    model_host = model.float()
+    with torch.no_grad():
+        expected_host = model_host(x_host)
+    client.register_module("member/host-mlp", model_host)
+    with client.stream(model_host, "member/host-mlp", device="cpu", settings=settings) as session:
+        with torch.no_grad():
+            outputs = [model_host(x_host) for _ in range(3)]
+        outcome["host_uses"] = session.stats()["uses"]
+    outcome["host_equal"] = all(torch.equal(o, expected_host) for o in outputs)
 report(**outcome)
 """
 
 
-def test_a_group_member_streams_on_the_gpu_from_a_root_ddod(tmp_path):
+def test_a_group_member_is_told_why_not_on_the_gpu_and_is_served_on_the_host(tmp_path):
     from security_support import Accounts, RootDaemon, random_suffix, run_as
     import grp
 
@@ -75,10 +86,11 @@ def test_a_group_member_streams_on_the_gpu_from_a_root_ddod(tmp_path):
         result = run_as(member, daemon.socket_path,
                         f"SOCKET = {daemon.socket_path!r}\n" + RUNNER, timeout=240)
         print(f"[shared-service-gpu] {result}")
-        assert "error" not in result, f"{result}\nddod log:\n{daemon.log()[-3000:]}"
         assert result["daemon_uid"] == 0
-        assert result["uses"] > 0, result
-        assert result["equal"], result
+        assert "FAILED_PRECONDITION" in result["gpu"] or "streams on a GPU only" in result["gpu"], result
+        assert "per-user ddod" in result["gpu"], result
+        assert result["attached"], result
+        assert result["host_uses"] > 0 and result["host_equal"], result
     finally:
         if daemon is not None:
             daemon.stop()

@@ -127,3 +127,28 @@ def test_f9_group_member_streams_a_module_from_the_shared_copy(ddod, victim):
     assert result.get("equal") is True, result
     assert result["streamed"] > 0, f"nothing was streamed: {result}"
     assert_still_serving(ddod)
+
+
+def test_f9_a_gpu_session_for_another_user_is_refused_with_the_way_out(ddod, victim):
+    """CUDA's interprocess events cannot be opened by another user (bench/probes/
+    ipc_cross_user.py): ddod says so before allocating anything, instead of the runner failing
+    inside CUDA. Checked before the device is looked up, so it holds on a machine without GPUs;
+    the same member's host attach of the same component works."""
+    result = run_as(victim, ddod.socket_path, f"""
+        from diffusers_dynamic_offloader._proto import sessions_pb2
+        ddo = from_environment()
+        call, lease = ddo.open_lease(client_name="victim")
+        path = own_file("model.safetensors", {{"weight": {PAYLOAD!r}}})
+        load = ddo.load(ddo.load_request(lease, "member-model", [path]))
+        gpu = ddo.call("Attach", sessions_pb2.AttachRequest(
+            lease_id=lease, cache_key="member-model", device_uuid="cuda:0"))
+        host = ddo.call("Attach", sessions_pb2.AttachRequest(lease_id=lease,
+                                                             cache_key="member-model"))
+        report(load=load, gpu=gpu, host=host)
+    """, timeout=120)
+    assert result["load"]["code"] == "OK", result
+    assert result["gpu"]["code"] == "FAILED_PRECONDITION", result
+    assert "streams on a GPU only for its own user" in result["gpu"]["details"], result
+    assert "per-user ddod" in result["gpu"]["details"], result
+    assert result["host"]["code"] == "OK", result
+    assert_still_serving(ddod)
