@@ -170,6 +170,27 @@ absl::Status ApplyHostDevices(absl::string_view what, absl::string_view value, D
   return absl::OkStatus();
 }
 
+absl::Status ApplyMaxLeases(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  // Every lease holds one of gRPC's 512 threads; ddod keeps 384 leases at most in all.
+  DDO_ASSIGN_OR_RETURN(o.max_leases_per_user, ParseCount(what, value, 384));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyMaxUploads(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.max_uploads_per_user, ParseCount(what, value, 1024));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyMaxSessions(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.max_sessions_per_user, ParseCount(what, value, 65536));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyMaxUserPool(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.max_user_pool_gb, ParseNonNegativeNumber(what, value));
+  return absl::OkStatus();
+}
+
 // In the order --help lists them. The preset comes first: later settings may read it.
 constexpr OptionSpec kOptions[] = {
     {"--preset", "DDO_PRESET", "NAME", "policy preset (default auto; see `ddoctl presets`)",
@@ -209,6 +230,15 @@ constexpr OptionSpec kOptions[] = {
     {"--host-devices", "DDO_HOST_DEVICES", "N",
      "host-backend streaming devices cpu, cpu:1 ... cpu:N-1 (tests and simulations of several "
      "devices; default 1)", ApplyHostDevices},
+    {"--max-leases-per-user", "DDO_MAX_LEASES_PER_USER", "N",
+     "leases (connected clients) one user may hold (default 32; ddod's user and root: no "
+     "limit but the total of 384)", ApplyMaxLeases},
+    {"--max-uploads-per-user", "DDO_MAX_UPLOADS_PER_USER", "N",
+     "uploads and loads one user may have in progress (default 8)", ApplyMaxUploads},
+    {"--max-sessions-per-user", "DDO_MAX_SESSIONS_PER_USER", "N",
+     "attach and streaming sessions one user may hold (default 256)", ApplyMaxSessions},
+    {"--max-user-pool-gb", "DDO_MAX_USER_POOL_GB", "GIB",
+     "host pool one user's components may take (default: the whole budget)", ApplyMaxUserPool},
 };
 
 const OptionSpec* FindFlag(absl::string_view flag) {

@@ -47,6 +47,13 @@ struct DaemonOptions {
   // devices on a machine without them (tests and simulations of multi-device setups).
   int host_devices = 1;
 
+  // What one user (uid) of a shared ddod may hold at once; ddod's own user and root are not
+  // bound by them (docs/security.md). Unset pool bytes: the pool budget is the only bound.
+  int max_leases_per_user = 32;
+  int max_uploads_per_user = 8;
+  int max_sessions_per_user = 256;
+  std::optional<double> max_user_pool_gb;
+
   std::string state_dir;
   // Embedded mode: exit when this process ends (implies discard_pool).
   std::optional<int64_t> parent_pid;

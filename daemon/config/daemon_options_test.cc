@@ -64,6 +64,24 @@ TEST(DaemonOptionsTest, HostDevices) {
   EXPECT_THAT(ErrorOf({"--host-devices", "0"}), HasSubstr("from 1 to 64"));
 }
 
+TEST(DaemonOptionsTest, PerUserLimits) {
+  auto defaults = Resolve({});
+  EXPECT_EQ(defaults->max_leases_per_user, 32);
+  EXPECT_EQ(defaults->max_uploads_per_user, 8);
+  EXPECT_EQ(defaults->max_sessions_per_user, 256);
+  EXPECT_FALSE(defaults->max_user_pool_gb.has_value());
+  auto set = Resolve({"--max-leases-per-user", "4", "--max-uploads-per-user=2",
+                      "--max-user-pool-gb", "12.5"},
+                     {{"DDO_MAX_SESSIONS_PER_USER", "16"}});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->max_leases_per_user, 4);
+  EXPECT_EQ(set->max_uploads_per_user, 2);
+  EXPECT_EQ(set->max_sessions_per_user, 16);
+  EXPECT_DOUBLE_EQ(*set->max_user_pool_gb, 12.5);
+  EXPECT_THAT(ErrorOf({"--max-leases-per-user", "1000"}), HasSubstr("from 1 to 384"));
+  EXPECT_THAT(ErrorOf({"--max-uploads-per-user", "0"}), HasSubstr("from 1 to 1024"));
+}
+
 TEST(DaemonOptionsTest, PresetWithoutHeadroomKeepsTheBuiltInDefault) {
   auto options = Resolve({"--preset", "warm_process"});
   ASSERT_TRUE(options.ok());

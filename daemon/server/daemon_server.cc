@@ -119,8 +119,11 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   identity.socket_group = context.options.socket_group;
   DDO_ASSIGN_OR_RETURN(daemon->identity_, IdentityServer::Start(identity, daemon->callers_));
   context.identity_socket = identity.socket_path;
+  LeaseLimits lease_limits;
+  lease_limits.per_uid = static_cast<size_t>(context.options.max_leases_per_user);
   daemon->service_ = std::make_unique<DdoService>(context, *daemon->pool_, *daemon->store_,
-                                                  *daemon->streams_, daemon->callers_);
+                                                  *daemon->streams_, daemon->callers_,
+                                                  lease_limits);
   context.bandwidth = &daemon->bandwidth_;
   DDO_RETURN_IF_ERROR(daemon->Listen(created_socket_directory));
   daemon->StartBandwidthProbe();
@@ -149,6 +152,9 @@ absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
   store.manifest_path = absl::StrCat(pool_dir, "/manifest.json");
   store_manifest_path_ = store.manifest_path;
   store.read_threads = static_cast<int>(std::clamp(system.cpu_count, 2u, 16u));
+  store.max_uploads_per_uid = static_cast<size_t>(options.max_uploads_per_user);
+  store.max_sessions_per_uid = static_cast<size_t>(options.max_sessions_per_user);
+  store.max_bytes_per_uid = options.max_user_pool_gb ? GiBToBytes(*options.max_user_pool_gb) : 0;
   store_ = std::make_unique<ComponentStore>(*pool_, store);
   store_->AdoptPrevious();
   return absl::OkStatus();

@@ -30,7 +30,7 @@ struct Lease {
 };
 
 struct LeaseLimits {
-  size_t per_uid = 32;
+  size_t per_uid = 32;  // admins (root, ddod's own user) are bound only by the total
   // Every lease holds one of gRPC's threads (its Connect stream): the rest serve calls.
   size_t in_all = 384;
 };
