@@ -20,6 +20,7 @@
 #include "daemon/common/posix_error.h"
 #include "daemon/identity/identity_protocol.h"
 #include "daemon/identity/seqpacket.h"
+#include "daemon/server/runtime_dir.h"
 
 namespace ddo {
 namespace {
@@ -27,19 +28,6 @@ namespace {
 // ddod never waits for a client to read: one that does not is dropped.
 bool Answer(int socket, const std::string& text, int fd = -1) {
   return SendPacket(socket, text, fd, MSG_DONTWAIT);
-}
-
-absl::Status RemoveStaleSocketFile(const std::string& path) {
-  struct stat info {};
-  if (::lstat(path.c_str(), &info) != 0) {
-    return errno == ENOENT ? absl::OkStatus() : PosixError(absl::StrCat("stat ", path), errno);
-  }
-  if (!S_ISSOCK(info.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " exists and is not a socket; choose another --socket"));
-  }
-  if (::unlink(path.c_str()) != 0) return PosixError(absl::StrCat("unlink ", path), errno);
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -54,7 +42,7 @@ absl::StatusOr<std::unique_ptr<IdentityServer>> IdentityServer::Start(
         "the identity socket path ", path, " is longer than a Unix socket path may be (",
         sizeof(address.sun_path) - 1, " bytes); choose a shorter --socket"));
   }
-  if (absl::Status removed = RemoveStaleSocketFile(path); !removed.ok()) return removed;
+  if (absl::Status removed = RemoveStaleSocket(path); !removed.ok()) return removed;
   server->listener_ =
       UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!server->listener_.valid()) return PosixError("socket(AF_UNIX, SOCK_SEQPACKET)", errno);

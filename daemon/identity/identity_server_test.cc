@@ -11,6 +11,7 @@
 #include <string>
 
 #include "daemon/common/temp_dir_for_test.h"
+#include "daemon/identity/seqpacket.h"
 #include "gtest/gtest.h"
 
 namespace ddo {
@@ -30,38 +31,11 @@ class Client {
 
   // Sends `text` (with `fd` when >= 0) and returns the answer; `received` gets a passed fd.
   std::string Ask(const std::string& text, int fd = -1, UniqueFd* received = nullptr) {
-    iovec data{const_cast<char*>(text.data()), text.size()};
-    msghdr message{};
-    message.msg_iov = &data;
-    message.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    if (fd >= 0) {
-      message.msg_control = control;
-      message.msg_controllen = sizeof(control);
-      cmsghdr* header = CMSG_FIRSTHDR(&message);
-      header->cmsg_level = SOL_SOCKET;
-      header->cmsg_type = SCM_RIGHTS;
-      header->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-    }
-    if (::sendmsg(fd_.get(), &message, MSG_NOSIGNAL) < 0) return "send failed";
-    char buffer[4096];
-    iovec in{buffer, sizeof(buffer)};
-    msghdr answer{};
-    answer.msg_iov = &in;
-    answer.msg_iovlen = 1;
-    alignas(cmsghdr) char in_control[CMSG_SPACE(sizeof(int))] = {};
-    answer.msg_control = in_control;
-    answer.msg_controllen = sizeof(in_control);
-    const ssize_t n = ::recvmsg(fd_.get(), &answer, MSG_CMSG_CLOEXEC);
-    if (n <= 0) return "closed";
-    cmsghdr* header = CMSG_FIRSTHDR(&answer);
-    if (header != nullptr && header->cmsg_type == SCM_RIGHTS && received != nullptr) {
-      int passed = -1;
-      std::memcpy(&passed, CMSG_DATA(header), sizeof(int));
-      received->Reset(passed);
-    }
-    return std::string(buffer, static_cast<size_t>(n));
+    if (!SendPacket(fd_.get(), text, fd)) return "send failed";
+    absl::StatusOr<Packet> answer = ReceivePacket(fd_.get(), 4096);
+    if (!answer.ok()) return "closed";
+    if (received != nullptr && !answer->fds.empty()) *received = std::move(answer->fds.front());
+    return answer->text;
   }
 
  private:

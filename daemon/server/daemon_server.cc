@@ -38,24 +38,6 @@ constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
 
 constexpr char kServiceName[] = "ddo.v1.Ddo";
 
-// Removes a socket file left by a daemon that died. Anything that is not a socket is left
-// alone: ddod never deletes a user's regular file because of a typo in --socket.
-absl::Status RemoveStaleSocket(const std::string& path) {
-  struct stat info {};
-  if (::lstat(path.c_str(), &info) != 0) {
-    return errno == ENOENT ? absl::OkStatus() : PosixError(absl::StrCat("stat ", path), errno);
-  }
-  if (!S_ISSOCK(info.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " exists and is not a socket; choose another --socket"));
-  }
-  Logger("server")->info("replacing stale socket {} (no daemon holds its lock)", path);
-  if (::unlink(path.c_str()) != 0) {
-    return PosixError(absl::StrCat("unlink ", path), errno);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions options) {

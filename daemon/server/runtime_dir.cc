@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/logging.h"
 #include "daemon/common/posix_error.h"
 
 namespace ddo {
@@ -50,6 +51,22 @@ absl::Status EnsurePrivateDirectory(const std::string& path, bool* created) {
   if (others_can_write && !(info.st_mode & S_ISVTX)) {
     return absl::PermissionDeniedError(absl::StrCat(
         path, " is writable by other users; use a private directory (chmod 700)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoveStaleSocket(const std::string& path) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) {
+    return errno == ENOENT ? absl::OkStatus() : PosixError(absl::StrCat("stat ", path), errno);
+  }
+  if (!S_ISSOCK(info.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " exists and is not a socket; choose another --socket"));
+  }
+  Logger("server")->info("replacing stale socket {} (no daemon holds its lock)", path);
+  if (::unlink(path.c_str()) != 0) {
+    return PosixError(absl::StrCat("unlink ", path), errno);
   }
   return absl::OkStatus();
 }

@@ -16,6 +16,11 @@ namespace ddo {
 // and permissions. `created`, when given, says whether the final directory was made now.
 absl::Status EnsurePrivateDirectory(const std::string& path, bool* created = nullptr);
 
+// Removes a socket file a daemon that died left at `path` (nothing there is fine). Anything
+// that is not a socket is left alone (FAILED_PRECONDITION): ddod never deletes a user's
+// regular file because of a typo in --socket. Only the holder of the instance lock may call it.
+absl::Status RemoveStaleSocket(const std::string& path);
+
 // The directory part of a path ("/run/ddo/ddod.sock" -> "/run/ddo").
 std::string ParentDirectory(const std::string& path);
 

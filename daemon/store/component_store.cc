@@ -511,8 +511,8 @@ absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
   return HostAttachment{session_id, SnapshotLocked(it->second), it->second.segment};
 }
 
-absl::Status ComponentStore::Detach(const std::string& session_id, const Caller& caller) {
-  absl::MutexLock lock(&mu_);
+absl::Status ComponentStore::SessionOwnedLocked(const std::string& session_id,
+                                                const Caller& caller) const {
   auto session = sessions_.find(session_id);
   if (session == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("no session ", EscapeForDisplay(session_id, 8), "..."));
@@ -520,6 +520,13 @@ absl::Status ComponentStore::Detach(const std::string& session_id, const Caller&
   if (session->second.uid != caller.uid && !caller.admin) {
     return absl::PermissionDeniedError("that session belongs to another user");
   }
+  return absl::OkStatus();
+}
+
+absl::Status ComponentStore::Detach(const std::string& session_id, const Caller& caller) {
+  absl::MutexLock lock(&mu_);
+  DDO_RETURN_IF_ERROR(SessionOwnedLocked(session_id, caller));
+  auto session = sessions_.find(session_id);
   if (auto it = components_.find(session->second.cache_key); it != components_.end()) {
     it->second.info.sessions -= 1;
     it->second.info.last_used = absl::Now();
@@ -531,14 +538,7 @@ absl::Status ComponentStore::Detach(const std::string& session_id, const Caller&
 absl::Status ComponentStore::CheckSessionOwner(const std::string& session_id,
                                                const Caller& caller) const {
   absl::MutexLock lock(&mu_);
-  auto session = sessions_.find(session_id);
-  if (session == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat("no session ", EscapeForDisplay(session_id, 8), "..."));
-  }
-  if (session->second.uid != caller.uid && !caller.admin) {
-    return absl::PermissionDeniedError("that session belongs to another user");
-  }
-  return absl::OkStatus();
+  return SessionOwnedLocked(session_id, caller);
 }
 
 void ComponentStore::ReleaseLease(const std::string& lease_id) {

@@ -190,6 +190,9 @@ class ComponentStore {
   };
 
   static bool MayRead(const Caller& caller, const Component& component);
+  // NOT_FOUND or PERMISSION_DENIED unless the session exists and is `caller`'s (or an admin's).
+  absl::Status SessionOwnedLocked(const std::string& session_id, const Caller& caller) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED naming the limit when `caller` (not an admin) may not start an upload
   // of `bytes` more.
   absl::Status CheckUploadLimitsLocked(const Caller& caller, uint64_t bytes) const
