@@ -58,11 +58,15 @@ class Checker {
     if (chars == Chars::kAny) return;
     for (size_t i = 0; i < value.size(); ++i) {
       const auto byte = static_cast<unsigned char>(value[i]);
-      if (byte >= 0x20 && byte != 0x7f) continue;
+      // U+0080..U+009F (C1 controls, UTF-8 0xC2 0x80..0x9F) steer terminals as ESC does.
+      const bool c1_control = byte == 0xc2 && i + 1 < value.size() &&
+                              static_cast<unsigned char>(value[i + 1]) >= 0x80 &&
+                              static_cast<unsigned char>(value[i + 1]) <= 0x9f;
+      if (byte >= 0x20 && byte != 0x7f && !c1_control) continue;
       if (byte == '\t' && chars == Chars::kPrintableOrTab) continue;
       Fail(absl::StatusCode::kInvalidArgument, field,
            absl::StrCat("'", EscapeForDisplay(value, kShownBytes), "' holds a control character (",
-                        EscapeForDisplay(value.substr(i, 1)), " at byte ", i,
+                        EscapeForDisplay(value.substr(i, c1_control ? 2 : 1)), " at byte ", i,
                         "); it must be printable"));
       return;
     }

@@ -51,7 +51,8 @@ void ExpectStringFieldIsBounded(const Request& normal, absl::string_view field, 
 
   if (!control_characters_refused) return;
   for (const std::string& bad : {std::string("key\nwith newline"), std::string(kClearScreen),
-                                 std::string("nul\0inside", 10), std::string("del\x7f")}) {
+                                 std::string("nul\0inside", 10), std::string("del\x7f"),
+                                 std::string("c1 csi \xc2\x9b" "2J")}) {
     request = normal;
     set(&request, bad);
     status = CheckRequest(request);

@@ -456,6 +456,12 @@ std::vector<ComponentSnapshot> ComponentStore::List(const Caller& caller) const 
   return result;
 }
 
+bool ComponentStore::MayRead(const std::string& cache_key, const Caller& caller) const {
+  absl::MutexLock lock(&mu_);
+  auto it = components_.find(cache_key);
+  return caller.admin || (it != components_.end() && MayRead(caller, it->second));
+}
+
 absl::StatusOr<uint64_t> ComponentStore::Evict(const std::string& cache_key,
                                                const Caller& caller) {
   absl::MutexLock lock(&mu_);

@@ -151,6 +151,9 @@ class ComponentStore {
   // user's component is NOT_FOUND, as if it were not there.
   absl::StatusOr<ComponentSnapshot> Get(const std::string& cache_key, const Caller& caller) const;
   std::vector<ComponentSnapshot> List(const Caller& caller) const;
+  // Whether `caller` may read the component under `cache_key` (false when there is none; an
+  // admin may read everything).
+  bool MayRead(const std::string& cache_key, const Caller& caller) const;
 
   // Removes an unused component; returns the bytes freed. Only its owner or an admin may.
   absl::StatusOr<uint64_t> Evict(const std::string& cache_key, const Caller& caller);

@@ -431,7 +431,10 @@ StreamSessions::PhaseResult StreamSessions::Phase(const Lease& lease,
   {
     absl::MutexLock lock(&mu_);
     for (auto it = warm_slabs_.begin(); it != warm_slabs_.end();) {
-      if (keep.count(it->second.cache_key)) {
+      // A caller's phase releases only slabs of components it may read: another user's warm
+      // slab is neither its to drop nor its to see named.
+      if (keep.count(it->second.cache_key) ||
+          !store_.MayRead(it->second.cache_key, lease.caller)) {
         ++it;
         continue;
       }

@@ -124,3 +124,45 @@ def test_f4_listing_shows_only_what_the_caller_may_read(ddod, attacker, victim):
     assert key not in result["listed"]["response"], result
     assert result["got"]["code"] in ("NOT_FOUND", "PERMISSION_DENIED"), result
     assert_still_serving(ddod)
+
+
+def test_f4_a_phase_never_drops_or_names_another_users_warm_slab(ddod, victim, attacker):
+    """Phase releases the warm slabs a phase does not need: only the caller's own (it may read
+    their components), never another user's, whose cache keys it must not learn either."""
+    victim_run = run_as(victim, ddod.socket_path, f"""
+        import torch
+        from diffusers_dynamic_offloader import DdoClient
+        model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 256))
+        with DdoClient.connect("unix:" + {ddod.socket_path!r}, allow_embedded=False) as client:
+            client.register_module("victim/secret-model-name", model)
+            with client.stream(model, "victim/secret-model-name", device="cpu",
+                               settings={{"DDO_SMALL_TENSOR_THRESHOLD_KB": "1"}}):
+                with torch.no_grad():
+                    model(torch.randn(2, 256))
+        report(done=True)
+    """, timeout=120)
+    assert victim_run["done"]
+    attack = run_as(attacker, ddod.socket_path, """
+        from diffusers_dynamic_offloader._proto import sessions_pb2
+        ddo = from_environment()
+        call, lease = ddo.open_lease(client_name="attacker")
+        phase = ddo.call("Phase", sessions_pb2.PhaseRequest(
+            lease_id=lease, phase=sessions_pb2.PHASE_KIND_DECODE),
+            keep=lambda r: {"released": r.released_bytes, "notes": list(r.notes)})
+        report(phase=phase)
+    """)
+    assert attack["phase"]["code"] == "OK", attack
+    assert attack["phase"]["response"]["released"] == 0, attack
+    assert "secret-model-name" not in " ".join(attack["phase"]["response"]["notes"]), attack
+    # The slab was there: its owner's own phase releases it.
+    owner = run_as(victim, ddod.socket_path, """
+        from diffusers_dynamic_offloader._proto import sessions_pb2
+        ddo = from_environment()
+        call, lease = ddo.open_lease(client_name="victim")
+        phase = ddo.call("Phase", sessions_pb2.PhaseRequest(
+            lease_id=lease, phase=sessions_pb2.PHASE_KIND_DECODE),
+            keep=lambda r: {"released": r.released_bytes})
+        report(phase=phase)
+    """)
+    assert owner["phase"]["code"] == "OK" and owner["phase"]["response"]["released"] > 0, owner
+    assert_still_serving(ddod)
