@@ -1,5 +1,7 @@
 #include <unistd.h>
 
+#include <optional>
+
 #include "daemon/common/format_bytes.h"
 #include "daemon/config/environment.h"
 #include "daemon/profiles/profile_store.h"
@@ -22,6 +24,9 @@
 
 namespace ddo {
 namespace {
+
+// The user whose call this thread is running, when EnterCall counted it (see EnterCall).
+thread_local std::optional<uid_t> counted_uid;
 
 // How often a Connect handler looks at its call while waiting: bounds how long a vanished
 // client's lease outlives it.
@@ -55,7 +60,7 @@ absl::Status DdoService::EnterAnonymousCall() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Caller> DdoService::EnterCall(grpc::ServerContext* ctx) {
+absl::StatusOr<Caller> DdoService::EnterCall(grpc::ServerContext* ctx, bool lease_stream) {
   DDO_RETURN_IF_ERROR(EnterAnonymousCall());
   const std::string token = TokenOf(ctx);
   if (token.empty()) {
@@ -63,7 +68,13 @@ absl::StatusOr<Caller> DdoService::EnterCall(grpc::ServerContext* ctx) {
         "no ddo-token: a caller proves who it is on ddod's identity socket ",
         context_.identity_socket, " first (docs/security.md)"));
   }
-  return callers_.Find(token);
+  DDO_ASSIGN_OR_RETURN(Caller caller, callers_.Find(token));
+  if (!lease_stream) {
+    // A handler runs on one gRPC thread from EnterCall to Finish: Finish finds the user here.
+    DDO_RETURN_IF_ERROR(calls_.Enter(caller.uid, !caller.admin));
+    counted_uid = caller.uid;
+  }
+  return caller;
 }
 
 absl::Status DdoService::CheckGpuSessionAllowed(const std::string& device,
@@ -99,6 +110,10 @@ void DdoService::GrantSegments(grpc::ServerContext* ctx,
 
 grpc::Status DdoService::Finish(const char* method, const absl::Status& status) {
   in_flight_.fetch_sub(1);
+  if (counted_uid.has_value()) {
+    calls_.Leave(*counted_uid);
+    counted_uid.reset();
+  }
   counters_.Record(method, status.ok());
   if (!status.ok()) {
     Logger("service")->debug("{} -> {}", method, status.ToString());
@@ -165,7 +180,7 @@ grpc::Status DdoService::ListPresets(grpc::ServerContext* ctx, const ddo::v1::Li
 
 grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::ConnectRequest* request,
                                  grpc::ServerWriter<ddo::v1::ConnectEvent>* writer) {
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = EnterCall(ctx, /*lease_stream=*/true);
   if (!caller.ok()) return Finish("Connect", caller.status());
   if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish("Connect", valid);
   // The pid is the kernel's (the identity socket's peer), not request->client_pid().

@@ -14,6 +14,7 @@
 
 #include "daemon/identity/caller_registry.h"
 #include "daemon/service/daemon_context.h"
+#include "daemon/service/calls_per_user.h"
 #include "daemon/service/rpc_counters.h"
 #include "daemon/store/component_store.h"
 #include "daemon/policy/resident_policy.h"
@@ -25,6 +26,9 @@ namespace ddo {
 
 class DdoService final : public ddo::v1::Ddo::Service {
  public:
+  // Calls (other than Connect streams) one non-admin user may have running at once.
+  static constexpr size_t kMaxCallsPerUser = 64;
+
   DdoService(const DaemonContext& context, HostPool& pool, ComponentStore& store,
              StreamSessions& streams, CallerRegistry& callers, LeaseLimits lease_limits = {})
       : context_(context),
@@ -99,7 +103,9 @@ class DdoService final : public ddo::v1::Ddo::Service {
   // each, so in_flight_ counts running handlers. Both answer UNAVAILABLE once shutdown has
   // begun; EnterCall also identifies the caller by the token in its "ddo-token" metadata
   // (UNAUTHENTICATED without a valid one). Only GetInfo serves anonymous callers.
-  absl::StatusOr<Caller> EnterCall(grpc::ServerContext* ctx);
+  // Calls of one (non-admin) user running at once are bounded by calls_; a Connect stream
+  // (`lease_stream`) is bounded by the lease limits instead.
+  absl::StatusOr<Caller> EnterCall(grpc::ServerContext* ctx, bool lease_stream = false);
   absl::Status EnterAnonymousCall();
   // Counts the outcome of `method` and converts it for gRPC.
   grpc::Status Finish(const char* method, const absl::Status& status);
@@ -122,6 +128,7 @@ class DdoService final : public ddo::v1::Ddo::Service {
   StreamSessions& streams_;
   CallerRegistry& callers_;
   LeaseRegistry leases_;
+  CallsPerUser calls_{kMaxCallsPerUser};
   RpcCounters counters_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<int> in_flight_{0};
