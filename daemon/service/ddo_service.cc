@@ -305,6 +305,10 @@ grpc::Status DdoService::CommitUpload(grpc::ServerContext* ctx,
   if (!lease.ok()) return Finish(kMethod, lease.status());
   absl::StatusOr<ComponentSnapshot> ready = store_.Commit(lease->id, request->upload_id());
   if (!ready.ok()) return Finish(kMethod, ready.status());
+  if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) {
+    store_.DiscardUnused(ready->cache_key, ready->segment_name);  // answered ABORTED: undone
+    return Finish(kMethod, open);
+  }
   ToProto(*ready, /*with_layout=*/false, response);
   return Finish(kMethod, absl::OkStatus());
 }
@@ -389,7 +393,13 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
   };
   absl::StatusOr<LoadResult> result = store_.LoadSafetensors(*lease, std::move(load), progress, cancelled);
   if (!result.ok()) return Finish(kMethod, result.status());
-  if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
+  if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) {
+    // Answered ABORTED: nothing this load made stays behind.
+    if (!result->warm_hit) {
+      store_.DiscardUnused(result->component.cache_key, result->component.segment_name);
+    }
+    return Finish(kMethod, open);
+  }
   ddo::v1::LoadProgress last;
   last.set_bytes_done(result->component.total_bytes);
   last.set_bytes_total(result->component.total_bytes);

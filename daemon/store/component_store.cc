@@ -456,6 +456,21 @@ std::vector<ComponentSnapshot> ComponentStore::List(const Caller& caller) const 
   return result;
 }
 
+void ComponentStore::DiscardUnused(const std::string& cache_key,
+                                   const std::string& segment_name) {
+  absl::MutexLock lock(&mu_);
+  auto it = components_.find(cache_key);
+  if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
+      it->second.info.sessions > 0 || it->second.segment == nullptr ||
+      it->second.segment->name() != segment_name) {
+    return;
+  }
+  Logger("store")->info("discarding '{}': its lease ended before the caller was answered",
+                        EscapeForDisplay(cache_key));
+  DiscardLocked(it);
+  PersistLocked();
+}
+
 bool ComponentStore::MayRead(const std::string& cache_key, const Caller& caller) const {
   absl::MutexLock lock(&mu_);
   auto it = components_.find(cache_key);

@@ -155,6 +155,10 @@ class ComponentStore {
   // admin may read everything).
   bool MayRead(const std::string& cache_key, const Caller& caller) const;
 
+  // Undoes a commit whose caller was told it failed (its lease ended meanwhile): removes the
+  // component under `cache_key` if it still lives in `segment_name` and no session uses it.
+  void DiscardUnused(const std::string& cache_key, const std::string& segment_name);
+
   // Removes an unused component; returns the bytes freed. Only its owner or an admin may.
   absl::StatusOr<uint64_t> Evict(const std::string& cache_key, const Caller& caller);
 

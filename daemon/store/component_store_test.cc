@@ -414,5 +414,18 @@ TEST_F(ComponentStoreTest, ALoadWhoseLeaseEndsIsNotCommitted) {
   EXPECT_EQ(pool_->Usage().segments, 0u);
 }
 
+TEST_F(ComponentStoreTest, DiscardUnusedUndoesOnlyThatCommitAndNothingInUse) {
+  const ComponentSnapshot first = Upload("a");
+  store_->DiscardUnused("a", "/not-its-segment");  // another segment: left alone
+  EXPECT_TRUE(store_->Get("a", DaemonCaller()).ok());
+  auto attached = store_->AttachHost(lease_, "a");
+  ASSERT_TRUE(attached.ok());
+  store_->DiscardUnused("a", first.segment_name);  // in use: left alone
+  EXPECT_TRUE(store_->Get("a", DaemonCaller()).ok());
+  ASSERT_TRUE(store_->Detach(attached->session_id, DaemonCaller()).ok());
+  store_->DiscardUnused("a", first.segment_name);
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("a", DaemonCaller()).status()));
+}
+
 }  // namespace
 }  // namespace ddo

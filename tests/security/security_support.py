@@ -205,9 +205,11 @@ def child_environment(account: Account, socket_path: str, **variables: str) -> D
         "PYTHONDONTWRITEBYTECODE": "1",
         "DDO_SEC_SOCKET": socket_path,
     }
-    for name in ("DDO_DDOD_BINARY",):
-        if os.environ.get(name):
-            environment[name] = os.path.abspath(os.environ[name])
+    if os.environ.get("DDO_DDOD_BINARY"):
+        environment["DDO_DDOD_BINARY"] = os.path.abspath(os.environ["DDO_DDOD_BINARY"])
+    # A bundled ddod (tools/bundle.sh, on the GPU machine) finds its libraries there.
+    if os.environ.get("LD_LIBRARY_PATH"):
+        environment["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
     environment.update(variables)
     return environment
 
