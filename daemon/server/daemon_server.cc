@@ -82,6 +82,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   streams.vram_budget_bytes =
       context.options.vram_budget_gb ? GiBToBytes(*context.options.vram_budget_gb) : 0;
   streams.host_devices = context.options.host_devices;
+  // Host-backend slabs and rings live in RAM beside the pool: bounded like it, so that no
+  // caller can fill the machine's memory with sessions (docs/security.md).
+  streams.host_budget_bytes = context.ram_budget_bytes;
   // warm_process (DDO_CACHE_PINNED_WEIGHTS): slabs stay warm for the next runner.
   {
     const auto& env = context.options.setting_environment;

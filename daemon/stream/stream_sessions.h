@@ -34,7 +34,8 @@ namespace ddo {
 struct StreamSessionsOptions {
   // ddod's own VRAM budget per device (all sessions' slabs and rings); 0: the whole device.
   uint64_t vram_budget_bytes = 0;
-  // "cpu" sessions (host backend): a budget of their own per host device; 0: unlimited.
+  // "cpu" sessions (host backend): a budget of their own per host device; 0: unlimited
+  // (ddod sets its RAM budget).
   uint64_t host_budget_bytes = 0;
   // Host-backend devices: "cpu" (also "cpu:0"), then "cpu:1" ... "cpu:<host_devices - 1>",
   // each with its own copy worker and budget.
