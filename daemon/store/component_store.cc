@@ -20,6 +20,7 @@
 #include "daemon/store/manifest.h"
 #include "daemon/store/parallel_reader.h"
 #include "daemon/store/safetensors.h"
+#include "daemon/store/safetensors_hash.h"
 
 namespace ddo {
 namespace {
@@ -390,6 +391,25 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
     sources.push_back(identity);
   }
   std::sort(sources.begin(), sources.end());
+  // Another user loaded this model from other files: the caller shares that copy, without a
+  // second one, if its own files hold the same bytes (their content hash is the proof).
+  if (std::optional<ProofTarget> target = FindProofTarget(
+          request.cache_key, lease.caller, StructureHash(tensors), sources)) {
+    DDO_ASSIGN_OR_RETURN(std::string files_hash, ContentHashOfSafetensors(set, cancelled));
+    const std::string component_hash =
+        !target->content_hash.empty() ? target->content_hash
+                                      : ContentHash(target->tensors, target->segment->data());
+    const bool announced_matches =
+        request.content_hash.empty() || request.content_hash == files_hash;
+    if (files_hash == component_hash && announced_matches) {
+      absl::StatusOr<ComponentSnapshot> shared = AddReader(
+          request.cache_key, lease.caller, target->segment->name(), component_hash);
+      if (shared.ok()) {
+        return LoadResult{*std::move(shared), true, absl::ToDoubleSeconds(absl::Now() - started)};
+      }
+    }
+    // Other bytes (or the component went meanwhile): on to the ordinary rules below.
+  }
   DDO_ASSIGN_OR_RETURN(RegisterResult begun, BeginUpload(lease, request.cache_key, tensors,
                                                          request.content_hash, sources));
   if (begun.warm_hit) {
@@ -469,6 +489,40 @@ void ComponentStore::DiscardUnused(const std::string& cache_key,
                         EscapeForDisplay(cache_key));
   DiscardLocked(it);
   PersistLocked();
+}
+
+std::optional<ComponentStore::ProofTarget> ComponentStore::FindProofTarget(
+    const std::string& cache_key, const Caller& caller, const std::string& structure_hash,
+    const std::vector<FileIdentity>& sources) const {
+  absl::MutexLock lock(&mu_);
+  auto it = components_.find(cache_key);
+  if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
+      it->second.info.structure_hash != structure_hash || MayRead(caller, it->second) ||
+      it->second.sources == sources || it->second.segment == nullptr) {
+    return std::nullopt;
+  }
+  return ProofTarget{it->second.segment, it->second.info.tensors, it->second.info.content_hash};
+}
+
+absl::StatusOr<ComponentSnapshot> ComponentStore::AddReader(const std::string& cache_key,
+                                                            const Caller& caller,
+                                                            const std::string& segment_name,
+                                                            const std::string& content_hash) {
+  absl::MutexLock lock(&mu_);
+  auto it = components_.find(cache_key);
+  if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
+      it->second.segment == nullptr || it->second.segment->name() != segment_name) {
+    return absl::NotFoundError(
+        absl::StrCat("'", EscapeForDisplay(cache_key), "' changed while its bytes were compared"));
+  }
+  Component& component = it->second;
+  component.readers.insert(caller.uid);
+  if (component.info.content_hash.empty()) component.info.content_hash = content_hash;
+  component.info.last_used = absl::Now();
+  Logger("store")->info("'{}' shared with {}: its files hold the same bytes ({})",
+                        EscapeForDisplay(cache_key), caller.Describe(), content_hash);
+  PersistLocked();
+  return SnapshotLocked(component);
 }
 
 bool ComponentStore::MayRead(const std::string& cache_key, const Caller& caller) const {

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -197,6 +198,22 @@ class ComponentStore {
   };
 
   static bool MayRead(const Caller& caller, const Component& component);
+  // Another user's READY component under `cache_key` with this structure, that `caller` may
+  // not read yet and whose files are not `sources`: what a caller must prove it holds the bytes
+  // of (by its files' content hash) to share it. Nothing when there is none.
+  struct ProofTarget {
+    std::shared_ptr<PoolSegment> segment;  // keeps the bytes while they are hashed
+    std::vector<TensorEntry> tensors;      // with offsets
+    std::string content_hash;              // "" until someone computed it
+  };
+  std::optional<ProofTarget> FindProofTarget(const std::string& cache_key, const Caller& caller,
+                                             const std::string& structure_hash,
+                                             const std::vector<FileIdentity>& sources) const;
+  // Makes `caller` a reader of the component in `segment_name` (still under `cache_key`) and
+  // remembers its content hash; NOT_FOUND when it was replaced or evicted meanwhile.
+  absl::StatusOr<ComponentSnapshot> AddReader(const std::string& cache_key, const Caller& caller,
+                                              const std::string& segment_name,
+                                              const std::string& content_hash);
   // NOT_FOUND or PERMISSION_DENIED unless the session exists and is `caller`'s (or an admin's).
   absl::Status SessionOwnedLocked(const std::string& session_id, const Caller& caller) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -346,15 +346,15 @@ TEST_F(ComponentStoreTest, UploadsPerUserAreBoundedAndTheLimitIsNamed) {
   EXPECT_TRUE(store_->Register(other, "small", Table(1, kMiB), "").ok());
 }
 
-// A one-tensor safetensors file: 4 floats.
-void WriteSmallSafetensors(const std::string& path) {
+// A one-tensor safetensors file: 4 floats, every byte `fill`.
+void WriteSmallSafetensors(const std::string& path, char fill = '\x11') {
   std::string header = R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
   header.resize((header.size() + 7) / 8 * 8, ' ');
   std::string bytes(8, '\0');
   const uint64_t length = header.size();
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((length >> (8 * i)) & 0xff);
   bytes += header;
-  bytes += std::string(16, '\x11');
+  bytes += std::string(16, fill);
   std::FILE* file = std::fopen(path.c_str(), "wb");
   ASSERT_NE(file, nullptr);
   std::fwrite(bytes.data(), 1, bytes.size(), file);
@@ -370,36 +370,47 @@ SafetensorsRequest RequestFor(const std::string& key, const std::string& path) {
   return request;
 }
 
-TEST_F(ComponentStoreTest, TheVeryFilesProveAReaderButACopyDoesNot) {
+TEST_F(ComponentStoreTest, FilesWithTheSameBytesShareOneCopyOtherBytesDoNot) {
   const Lease owner = LeaseOf(5001);
-  const Lease other = LeaseOf(5002);
+  const Lease copier = LeaseOf(5002);
+  const Lease forger = LeaseOf(5003);
+  const Lease same_file = LeaseOf(5004);
   const std::string path = dir_.Join("model.safetensors");
   const std::string copy = dir_.Join("copy.safetensors");
+  const std::string forged = dir_.Join("forged.safetensors");
   WriteSmallSafetensors(path);
   WriteSmallSafetensors(copy);
+  WriteSmallSafetensors(forged, '\x22');
   auto none = [] { return false; };
   auto quiet = [](uint64_t, uint64_t) {};
   auto loaded = store_->LoadSafetensors(owner, RequestFor("m", path), quiet, none);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_FALSE(loaded->warm_hit);
 
-  // Same bytes in another file: no proof that the caller may read the owner's file.
-  auto from_copy = store_->LoadSafetensors(other, RequestFor("m", copy), quiet, none);
-  EXPECT_TRUE(absl::IsPermissionDenied(from_copy.status())) << from_copy.status();
-  EXPECT_TRUE(store_->List(other.caller).empty());
+  // Another file, other bytes, same structure: no proof; the key stays the owner's.
+  auto from_forged = store_->LoadSafetensors(forger, RequestFor("m", forged), quiet, none);
+  EXPECT_TRUE(absl::IsPermissionDenied(from_forged.status())) << from_forged.status();
+  EXPECT_TRUE(store_->List(forger.caller).empty());
 
-  // The very file: served warm, shared, listed; still not the reader's to evict.
-  auto proved = store_->LoadSafetensors(other, RequestFor("m", path), quiet, none);
+  // Another file with the same bytes: its content hash proves them; one copy, shared.
+  auto from_copy = store_->LoadSafetensors(copier, RequestFor("m", copy), quiet, none);
+  ASSERT_TRUE(from_copy.ok()) << from_copy.status();
+  EXPECT_TRUE(from_copy->warm_hit);
+  EXPECT_EQ(from_copy->component.segment_name, loaded->component.segment_name);
+  EXPECT_EQ(pool_->Usage().segments, 1u);
+  EXPECT_EQ(store_->List(copier.caller).size(), 1u);
+  EXPECT_TRUE(store_->AttachHost(copier, "m").ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(store_->Evict("m", copier.caller).status()));
+
+  // The very file proves it without reading it again.
+  auto proved = store_->LoadSafetensors(same_file, RequestFor("m", path), quiet, none);
   ASSERT_TRUE(proved.ok()) << proved.status();
   EXPECT_TRUE(proved->warm_hit);
-  EXPECT_EQ(store_->List(other.caller).size(), 1u);
-  EXPECT_TRUE(store_->AttachHost(other, "m").ok());
-  EXPECT_TRUE(absl::IsPermissionDenied(store_->Evict("m", other.caller).status()));
 
-  // A third user with the file changed since (a new modification time) proves nothing.
-  const Lease third = LeaseOf(5003);
-  WriteSmallSafetensors(path);
-  auto changed = store_->LoadSafetensors(third, RequestFor("m", path), quiet, none);
+  // The owner's file rewritten with other bytes proves nothing for a newcomer.
+  const Lease newcomer = LeaseOf(5005);
+  WriteSmallSafetensors(path, '\x33');
+  auto changed = store_->LoadSafetensors(newcomer, RequestFor("m", path), quiet, none);
   EXPECT_FALSE(changed.ok());
 }
 

@@ -17,23 +17,6 @@ uint64_t AlignUp(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
-// Streaming XXH3-64, owned.
-class Xxh3Hasher {
- public:
-  Xxh3Hasher() : state_(XXH3_createState()) { XXH3_64bits_reset(state_); }
-  Xxh3Hasher(const Xxh3Hasher&) = delete;
-  Xxh3Hasher& operator=(const Xxh3Hasher&) = delete;
-  ~Xxh3Hasher() { XXH3_freeState(state_); }
-
-  void Update(const void* data, size_t size) { XXH3_64bits_update(state_, data, size); }
-  std::string Digest() const {
-    return absl::StrFormat("xxh3-64:%016x", XXH3_64bits_digest(state_));
-  }
-
- private:
-  XXH3_state_t* state_;
-};
-
 // Field separator: NUL-separated fields cannot run into each other.
 constexpr absl::string_view kSeparator("\0", 1);
 
@@ -128,7 +111,7 @@ uint32_t CountUnits(const std::vector<TensorEntry>& tensors) {
 }
 
 std::string StructureHash(const std::vector<TensorEntry>& tensors) {
-  Xxh3Hasher hasher;
+  ContentHasher hasher;
   for (const TensorEntry& tensor : tensors) {
     const std::string record =
         absl::StrCat(tensor.name, kSeparator, SafetensorsDTypeName(tensor.dtype), kSeparator,
@@ -138,8 +121,20 @@ std::string StructureHash(const std::vector<TensorEntry>& tensors) {
   return hasher.Digest();
 }
 
+ContentHasher::ContentHasher() : state_(XXH3_createState()) { XXH3_64bits_reset(state_); }
+
+ContentHasher::~ContentHasher() { XXH3_freeState(state_); }
+
+void ContentHasher::Update(const void* data, size_t size) {
+  XXH3_64bits_update(state_, data, size);
+}
+
+std::string ContentHasher::Digest() const {
+  return absl::StrFormat("xxh3-64:%016x", XXH3_64bits_digest(state_));
+}
+
 std::string ContentHash(const std::vector<TensorEntry>& tensors, const char* base) {
-  Xxh3Hasher hasher;
+  ContentHasher hasher;
   for (const TensorEntry& tensor : tensors) {
     hasher.Update(base + tensor.offset, tensor.byte_size);
   }

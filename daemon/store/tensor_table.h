@@ -8,6 +8,8 @@
 #ifndef DDO_DAEMON_STORE_TENSOR_TABLE_H_
 #define DDO_DAEMON_STORE_TENSOR_TABLE_H_
 
+#include <xxhash.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,6 +59,22 @@ std::string StructureHash(const std::vector<TensorEntry>& tensors);
 
 // "xxh3-64:<16 hex>" of the tensors' bytes, read from `base + offset`, in table order.
 std::string ContentHash(const std::vector<TensorEntry>& tensors, const char* base);
+
+// ContentHash in pieces, for bytes that are not in memory at once: Update with each tensor's
+// bytes in table order (any split of them), then Digest.
+class ContentHasher {
+ public:
+  ContentHasher();
+  ContentHasher(const ContentHasher&) = delete;
+  ContentHasher& operator=(const ContentHasher&) = delete;
+  ~ContentHasher();
+
+  void Update(const void* data, size_t size);
+  std::string Digest() const;
+
+ private:
+  XXH3_state_t* state_;
+};
 
 void ToProto(const TensorEntry& tensor, ddo::v1::TensorSpec* spec);
 

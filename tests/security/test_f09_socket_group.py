@@ -152,3 +152,27 @@ def test_f9_a_gpu_session_for_another_user_is_refused_with_the_way_out(ddod, vic
     assert "per-user ddod" in result["gpu"]["details"], result
     assert result["host"]["code"] == "OK", result
     assert_still_serving(ddod)
+
+
+def test_f9_members_with_their_own_copies_share_one_pinned_copy(ddod, victim, attacker):
+    """Two members, each with their own copy of the same model file: the second is served the
+    first one's copy warm (its own file's content hash proves it holds the same bytes), reads
+    the same bytes. (A member whose file differs is refused: test_f04_ownership.py.)"""
+    load = """
+        ddo = from_environment()
+        call, lease = ddo.open_lease()
+        path = own_file("model.safetensors", {{"weight": {payload!r}}})
+        load = ddo.load(ddo.load_request(lease, "shared-by-content", [path]))
+        try:
+            seen = read_component(ddo, lease, "shared-by-content")["weight"].hex()
+        except Exception as error:
+            seen = f"unreadable: {{error}}"
+        report(load=load, seen=seen)
+    """
+    first = run_as(victim, ddod.socket_path, load.format(payload=PAYLOAD))
+    assert first["load"]["code"] == "OK" and not first["load"]["warm_hit"], first
+    second = run_as(attacker, ddod.socket_path, load.format(payload=PAYLOAD))
+    assert second["load"]["code"] == "OK", second
+    assert second["load"]["warm_hit"], f"a second copy was made: {second}"
+    assert second["seen"] == PAYLOAD.hex(), second
+    assert_still_serving(ddod)
