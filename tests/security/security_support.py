@@ -7,6 +7,7 @@ Everything here runs as root in the test process. Not thread-safe (pytest runs t
 from __future__ import annotations
 
 import glob
+import grp
 import json
 import os
 import secrets
@@ -121,11 +122,14 @@ def serving(socket_path: str, timeout: float = 1.0) -> bool:
 
 
 class RootDaemon:
-    """A ddod run as root like the systemd unit: warm_process preset, a socket under /run
-    shared with a group, a private state directory; --discard so that its segments go with it."""
+    """A ddod like the systemd unit's: warm_process preset, a socket under /run shared with a
+    group, a private state directory; --discard so that its segments go with it. As root by
+    default; with ``service_account``, as that unprivileged user (as the unit runs it), whose
+    socket directory and state directory are prepared the way systemd would."""
 
     def __init__(self, binary: str, socket_path: str, group: str, state_dir: str,
-                 log_path: str, extra_args: Sequence[str] = ()) -> None:
+                 log_path: str, extra_args: Sequence[str] = (),
+                 service_account: Optional[Account] = None) -> None:
         self.socket_path = socket_path
         self.state_dir = state_dir
         self.log_path = log_path
@@ -136,9 +140,20 @@ class RootDaemon:
         environment = {name: value for name, value in os.environ.items()
                        if not name.startswith("DDO_") and name != "XDG_RUNTIME_DIR"}
         environment["HOME"] = state_dir
+        as_user = {}
+        if service_account is not None:
+            # systemd's RuntimeDirectory= (owner, group ddo, 0750) and StateDirectory= (0700).
+            run_dir = os.path.dirname(socket_path)
+            os.makedirs(run_dir, exist_ok=True)
+            os.chown(run_dir, service_account.uid, grp.getgrnam(group).gr_gid)
+            os.chmod(run_dir, 0o750)
+            os.chown(state_dir, service_account.uid, service_account.gid)
+            os.chmod(state_dir, 0o700)
+            as_user = dict(user=service_account.uid, group=service_account.gid,
+                           extra_groups=service_account.extra_groups)
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         env=environment)
+                                         env=environment, **as_user)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (os.path.exists(socket_path) and serving(socket_path)):
             if self.proc.poll() is not None:
