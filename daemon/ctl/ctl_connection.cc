@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -56,7 +57,10 @@ absl::StatusOr<CtlConnection> CtlConnection::Open(const DaemonTargets& targets,
     // Who serves here, and who we are: ddod names its identity socket in GetInfo, which needs
     // no token; a Unix socket's identity socket is beside it.
     std::string identity_path;
+    const char* service_user = std::getenv("DDO_SERVICE_USER");
+    const std::set<uid_t> trusted = TrustedDaemonUids(service_user != nullptr ? service_user : "");
     if (const std::string path = UnixSocketPath(target); !path.empty()) {
+      if (absl::Status placed = CheckSocketLocation(path, trusted); !placed.ok()) return placed;
       identity_path = IdentitySocketPath(path);
     } else {
       grpc::ClientContext info_context;
@@ -70,9 +74,7 @@ absl::StatusOr<CtlConnection> CtlConnection::Open(const DaemonTargets& targets,
       }
       identity_path = info.identity_socket();
     }
-    const char* service_user = std::getenv("DDO_SERVICE_USER");
-    absl::StatusOr<IdentityLink> identity = IdentityLink::Connect(
-        identity_path, TrustedDaemonUids(service_user != nullptr ? service_user : ""));
+    absl::StatusOr<IdentityLink> identity = IdentityLink::Connect(identity_path, trusted);
     if (!identity.ok()) {
       if (absl::IsPermissionDenied(identity.status())) return identity.status();
       attempts.push_back(absl::StrCat(target, " (", identity.status().message(), ")"));

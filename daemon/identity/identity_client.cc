@@ -2,6 +2,7 @@
 
 #include <pwd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/common/display_text.h"
 #include "daemon/common/posix_error.h"
@@ -29,6 +31,31 @@ std::set<uid_t> TrustedDaemonUids(const std::string& service_user) {
     trusted.insert(found->pw_uid);
   }
   return trusted;
+}
+
+absl::Status CheckSocketLocation(const std::string& socket_path, const std::set<uid_t>& trusted) {
+  const size_t slash = socket_path.find_last_of('/');
+  const std::string directory =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : socket_path.substr(0, slash));
+  struct stat info {};
+  if (::lstat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    return absl::PermissionDeniedError(absl::StrCat(directory, " is not a directory"));
+  }
+  if (trusted.count(info.st_uid) == 0 || (info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        directory, " (owner uid ", info.st_uid, ", mode ", absl::StrFormat("%04o", info.st_mode & 07777),
+        ") could hold a socket another user put there: the directory of ddod's socket must "
+        "belong to a trusted user (", absl::StrJoin(trusted, ", "), ") and be writable by it only"));
+  }
+  if (::lstat(socket_path.c_str(), &info) != 0 || !S_ISSOCK(info.st_mode)) {
+    return absl::PermissionDeniedError(absl::StrCat(socket_path, " is not a socket"));
+  }
+  if (trusted.count(info.st_uid) == 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        socket_path, " belongs to uid ", info.st_uid, ", not to a user this client trusts (",
+        absl::StrJoin(trusted, ", "), ")"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<IdentityLink> IdentityLink::Connect(const std::string& path,

@@ -24,6 +24,11 @@ namespace ddo {
 // named by DDO_SERVICE_USER, else "ddo", when such a user exists).
 std::set<uid_t> TrustedDaemonUids(const std::string& service_user);
 
+// Before talking to a daemon at `socket_path` (a Unix socket): the socket must be a socket owned
+// by a trusted uid, in a directory owned by a trusted uid that nobody else may write to, so
+// that no other user can have put it there or swap it. PERMISSION_DENIED saying what is wrong.
+absl::Status CheckSocketLocation(const std::string& socket_path, const std::set<uid_t>& trusted);
+
 class IdentityLink {
  public:
   // PERMISSION_DENIED (naming the uid found and the uids accepted) when the daemon at `path`
