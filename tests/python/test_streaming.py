@@ -352,7 +352,7 @@ class LoraLinear(nn.Module):
         return result + adapter * self.scaling["default"]
 
 
-def test_peft_lora_base_layers_stream_and_adapters_stay_resident(client):
+def test_peft_lora_base_layers_stream_and_adapters_stay_the_runners(client):
     dtype = torch.float32
     model = make_model(dtype)
     torch.manual_seed(7)
@@ -361,10 +361,12 @@ def test_peft_lora_base_layers_stream_and_adapters_stay_resident(client):
         block.ff_up = LoraLinear(block.ff_up)
     model = model.to(dtype).eval()
     reference = frozen_copy(model)
-    client.register_module(CACHE_KEY, model)
-    # The default small-tensor threshold keeps the rank-4 adapters resident; a threshold of
-    # 4 KiB streams the base layers (64x64 and 96x64 float32 = 16 and 24 KiB) and keeps the
-    # adapters (at most 96x4 float32 = 1.5 KiB) resident.
+    component = client.register_module(CACHE_KEY, model)
+    # The component is the base model, under the unwrapped names; the adapters are not in it.
+    names = {spec.name for spec in client.component(CACHE_KEY, with_layout=True).info.tensors}
+    assert names == set(frozen_copy(make_model(dtype)).state_dict())
+    assert component.tensor_count == len(names)
+    # A threshold of 4 KiB streams the base layers (64x64 and 96x64 float32 = 16 and 24 KiB).
     with client.stream(model, CACHE_KEY, device="cpu",
                        settings={"DDO_SMALL_TENSOR_THRESHOLD_KB": "4"}) as session:
         streamed = {tensor.name for unit in session.resources.units for tensor in unit.tensors}
@@ -375,9 +377,11 @@ def test_peft_lora_base_layers_stream_and_adapters_stay_resident(client):
         assert mismatches(model, reference, range(6), dtype) == []
         assert isinstance(model.blocks[0].to_q, LoraLinear)
         assert model.blocks[0].to_q.lora_A["default"].weight.shape == (4, 64)
-        assert "blocks.0.to_q.base_layer.weight" in streamed
-        assert "blocks.0.to_q.lora_A.default.weight" in resident
-        assert "blocks.0.to_q.base_layer.bias" in resident
+        assert "blocks.0.to_q.weight" in streamed
+        assert "blocks.0.to_q.bias" in resident
+        # The adapters are the runner's own, plain tensors on the execution device.
+        adapter = model.blocks[0].to_q.lora_A["default"].weight
+        assert type(adapter) is nn.Parameter and adapter.device.type == "cpu"
 
 
 def _plan_value(session, key):

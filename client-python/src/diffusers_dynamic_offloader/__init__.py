@@ -13,6 +13,7 @@ from .client import DdoClient
 from .component_info import Component
 from .errors import (
     BindError,
+    WeightEditError,
     ConfigurationError,
     DaemonError,
     DaemonGoneError,
@@ -39,6 +40,7 @@ __all__ = [
     "EmbeddedDaemonError",
     "TensorTableError",
     "BindError",
+    "WeightEditError",
     "MissingDependencyError",
     "StreamingError",
     "SessionClosedError",

@@ -27,6 +27,11 @@ class Component:
         warm_hit: For register and load results: True when nothing had to be transferred.
         seconds: For register and load results: how long the call took.
         info: ddod's ``ComponentInfo`` message itself.
+        base_cache_key: For a derived version (a streamed module's edited weights): the key of
+            the component it derives from; ``""`` otherwise.
+        changed_tensors: For a derived version: the tensors it stores anew.
+        own_bytes: The pool bytes this component holds itself (a derived version shares the
+            rest with its base).
     """
 
     cache_key: str
@@ -43,6 +48,9 @@ class Component:
     last_used_unix_ms: int
     warm_hit: bool = False
     seconds: float = 0.0
+    base_cache_key: str = ""
+    changed_tensors: int = 0
+    own_bytes: int = 0
     info: components_pb2.ComponentInfo = field(
         default_factory=components_pb2.ComponentInfo, repr=False, compare=False
     )
@@ -68,6 +76,9 @@ class Component:
             last_used_unix_ms=info.last_used_unix_ms,
             warm_hit=warm_hit,
             seconds=seconds,
+            base_cache_key=getattr(info, "base_cache_key", ""),
+            changed_tensors=getattr(info, "changed_tensors", 0),
+            own_bytes=getattr(info, "own_bytes", 0) or info.ref.total_bytes,
             info=info,
         )
 

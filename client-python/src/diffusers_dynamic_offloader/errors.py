@@ -15,6 +15,9 @@ type. The subclasses say what went wrong:
 - :class:`TensorTableError`: tensors given to the client cannot be registered as they are
   (not a tensor, a dtype the protocol has no code for, a sparse or quantized tensor).
 - :class:`BindError`: an attached component does not fit the module it is bound to.
+- :class:`WeightEditError`: an edit of a weight that ddod streams cannot be served (another
+  dtype, shape or device; training through streamed weights); the message names the module
+  tensor and says what to do instead.
 - :class:`MissingDependencyError`: an optional package (``xxhash``) is needed and absent.
 - :class:`StreamingError`: a streaming session cannot go on; its subclasses
   :class:`SessionClosedError` (ddod closed or failed the session) and :class:`DaemonGoneError`
@@ -118,6 +121,18 @@ class BindError(DdoError, ValueError):
         self.unexpected: Tuple[str, ...] = tuple(unexpected)
         self.mismatched: Tuple[str, ...] = tuple(mismatched)
         super().__init__(message)
+
+
+class WeightEditError(DdoError, RuntimeError):
+    """An edit of a weight on the DDO route that cannot be served.
+
+    Attributes:
+        module_tensor: ``"<module path>.<attribute>"`` of the weight in the runner's module.
+    """
+
+    def __init__(self, message: str, *, module_tensor: str = "") -> None:
+        super().__init__(message)
+        self.module_tensor = module_tensor
 
 
 class MissingDependencyError(DdoError, ImportError):

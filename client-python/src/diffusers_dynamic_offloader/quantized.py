@@ -23,13 +23,18 @@ from typing import Dict, List, Tuple
 import torch
 from torch import nn
 
+from .shared_weights import is_guarded
+
 _BNB_MODULES = {"Linear4bit", "Linear8bitLt", "LinearFP4", "LinearNF4"}
 _BNB_PARAMETERS = {"Params4bit", "Int8Params"}
 _PLAIN = (torch.Tensor, nn.Parameter)
 
 
 def is_plain_tensor(tensor: torch.Tensor) -> bool:
-    """True for a plain dense tensor or parameter whose data is a plain tensor."""
+    """True for a plain dense tensor or parameter whose data is a plain tensor, and for a
+    guarded view of ddod's memory (always made from one)."""
+    if is_guarded(tensor):
+        return True
     if type(tensor) not in _PLAIN:
         return False
     data = tensor.data if isinstance(tensor, nn.Parameter) else tensor

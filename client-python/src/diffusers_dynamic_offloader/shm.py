@@ -2,8 +2,11 @@
 
 ddod names a segment with a POSIX shared-memory name (``"/ddo-1000-ab12cd34ef56-0123..."``); on
 Linux that is the file ``/dev/shm/ddo-1000-...``. A client maps a segment read-write while it
-holds an upload into it, and read-only (``PROT_READ``, ``MAP_SHARED``) to attach: every process
-that attaches shares the same physical pages, and the kernel refuses writes to them.
+holds an upload into it, and copy-on-write (``MAP_PRIVATE``) to attach: every process that
+attaches reads the same physical pages, and a write (a runner editing a weight it was given)
+copies the page it touches into that process's private memory, so it never reaches ddod or
+another runner and never kills the writer. Memory ddod keeps changing (a session's ring) is
+mapped shared and read-only instead (``copy_on_write=False``), so that every update shows.
 
 A :class:`SegmentOpener` says how this process opens a segment: by its name when ddod runs as
 this user (as before), otherwise, or when the file's permissions refuse it (a group member of
@@ -33,6 +36,9 @@ from ._closeable import Closeable
 
 #: Where POSIX shared memory lives on Linux.
 SHM_DIR = "/dev/shm"
+
+#: Linux's MAP_NORESERVE: a copy-on-write mapping charges no commit for pages it never writes.
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
 
 #: Bytes copied per step of an upload (bounds the time between progress updates).
 WRITE_CHUNK_BYTES = 32 << 20
@@ -130,10 +136,12 @@ class SegmentMapping(Closeable):
         *,
         writable: bool,
         opener: Optional[SegmentOpener] = None,
+        copy_on_write: bool = True,
     ) -> None:
         """Opens ``/dev/shm/<name>`` (through ``opener``: the client's
-        ``_segment_opener``; default: by name) and maps its first ``size`` bytes
-        (``MAP_SHARED``).
+        ``_segment_opener``; default: by name) and maps its first ``size`` bytes: read-write
+        and shared when ``writable``; otherwise copy-on-write (``MAP_PRIVATE``; the segment is
+        opened read-only), or shared and read-only with ``copy_on_write=False``.
 
         Raises:
             DdoError: the segment does not exist, is not a regular file, is smaller than
@@ -143,6 +151,7 @@ class SegmentMapping(Closeable):
         self.path = segment_path(shm_name)
         self.size = int(size)
         self.writable = writable
+        self.copy_on_write = copy_on_write and not writable
         if self.size <= 0:
             raise DdoError(f"ddod sent segment {shm_name!r} with size {size}")
         fd = (opener or BY_NAME).open(shm_name, writable)
@@ -155,17 +164,26 @@ class SegmentMapping(Closeable):
                     f"shared-memory segment {self.path} holds {status.st_size} bytes, "
                     f"but ddod said {self.size}"
                 )
-            protection = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-            try:
-                self._mmap: Optional[mmap.mmap] = mmap.mmap(
-                    fd, self.size, flags=mmap.MAP_SHARED, prot=protection
-                )
-            except (OSError, ValueError) as error:
-                raise DdoError(f"cannot map shared-memory segment {self.path}: {error}") from error
+            self._mmap: Optional[mmap.mmap] = self._map(fd)
         finally:
             os.close(fd)
         self._whole: Optional[torch.Tensor] = None
         self._unshared_refcount = sys.getrefcount(self._mmap)
+
+    def _map(self, fd: int) -> mmap.mmap:
+        if self.copy_on_write:
+            try:
+                return mmap.mmap(fd, self.size, flags=mmap.MAP_PRIVATE | _MAP_NORESERVE,
+                                 prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            except OSError:
+                # Strict overcommit (vm.overcommit_memory=2) charges a private mapping in full:
+                # map it shared and read-only instead (the client guards its writes).
+                self.copy_on_write = False
+        protection = mmap.PROT_READ | (mmap.PROT_WRITE if self.writable else 0)
+        try:
+            return mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED, prot=protection)
+        except (OSError, ValueError) as error:
+            raise DdoError(f"cannot map shared-memory segment {self.path}: {error}") from error
 
     @property
     def closed(self) -> bool:
@@ -208,8 +226,8 @@ class SegmentMapping(Closeable):
     ) -> torch.Tensor:
         """A zero-copy tensor of ``dtype`` and ``shape`` over ``byte_size`` bytes at ``offset``.
 
-        On a read-only mapping the tensor is read-only too: writing to it kills the process
-        with SIGSEGV.
+        On a copy-on-write mapping a write to the tensor copies the pages it touches into this
+        process; on a shared read-only mapping the kernel refuses it (SIGSEGV).
 
         Raises:
             DdoError: the range is outside the mapping, or ``byte_size`` does not match.
@@ -259,7 +277,7 @@ class SegmentMapping(Closeable):
         return True
 
     def __repr__(self) -> str:
-        mode = "rw" if self.writable else "ro"
+        mode = "rw" if self.writable else "cow" if self.copy_on_write else "ro"
         state = ", closed" if self.closed else ""
         return f"SegmentMapping({self.path!r}, {self.size} bytes, {mode}{state})"
 

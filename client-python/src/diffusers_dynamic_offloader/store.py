@@ -243,6 +243,54 @@ def _register(
     return Component.from_proto(info, warm_hit=False, seconds=seconds)
 
 
+def register_derived(
+    client: "DdoClient",
+    cache_key: str,
+    base_key: str,
+    changed_specs: Sequence[components_pb2.TensorSpec],
+    changed_bytes: Sequence[torch.Tensor],
+    content_hash: str,
+    *,
+    wait: Optional[float] = None,
+) -> Component:
+    """Stores a derived version of the READY component ``base_key`` under ``cache_key``: the
+    tensors ``changed_specs`` (in table order) hold ``changed_bytes`` (flat uint8 CPU tensors,
+    hashed as ``content_hash``); every other tensor shares the base's bytes in ddod.
+
+    Returns:
+        The READY derived version; ``warm_hit`` when ddod had it already (nothing written).
+
+    Raises:
+        DaemonError: NOT_FOUND (no such base this caller may read), INVALID_ARGUMENT (a bad
+            name, a hash mismatch at commit), RESOURCE_EXHAUSTED (no room for the changed
+            bytes).
+    """
+    started = time.monotonic()
+    _check_key(cache_key)
+    request = components_pb2.RegisterComponentRequest(
+        lease_id=client.lease_id, cache_key=cache_key, base_cache_key=base_key,
+        changed_tensors=[spec.name for spec in changed_specs], content_hash=content_hash,
+    )
+    response = _register_with_retry(client, request, wait)
+    specs = list(changed_specs)
+    if response.warm_hit:
+        info = client._unary("GetComponent", components_pb2.GetComponentRequest(
+            cache_key=cache_key))
+        return Component.from_proto(info, warm_hit=True, seconds=time.monotonic() - started)
+    reporter = ProgressReporter(cache_key, progress=False)
+    try:
+        _write_upload(response, specs, list(changed_bytes), reporter, client._segment_opener)
+        info = client._unary(
+            "CommitUpload",
+            components_pb2.CommitUploadRequest(lease_id=client.lease_id,
+                                               upload_id=response.upload_id),
+        )
+    except BaseException:
+        _abort_upload(client, response.upload_id)
+        raise
+    return Component.from_proto(info, warm_hit=False, seconds=time.monotonic() - started)
+
+
 def _check_key(cache_key: str) -> None:
     if not isinstance(cache_key, str) or not cache_key:
         raise ConfigurationError(f"cache_key={cache_key!r} must be a non-empty string")

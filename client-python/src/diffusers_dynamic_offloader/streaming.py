@@ -11,10 +11,14 @@ component that is already in ddod's pool (``register_module`` or ``load_safetens
 2. It maps what ddod returns: the component's host pool (read-only), the resident slab and the
    ring (shared-memory segments on the host backend, CUDA IPC memory on a GPU), the ring's
    CUDA events, and the control block and the device's doorbell (read-write).
-3. It binds the module: every resident tensor becomes a view of the slab (parameters as
-   ``nn.Parameter(view, requires_grad=False)``); each streamed weight becomes the read-only
-   host pool view, so ``linear.weight`` keeps its shape and dtype and costs no memory; on a
-   GPU, non-persistent buffers are moved to the device.
+3. It binds the module: every resident tensor becomes a view of the slab; each streamed
+   weight becomes the host pool view (copy-on-write), so ``linear.weight`` keeps its shape and
+   dtype and costs no memory; on a GPU, non-persistent buffers are moved to the device. Every
+   bound tensor is guarded (:mod:`.shared_weights`): a write gives it private memory, and the
+   session stores the edited weights in ddod as a derived version of the component before the
+   next forward (:mod:`.edit_sync`); edits ddod cannot serve raise WeightEditError. Adapters
+   (PEFT's LoRA layers wrap a Linear: the base weights stream, the adapters are the runner's
+   own, see :mod:`.module_tensors`) are kept on the execution device (:mod:`.weight_watch`).
 4. It patches the ``forward`` of every streamed Linear (an instance attribute) to take its
    weight from the ring (:mod:`diffusers_dynamic_offloader.ring_consumer`), casting weight and
    bias to the input's dtype when they differ, and hooks the root module's forward to mark the
@@ -22,18 +26,18 @@ component that is already in ddod's pool (``register_module`` or ``load_safetens
    it from an earlier session), every later one streams it.
 
 ``close()`` (or leaving the ``with`` block) waits for the device, unpatches the forwards and
-rebinds every tensor to its read-only host pool view, so the module stays usable on the CPU,
-then releases the mappings and detaches.
+gives the module back with ordinary writable tensors on the CPU (copy-on-write views of ddod's
+copy, or the runner's edits), then releases the mappings and detaches.
 
-The module is for inference only, as with ``attach``: the tensors are read-only shared or
-device memory. One forward at a time: a session is not thread-safe, and two threads running
-the module at once would interleave their uses of the ring. Do not move the module
-(``module.to(...)``) or load a state dict into it while the session is open.
+Streamed weights cannot be trained through (a backward pass raises). One forward at a time: a
+session is not thread-safe, and two threads running the module at once would interleave their
+uses of the ring.
 """
 
 from __future__ import annotations
 
 import re
+import time
 import weakref
 
 from typing import (
@@ -58,12 +62,22 @@ from torch import nn
 from ._closeable import Closeable
 from ._proto import components_pb2, sessions_pb2
 from . import dtypes
+from .device_memory import DeviceMemory
 from .control_block import DEFAULT_STALL_TIMEOUT_S, ControlBlock, Doorbell
 from .errors import BindError, ConfigurationError, DaemonError, DdoError, describe_names
-from .module_tensors import ModuleTensor, alias_groups, assign, module_tensors
+from .edit_sync import EditSync, same_bytes, store_edits
+from .module_tensors import (
+    ModuleTensor,
+    alias_groups,
+    assign,
+    module_tensors,
+    runner_owned_tensors,
+)
 from .quantized import is_plain_tensor
 from .ring_consumer import RingConsumer, RingEvents, RingViews, UnitViews
+from .shared_weights import EditListener, WeightGuard, guard, is_guarded, plain
 from .shm import SegmentMapping, SegmentOpener
+from .weight_watch import WeightWatch
 
 if TYPE_CHECKING:
     from .client import DdoClient
@@ -168,9 +182,10 @@ def stream(
         streamable=streamable_weights(module, keep_resident),
     )
     response = client._unary("Attach", request)
-    session = StreamingSession(client, module, response, torch_device, stall_timeout)
+    session = StreamingSession(client, module, response, torch_device, stall_timeout, request)
     try:
         session._open()
+        session._watch_root()
     except BaseException:
         session.close()
         raise
@@ -236,91 +251,6 @@ def _settings_text(settings: Optional[Mapping[str, object]]) -> Dict[str, str]:
     return text
 
 
-class _DeviceMemory:
-    """The slab or the ring: a shared-memory segment (host) or CUDA IPC memory (GPU)."""
-
-    def __init__(
-        self,
-        what: str,
-        size: int,
-        shm_name: str,
-        handle: bytes,
-        device: torch.device,
-        opener: Optional[SegmentOpener] = None,
-    ) -> None:
-        self.what = what
-        self.size = size
-        self._segment: Optional[SegmentMapping] = None
-        self._ipc = None
-        self._whole: Optional[torch.Tensor] = None  # CUDA: one uint8 tensor over the memory
-        if size == 0:
-            return
-        if device.type == "cpu":
-            if not shm_name:
-                raise DdoError(f"ddod sent no shared-memory name for the session's {what}")
-            self._segment = SegmentMapping(shm_name, size, writable=False, opener=opener)
-        else:
-            from .cuda_ipc import IpcDeviceMemory
-
-            self._ipc = IpcDeviceMemory(handle, device.index)
-
-    def view(self, offset: int, byte_size: int, dtype: torch.dtype, shape: Sequence[int],
-             name: str) -> torch.Tensor:
-        """A zero-copy tensor over ``byte_size`` bytes at ``offset``."""
-        if offset < 0 or offset + byte_size > self.size:
-            raise DdoError(
-                f"ddod placed {name!r} at bytes [{offset}, {offset + byte_size}) of the "
-                f"{self.what}, which has {self.size} bytes"
-            )
-        if self._segment is not None:
-            return self._segment.tensor(offset, byte_size, dtype, shape)
-        if self._ipc is not None:
-            from .cuda_ipc import tensor_view
-
-            expected = _byte_size(dtype, shape)
-            if expected != byte_size:
-                raise DdoError(
-                    f"{byte_size} bytes of the {self.what} cannot hold {name!r}, {dtype} "
-                    f"{list(shape)} ({expected} bytes)"
-                )
-            if byte_size == 0:
-                return torch.empty(tuple(shape), dtype=dtype, device=f"cuda:{self._ipc.device}")
-            # Slices of one tensor: a view through __cuda_array_interface__ per tensor costs
-            # tens of microseconds, and a session makes thousands.
-            if self._whole is None:
-                self._whole = tensor_view(self._ipc, 0, (self.size,), torch.uint8)
-            return self._whole[offset : offset + byte_size].view(dtype).reshape(tuple(shape))
-        raise DdoError(f"ddod placed {name!r} in the session's {self.what}, which is empty")
-
-    def whole(self) -> torch.Tensor:
-        """The whole memory as one uint8 tensor."""
-        if self._segment is not None:
-            return self._segment.tensor(0, self.size, torch.uint8, (self.size,))
-        if self._ipc is not None:
-            from .cuda_ipc import tensor_view
-
-            if self._whole is None:
-                self._whole = tensor_view(self._ipc, 0, (self.size,), torch.uint8)
-            return self._whole
-        raise DdoError(f"the session's {self.what} is empty")
-
-    def close(self) -> None:
-        self._whole = None
-        if self._segment is not None:
-            self._segment.close()
-            self._segment = None
-        if self._ipc is not None:
-            self._ipc.close()
-            self._ipc = None
-
-
-def _byte_size(dtype: torch.dtype, shape: Sequence[int]) -> int:
-    count = 1
-    for dim in shape:
-        count *= int(dim)
-    return count * torch.empty((), dtype=dtype).element_size()
-
-
 class _Streamed(NamedTuple):
     """Where a streamed weight is: its unit and its index in the unit's tensors."""
 
@@ -328,16 +258,19 @@ class _Streamed(NamedTuple):
     index: int
 
 
-class StreamingSession(Closeable):
+class StreamingSession(Closeable, EditListener):
     """A module running on a streaming session (see the module documentation).
 
     Create it with ``client.stream(module, cache_key, device=...)``; it is a context manager.
     One forward at a time: not thread-safe.
 
     Attributes:
-        session_id: ddod's id of the session.
+        session_id: ddod's id of the session (a new one after edits moved the session to a
+            derived version of the component).
         device: The torch device the module runs on.
         module: The module the session rebound and patched.
+        last_sync: What the last :meth:`sync_edits` stored (``changed_tensors``,
+            ``uploaded_bytes``, ``warm_hit``, ``seconds``, ``cache_key``), or None.
     """
 
     def __init__(
@@ -347,9 +280,11 @@ class StreamingSession(Closeable):
         response: sessions_pb2.AttachResponse,
         device: torch.device,
         stall_timeout: float,
+        request: Optional[sessions_pb2.AttachRequest] = None,
     ) -> None:
         """Takes over an attached session; :func:`stream` calls :meth:`_open` next."""
         self.session_id: str = response.session_id
+        self.last_sync: Optional[Dict[str, object]] = None
         #: The seed's DynamicOffloadState and DynamicOffloadConfig, when enable_offload
         #: opened the session (the seed's hook had both).
         self.state: Any = None
@@ -358,17 +293,31 @@ class StreamingSession(Closeable):
         self.module = module
         self._client: Optional["DdoClient"] = client
         self._response = response
+        self._request = request
+        self._base_cache_key = (getattr(response.component, "base_cache_key", "")
+                                or response.component.ref.cache_key)
         self._stall_timeout = stall_timeout
         self._closed = False
         self._pool_mappings: List[SegmentMapping] = []
         self._pool_views: Dict[str, torch.Tensor] = {}
-        self._slab: Optional[_DeviceMemory] = None
-        self._ring: Optional[_DeviceMemory] = None
+        self._slab: Optional[DeviceMemory] = None
+        self._ring: Optional[DeviceMemory] = None
         self._block: Optional[ControlBlock] = None
         self._doorbell: Optional[Doorbell] = None
         self._events: Optional[RingEvents] = None
         self._consumer: Optional[RingConsumer] = None
         self._bound = False
+        self._groups: List[Tuple[str, List[ModuleTensor]]] = []
+        # What _bind bound, by component name: the guarded tensor and the view it started as.
+        self._bound_tensors: Dict[str, torch.Tensor] = {}
+        self._bound_views: Dict[str, torch.Tensor] = {}
+        # Each tensor's requires_grad before the session, given back at close.
+        self._requires_grad: Dict[str, bool] = {}
+        # Edited tensors not yet stored in ddod, by component name.
+        self._dirty: Dict[str, torch.Tensor] = {}
+        self._watch: Optional[WeightWatch] = None
+        self._edit_syncs = 0
+        self._uploaded_edit_bytes = 0
         self._patched: List[nn.Module] = []
         self._hooks: List[torch.utils.hooks.RemovableHandle] = []
         # Non-persistent buffers moved to the device: (owner, attribute, original).
@@ -402,21 +351,27 @@ class StreamingSession(Closeable):
 
         slots = resources.ring_slots
         slot_bytes = resources.ring_slot_bytes
-        self._slab = _DeviceMemory(
+        self._slab = DeviceMemory(
             "resident slab", resources.resident_slab_bytes, resources.resident_slab_shm,
             resources.resident_slab_handle, self.device, opener,
         )
         # The arena (units of the schedule, packed) and the out-of-schedule slot after it.
-        self._ring = _DeviceMemory(
+        self._ring = DeviceMemory(
             "ring", resources.ring_arena_bytes + slot_bytes if resources.units else 0,
             resources.ring_shm, resources.ring_handle, self.device, opener,
+            copy_on_write=False,  # ddod keeps refilling it: every update must show
         )
         resident = self._resident_views(resources, specs)
         streamed = self._streamed_layout(resources, specs, slot_bytes)
         self._check_coverage(groups, resident, streamed)
 
         self._bound = True  # from here on, close() rebinds the module to the host pool
+        self._groups = groups
         self._bind(groups, resident)
+        self._watch = WeightWatch(
+            self.module, self._bound_tensors,
+            {spec.name: (_dtype(spec), tuple(spec.shape)) for spec in info.tensors},
+            self.device)
         if not resources.units:
             return  # everything is resident: nothing streams, the module runs as it is
 
@@ -592,9 +547,15 @@ class StreamingSession(Closeable):
     ) -> None:
         """Resident tensors to their slab views, streamed weights to their host pool views;
         on a GPU, non-persistent buffers to the device."""
+        self._bound_tensors = {}
+        self._bound_views = {}
         for source, group in groups:
             view = resident.get(source)
-            assign(group, view if view is not None else self._pool_views[source])
+            if view is None:
+                view = self._pool_views[source]
+            for entry in group:
+                self._requires_grad.setdefault(entry.name, bool(entry.tensor.requires_grad))
+            self._bind_group(source, group, view)
         if self.device.type != "cpu":
             for owner in self.module.modules():
                 transient = getattr(owner, "_non_persistent_buffers_set", set())
@@ -624,18 +585,10 @@ class StreamingSession(Closeable):
                         f"hook before streaming"
                     )
                 linear.forward = _streamed_forward(
-                    consumer.tensors, where.unit, where.index, linear.bias
+                    consumer.tensors, where.unit, where.index, linear.bias, entry.module_path
                 )
                 patched.add(id(linear))
                 self._patched.append(linear)
-        self._hooks.append(
-            self.module.register_forward_pre_hook(lambda _module, _inputs: consumer.begin_forward())
-        )
-        self._hooks.append(
-            self.module.register_forward_hook(
-                lambda _module, _inputs, _output: consumer.end_forward()
-            )
-        )
 
     def _send_schedule(self, order: List[int]) -> int:
         response = self._open_client()._unary(
@@ -644,11 +597,165 @@ class StreamingSession(Closeable):
         )
         return response.uses_per_cycle
 
+    def _bind_group(self, source: str, group: List[ModuleTensor], view: torch.Tensor) -> None:
+        """Binds every name of one tensor to a guarded tensor over ``view``."""
+        where = f"{group[0].name} ({type(self.module).__name__})"
+        parameter = buffer = None
+        for entry in group:
+            if entry.is_buffer:
+                if buffer is None:
+                    buffer = guard(view, name=source, where=where, parameter=False, listener=self)
+                entry.owner._buffers[entry.attribute] = buffer
+            else:
+                if parameter is None:
+                    parameter = guard(view, name=source, where=where, parameter=True,
+                                      listener=self)
+                entry.owner._parameters[entry.attribute] = parameter
+        self._bound_tensors[source] = parameter if parameter is not None else buffer
+        self._bound_views[source] = view
+
+    def _watch_root(self) -> None:
+        """Hooks the root module's forward (edits are stored, then the cycle begins and ends
+        with it) and its ``_apply`` (``module.to``/``half``/``cuda``: refused before anything
+        converts when they would change a weight ddod serves). Once per session: syncs reopen
+        the session beneath these hooks."""
+        session = weakref.ref(self)  # the module must not keep its session alive
+
+        def before(_module: nn.Module, _inputs: Any) -> None:
+            live = session()
+            if live is not None and not live._closed:
+                live._before_forward()
+
+        def after(_module: nn.Module, _inputs: Any, _output: Any) -> None:
+            live = session()
+            if live is not None and live._consumer is not None:
+                live._consumer.end_forward()
+
+        self._hooks.append(self.module.register_forward_pre_hook(before))
+        self._hooks.append(self.module.register_forward_hook(after))
+        original_apply = self.module._apply
+
+        def guarded_apply(fn: Callable[[torch.Tensor], torch.Tensor], *args: Any, **kwargs: Any):
+            live = session()
+            if live is not None and not live._closed:
+                live._check_conversion(fn)
+            return original_apply(fn, *args, **kwargs)
+
+        self.module.__dict__["_apply"] = guarded_apply
+
+    def _before_forward(self) -> None:
+        if self._watch is not None:
+            self._dirty.update(self._watch.check())
+        if self._dirty:
+            self.sync_edits()
+        if self._consumer is not None:
+            self._consumer.begin_forward()
+
+    def _check_conversion(self, convert: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Refuses a ``module._apply(convert)`` that would give a weight ddod serves another
+        dtype or device: ``convert`` is tried on an empty tensor of each kind bound."""
+        tried = set()
+        for source, tensor in self._bound_tensors.items():
+            kind = (tensor.dtype, tensor.device, isinstance(tensor, nn.Parameter))
+            if kind in tried:
+                continue
+            tried.add(kind)
+            with torch.no_grad():
+                probe = convert(torch.empty(0, dtype=tensor.dtype, device=tensor.device))
+            if isinstance(probe, torch.Tensor) and (
+                    probe.dtype != tensor.dtype or probe.device != tensor.device):
+                raise tensor._ddo_guard.refusal(
+                    f"converting the module's weights from {str(tensor.dtype)[6:]} on "
+                    f"{tensor.device} to {str(probe.dtype)[6:]} on {probe.device} is not "
+                    f"supported while it is on the DDO route (the module runs on "
+                    f"{self.device} already; nothing was converted)",
+                    "load the model in the dtype you want before enable_offload (DDO casts "
+                    "streamed weights to the input's dtype at each use), or call "
+                    "remove_dynamic_offload() / result.release() first: the module then gets "
+                    "ordinary tensors on the CPU.")
+
+    # Edits.
+
+    def weight_written(self, written: WeightGuard) -> None:
+        """A guarded weight was written (EditListener): store it before the next forward."""
+        tensor = written.tensor
+        if tensor is not None and self._bound_tensors.get(written.name) is tensor:
+            self._dirty[written.name] = tensor
+
+    @property
+    def base_cache_key(self) -> str:
+        """The key of the component the session started from (before any edit)."""
+        return self._base_cache_key
+
+    def sync_edits(self) -> Optional[Dict[str, object]]:
+        """Stores the weights edited since the last sync in ddod, as a derived version of the
+        component (:mod:`.edit_sync`), and moves the session to it; runs by itself before the
+        next forward. Returns what it stored (also in :attr:`last_sync`), or None when no
+        weight was edited.
+
+        Raises:
+            DaemonError: ddod refused to store them (RESOURCE_EXHAUSTED: no room in the pool);
+                the edits stay in the module and are tried again at the next forward.
+        """
+        if self._watch is not None and not self._closed:
+            self._dirty.update(self._watch.check())
+        if not self._dirty or self._closed:
+            return None
+        started = time.perf_counter()
+        client = self._open_client()
+        dirty, self._dirty = self._dirty, {}
+        changed = {}
+        for name, tensor in dirty.items():
+            if same_bytes(tensor, self._pool_views[name]):
+                group = next(group for source, group in self._groups if source == name)
+                self._bind_group(name, group, self._bound_views[name])  # ddod's copy again
+            else:
+                changed[name] = tensor
+        if not changed:
+            result = EditSync(0, 0, False, time.perf_counter() - started, self.cache_key)
+        else:
+            try:
+                stored = store_edits(client, self.cache_key, self._response.component.tensors,
+                                     changed)
+            except BaseException:
+                self._dirty = {**changed, **self._dirty}  # nothing lost: tried again later
+                raise
+            self._reattach(stored.cache_key)
+            result = EditSync(stored.changed_tensors, stored.uploaded_bytes, stored.warm_hit,
+                              time.perf_counter() - started, stored.cache_key)
+            self._edit_syncs += 1
+            self._uploaded_edit_bytes += stored.uploaded_bytes
+        self.last_sync = result.as_dict()
+        return self.last_sync
+
+    def _reattach(self, cache_key: str) -> None:
+        """Moves the session to the component ``cache_key`` (a derived version of this one):
+        the old session ends, the module is bound and patched anew. If that fails, the module
+        is left on host views (and its private edits), and the session closed."""
+        client = self._open_client()
+        self._end_session(restore_for_release=False)
+        request = sessions_pb2.AttachRequest()
+        request.CopyFrom(self._request)
+        request.cache_key = cache_key
+        request.lease_id = client.lease_id
+        try:
+            response = client._unary("Attach", request)
+            self._response = response
+            self.session_id = response.session_id
+            self._finalizer = weakref.finalize(self, _detach_quietly, client,
+                                               response.session_id)
+            self._finalizer.atexit = False
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
     # Reading.
 
     @property
     def cache_key(self) -> str:
-        """The component's cache key."""
+        """The key of the component the session streams (a derived version's once edits
+        were stored)."""
         return self._response.component.ref.cache_key
 
     @property
@@ -723,16 +830,21 @@ class StreamingSession(Closeable):
             streamed_bytes_per_cycle=sum(sizes[unit] for unit in schedule),
             schedule_length=len(schedule),
             learning=learning,
+            edit_syncs=self._edit_syncs,
+            uploaded_edit_bytes=self._uploaded_edit_bytes,
         )
 
     # Closing.
 
     def close(self) -> None:
-        """Restores the module and ends the session. Idempotent.
+        """Gives the module back and ends the session. Idempotent.
 
-        Releases the held unit, waits for the device, unpatches the forwards, rebinds every
-        tensor to its read-only host pool view (the module stays usable on the CPU), closes
-        the mappings and detaches. A session whose ddod is gone closes without error.
+        Releases the held unit, waits for the device, unpatches the forwards and gives every
+        tensor back as an ordinary, writable tensor on the CPU with its ``requires_grad`` as it
+        was: weights nobody edited become copy-on-write views of ddod's copy (no copy is made:
+        a page is copied when it is first written), edited ones keep their edits (moved to the
+        host). Adapters move to the host too. Then it closes the mappings and detaches. A
+        session whose ddod is gone closes without error.
         """
         if self._closed:
             return
@@ -740,6 +852,15 @@ class StreamingSession(Closeable):
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+        self.module.__dict__.pop("_apply", None)
+        try:
+            self._end_session(restore_for_release=True)
+        finally:
+            self._client = None
+
+    def _end_session(self, restore_for_release: bool) -> None:
+        """Stops streaming and detaches; the module is left on host views (given back for
+        good when ``restore_for_release``, else until a new session binds it)."""
         consumer, self._consumer = self._consumer, None
         try:
             if consumer is not None and self._block is not None and not self._block.closed:
@@ -750,20 +871,41 @@ class StreamingSession(Closeable):
             for linear in self._patched:
                 linear.__dict__.pop("forward", None)
             self._patched = []
-            if self._bound:
-                self._restore()
+            # Bound now, or bound before a sync that failed to bind anew.
+            if self._bound or (restore_for_release and self._requires_grad):
+                self._restore(release=restore_for_release)
             if consumer is not None:
                 consumer.drop_views()
             self._release_memory()
             self._detach()
 
-    def _restore(self) -> None:
-        """Every tensor back to its host pool view; moved buffers back to the host."""
-        for source, group in _pool_groups(self.module, self._pool_views):
-            assign(group, self._pool_views[source])
+    def _restore(self, release: bool) -> None:
+        """Every tensor to memory of the runner's own: ddod's untouched weights to
+        copy-on-write host views, edited ones as they are (on the host when ``release``);
+        moved buffers back to the host."""
+        for group in alias_groups(module_tensors(self.module)):
+            current = group[0].tensor
+            source = next((entry.name for entry in group if entry.name in self._pool_views), None)
+            if source is not None and is_guarded(current) and current._ddo_guard.shared:
+                data = self._pool_views[source]
+            else:
+                data = plain(current).detach()
+                if release and data.device.type != "cpu":
+                    data = data.to("cpu")
+            wanted = self._requires_grad.get(group[0].name, False) if release else False
+            assign(group, data, requires_grad=wanted)
+        if release:
+            for entry in runner_owned_tensors(self.module):
+                if entry.tensor.device.type != "cpu":
+                    with torch.no_grad():
+                        if entry.is_buffer:
+                            entry.owner._buffers[entry.attribute] = entry.tensor.to("cpu")
+                        else:
+                            entry.tensor.data = entry.tensor.data.to("cpu")
         for owner, attribute, original in self._moved_buffers:
             owner._buffers[attribute] = original
         self._moved_buffers = []
+        self._bound_tensors = {}
         self._bound = False
 
     def _release_memory(self) -> None:
@@ -780,7 +922,7 @@ class StreamingSession(Closeable):
 
     def _detach(self) -> None:
         self._finalizer.detach()
-        client, self._client = self._client, None
+        client = self._client
         if client is None or client.closed:
             return
         try:
@@ -815,33 +957,46 @@ def _detach_quietly(client: "DdoClient", session_id: str) -> None:
 
 
 def _streamed_forward(
-    tensors: Callable[[int], UnitViews], unit: int, index: int, bias: Optional[torch.Tensor]
+    tensors: Callable[[int], UnitViews], unit: int, index: int, bias: Optional[torch.Tensor],
+    module_path: str,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """The forward of a streamed Linear: its weight from the ring, cast (like its bias) to the
-    input's dtype when they differ."""
+    input's dtype when they differ. The bias is read through a plain alias (no guard on the
+    hot path): an edit of it is stored, and the forward rebuilt, before the next forward."""
     linear = F.linear
+    bias = plain(bias) if bias is not None else None
 
     def forward(input: torch.Tensor) -> torch.Tensor:
         weight = tensors(unit)[index]
         dtype = input.dtype
         if weight.dtype != dtype:
             weight = weight.to(dtype)
-        if bias is not None and bias.dtype != dtype:
-            return linear(input, weight, bias.to(dtype))
-        return linear(input, weight, bias)
+        used_bias = bias.to(dtype) if bias is not None and bias.dtype != dtype else bias
+        if input.requires_grad and torch.is_grad_enabled():
+            return _NoBackwardThroughStream.apply(input, weight, used_bias, module_path)
+        return linear(input, weight, used_bias)
 
     return forward
 
 
-def _pool_groups(
-    module: nn.Module, pool_views: Mapping[str, torch.Tensor]
-) -> List[Tuple[str, List[ModuleTensor]]]:
-    groups = []
-    for group in alias_groups(module_tensors(module)):
-        source = next((entry.name for entry in group if entry.name in pool_views), None)
-        if source is not None:
-            groups.append((source, group))
-    return groups
+class _NoBackwardThroughStream(torch.autograd.Function):
+    """A streamed Linear's forward in grad mode: the ring slot holding its weight is reused
+    long before a backward pass, so a backward through it would compute with another unit's
+    bytes. It raises instead."""
+
+    @staticmethod
+    def forward(ctx, input, weight, bias, module_path):  # noqa: D401 - autograd signature
+        ctx.module_path = module_path
+        return F.linear(input, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        raise RuntimeError(
+            f"{ctx.module_path}: cannot backpropagate through a Linear whose weight DDO streams "
+            f"(its device copy sits in a ring slot that is reused long before the backward "
+            f"pass). Training through streamed weights is not supported: run inference under "
+            f"torch.no_grad() / torch.inference_mode(), or call remove_dynamic_offload() first "
+            f"to train on the module's own copy.")
 
 
 def _spec(

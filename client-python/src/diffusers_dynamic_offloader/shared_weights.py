@@ -1,0 +1,412 @@
+"""Weights that live in ddod's memory, bound into a runner's module, guarded against writes.
+
+A module on the DDO route computes with ddod's one shared copy of its weights: resident
+tensors are views of the session's slab (shared memory, or CUDA memory that other runners' warm
+sessions use too), streamed weights are views of the component in ddod's pool. Writing through
+such a view would change what other runners compute with, or kill this one. So every tensor a
+session binds is a :class:`SharedParameter` (or, for buffers and views, a :class:`SharedTensor`):
+a tensor subclass whose ``__torch_function__`` sees every PyTorch operation on it, and
+
+- lets reads through (the result of a read that aliases the weight, such as ``.data``,
+  ``.detach()``, ``.t()`` or slicing, is guarded in turn; any other result is a plain tensor);
+- on a write (an in-place op, ``copy_``, ``__setitem__``, ``out=``, assigning ``.data``) first
+  gives the weight private memory: the parameter object itself is re-pointed with ``set_`` to a
+  private copy (on the same device), so the module and every holder of the parameter see the
+  edit, and the write lands there. Common in-place arithmetic on the whole tensor
+  (``+=``, ``-=``, ``*=``, ``/=``, ``copy_``) is computed out of place straight into the new
+  memory, one pass instead of a copy and a second pass; an operand on another device (a LoRA
+  delta computed on the GPU, for a weight whose copy is on the host) is brought over. The
+  guard then tells its listener (the streaming session), which stores the edited weights in
+  ddod as a derived version before the next forward (:mod:`.edit_sync`), so that what streams
+  is what the module holds;
+- refuses, with :class:`WeightEditError`, what ddod cannot serve: another dtype, shape or
+  device for a weight (``module.half()``, ``.to("meta")``), and ``requires_grad=True``
+  (training through streamed weights is not supported).
+
+Code outside PyTorch that writes through a raw pointer (ctypes, a C extension on
+``data_ptr()``) is not seen: host views are private copy-on-write mappings, so such a write
+cannot crash the runner or reach ddod, but it does not reach what streams either. ``numpy()``
+of a guarded weight is a read-only array.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import WeightEditError
+
+__all__ = [
+    "EditListener",
+    "SharedParameter",
+    "SharedTensor",
+    "WeightGuard",
+    "guard",
+    "is_guarded",
+    "plain",
+]
+
+# Inside the handler, operations run on the plain tensors (no recursion into the handler).
+_DISABLED = getattr(torch._C, "DisableTorchFunctionSubclass", None) or torch._C.DisableTorchFunction
+
+#: In-place operators whose names do not end with a single underscore.
+_INPLACE_DUNDERS = frozenset({
+    "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+    "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
+    "__imatmul__",
+})
+#: In-place methods that change no data.
+_NOT_WRITES = frozenset({"detach_", "retain_grad_", "requires_grad_"})
+#: In-place arithmetic computed out of place into the weight's new memory.
+_OUT_OF_PLACE: Dict[str, Callable[..., torch.Tensor]] = {
+    "add_": torch.add, "__iadd__": torch.add,
+    "sub_": torch.sub, "__isub__": torch.sub,
+    "mul_": torch.mul, "__imul__": torch.mul,
+    "div_": torch.div, "__itruediv__": torch.div,
+}
+#: Functions whose result is always a new tensor (the hot path of a forward): no alias check.
+_FRESH_RESULT = frozenset(
+    function for function in (
+        F.linear, F.layer_norm, F.group_norm, getattr(F, "rms_norm", None), F.embedding,
+        F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
+        F.conv_transpose3d, torch.matmul, torch.addmm, torch.bmm, torch.baddbmm,
+        torch.Tensor.__matmul__, torch.Tensor.__add__, torch.Tensor.__radd__,
+        torch.Tensor.__mul__, torch.Tensor.__rmul__, torch.Tensor.__sub__,
+        torch.Tensor.__rsub__, torch.Tensor.__truediv__, torch.add, torch.mul, torch.sub,
+        torch.div, getattr(F, "scaled_dot_product_attention", None),
+    )
+    if function is not None
+)
+# The result of a handled write that the operation itself would have returned.
+_NOT_HANDLED = object()
+
+
+class EditListener:
+    """Told when a guarded weight was written (it now lives in private memory)."""
+
+    def weight_written(self, guard: "WeightGuard") -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class WeightGuard:
+    """The guard of one bound tensor: its component name, where it is bound, the range of
+    ddod's memory it was bound to, and whether it still views that memory.
+
+    Attributes:
+        name: The tensor's name in the component.
+        where: ``"<module path>.<attribute>"`` in the runner's module, for messages.
+        shared: True while the tensor views ddod's memory; False once a write gave it
+            private memory.
+    """
+
+    __slots__ = ("name", "where", "shared", "_tensor", "_listener", "_start", "_end",
+                 "__weakref__")
+
+    def __init__(self, name: str, where: str, tensor: torch.Tensor,
+                 listener: Optional[EditListener]) -> None:
+        self.name = name
+        self.where = where
+        self.shared = True
+        self._tensor = weakref.ref(tensor)
+        self._listener = weakref.ref(listener) if listener is not None else None
+        self._start = tensor.data_ptr()
+        self._end = self._start + tensor.numel() * tensor.element_size()
+
+    @property
+    def tensor(self) -> Optional[torch.Tensor]:
+        """The bound parameter or buffer (None once collected)."""
+        return self._tensor()
+
+    def refusal(self, what: str, instead: str) -> WeightEditError:
+        """The error for an edit this guard refuses."""
+        return WeightEditError(
+            f"{self.where}: {what}. DDO streams this weight from ddod's shared copy; {instead}",
+            module_tensor=self.where,
+        )
+
+    def views_shared(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` points into the ddod memory this guard was bound to."""
+        return self._start <= tensor.data_ptr() < max(self._end, self._start + 1)
+
+    def written(self) -> None:
+        self.shared = False
+        listener = self._listener() if self._listener is not None else None
+        if listener is not None:
+            listener.weight_written(self)
+
+
+def is_guarded(tensor: Any) -> bool:
+    """Whether ``tensor`` is a guarded view of ddod's memory (or was bound as one)."""
+    return isinstance(tensor, (SharedParameter, SharedTensor))
+
+
+def guard(view: torch.Tensor, *, name: str, where: str, parameter: bool,
+          listener: Optional[EditListener]) -> torch.Tensor:
+    """``view`` (a plain tensor over ddod's memory) as a guarded parameter or buffer."""
+    if parameter:
+        bound: torch.Tensor = SharedParameter(view, requires_grad=False)
+    else:
+        bound = view.as_subclass(SharedTensor)
+    bound._ddo_guard = WeightGuard(name, where, bound, listener)
+    return bound
+
+
+def plain(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain ``torch.Tensor`` over the same memory (for the hot path: no handler)."""
+    return tensor.as_subclass(torch.Tensor) if is_guarded(tensor) else tensor
+
+
+def _guarded_torch_function(cls, func, types, args=(), kwargs=None):
+    if kwargs is None:
+        kwargs = {}
+    if func in _FRESH_RESULT and "out" not in kwargs:
+        with _DISABLED():
+            return func(*args, **kwargs)
+    name = getattr(func, "__name__", "")
+    written = _written(func, name, args, kwargs)
+    if written:
+        handled = _before_write(written, name, args, kwargs)
+        if handled is not _NOT_HANDLED:
+            return handled
+    with _DISABLED():
+        result = func(*args, **kwargs)
+    if written:
+        for target in written:
+            target._ddo_guard.written()
+    if name == "numpy":
+        result.flags.writeable = False  # a write would not reach what streams
+        return result
+    return _guard_aliases(result, args)
+
+
+def _written(func, name: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[torch.Tensor]:
+    """The guarded tensors this call writes; raises for a refused ``requires_grad``."""
+    first = args[0] if args else None
+    if name == "__set__":  # a property setter: which property is the descriptor's name
+        attribute = getattr(getattr(func, "__self__", None), "__name__", "")
+        if attribute == "requires_grad" and is_guarded(first) and len(args) > 1 and args[1]:
+            raise _training_refusal(first)
+        return [first] if attribute == "data" and is_guarded(first) else []
+    if name == "requires_grad_":
+        wanted = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+        if is_guarded(first) and wanted:
+            raise _training_refusal(first)
+        return []
+    targets: List[torch.Tensor] = []
+    if (name.endswith("_") and not name.endswith("__") and name not in _NOT_WRITES) or (
+            name in _INPLACE_DUNDERS):
+        candidates = first if isinstance(first, (list, tuple)) else (first,)
+        targets.extend(tensor for tensor in candidates if is_guarded(tensor))
+    out = kwargs.get("out")
+    if out is not None:
+        candidates = out if isinstance(out, (list, tuple)) else (out,)
+        targets.extend(tensor for tensor in candidates if is_guarded(tensor))
+    return targets
+
+
+def _training_refusal(tensor: torch.Tensor) -> WeightEditError:
+    return tensor._ddo_guard.refusal(
+        "requires_grad=True asks to train it",
+        "training through streamed weights is not supported (the device copy lives in a ring "
+        "slot that is reused before a backward pass). Train adapters (LoRA) instead, whose "
+        "weights are the runner's own, or call remove_dynamic_offload() / result.release() "
+        "first: the module then gets ordinary tensors.",
+    )
+
+
+def _before_write(written: List[torch.Tensor], name: str, args: Sequence[Any],
+                  kwargs: Dict[str, Any]) -> Any:
+    """Gives every written weight private memory; performs the write itself when it can do it
+    in one pass (returning what the operation returns), else returns _NOT_HANDLED."""
+    if name == "__set__":
+        return _assign_data(written[0], args[1])
+    if len(written) == 1 and written[0] is args[0]:
+        done = _write_out_of_place(written[0], name, args, kwargs)
+        if done is not _NOT_HANDLED:
+            written[0]._ddo_guard.written()
+            return done
+    for target in written:
+        _make_private(target)
+    return _NOT_HANDLED
+
+
+def _assign_data(target: torch.Tensor, value: Any) -> None:
+    """``target.data = value``: accepted when ``value`` has the weight's dtype, shape and
+    device (``module.to(...)`` that changes nothing lands here too)."""
+    guard_ = target._ddo_guard
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{guard_.where}: .data must be a tensor, not {type(value).__name__}")
+    with _DISABLED():
+        same_memory = (value.data_ptr() == target.data_ptr() and value.shape == target.shape
+                       and value.dtype == target.dtype and value.device == target.device
+                       and value.stride() == target.stride())
+        if same_memory:
+            return None
+        if value.dtype != target.dtype or value.device != target.device:
+            raise guard_.refusal(
+                f"converting it from {_describe(target)} to {_describe(value)} is not "
+                f"supported while the module is on the DDO route",
+                "load the model in the dtype you want before enable_offload (DDO casts streamed "
+                "weights to the input's dtype at each use), or call remove_dynamic_offload() / "
+                "result.release() first: the module then gets ordinary tensors.",
+            )
+        if value.shape != target.shape:
+            raise guard_.refusal(
+                f"a new value of shape {list(value.shape)} for a weight of shape "
+                f"{list(target.shape)}",
+                "ddod serves the component's shapes; call remove_dynamic_offload() first to "
+                "change the architecture, then enable_offload again.",
+            )
+        if is_guarded(value) and value._ddo_guard.views_shared(value):
+            value = value.clone()  # never bind one weight to another one's ddod memory
+        torch.Tensor.data.__set__(target, value)
+    guard_.written()
+    return None
+
+
+def _write_out_of_place(target: torch.Tensor, name: str, args: Sequence[Any],
+                        kwargs: Dict[str, Any]) -> Any:
+    """``weight.add_(delta)`` and the like on a weight that still views ddod's memory,
+    computed as ``add(weight, delta)`` into new memory (one pass, no copy first)."""
+    guard_ = target._ddo_guard
+    parameter = guard_.tensor
+    if not guard_.shared or not _covers(target, parameter):
+        return _NOT_HANDLED
+    with _DISABLED(), torch.no_grad():
+        if name == "copy_" and len(args) >= 2 and isinstance(args[1], torch.Tensor):
+            result = torch.empty_like(target, memory_format=torch.contiguous_format)
+            result.copy_(args[1], **kwargs)
+        elif name in _OUT_OF_PLACE and len(args) >= 2:
+            operands = [_on_device(arg, target.device) for arg in args[1:]]
+            result = _OUT_OF_PLACE[name](target, *operands, **kwargs)
+            if result.dtype != target.dtype:
+                return _NOT_HANDLED  # the in-place op would cast (or refuse): let it
+        else:
+            return _NOT_HANDLED
+        if result.shape != target.shape:
+            return _NOT_HANDLED
+        parameter.set_(result)
+        if target is not parameter:
+            target.set_(result)
+    return target
+
+
+def _make_private(target: torch.Tensor) -> None:
+    """Re-points the guarded weight (and ``target``, a view of it) to a private copy of its
+    memory, unless that was done already."""
+    guard_ = target._ddo_guard
+    parameter = guard_.tensor
+    with _DISABLED(), torch.no_grad():
+        if guard_.shared and parameter is not None and guard_.views_shared(parameter):
+            parameter.set_(parameter.clone(memory_format=torch.contiguous_format))
+        if guard_.views_shared(target):
+            if parameter is None or guard_.views_shared(parameter):
+                target.set_(target.clone())  # an orphaned view: give it its own copy
+            else:
+                _relocate(target, guard_, parameter)
+
+
+def _relocate(target: torch.Tensor, guard_: WeightGuard, parameter: torch.Tensor) -> None:
+    """Points ``target``, a view into the weight's old ddod memory, at the same place of the
+    weight's private memory."""
+    offset = target.data_ptr() - guard_._start
+    size = target.element_size()
+    if offset % size or (target.dtype != parameter.dtype and not hasattr(parameter, "untyped_storage")):
+        raise guard_.refusal(
+            "writing through a view of another dtype or alignment",
+            "write through the parameter itself (or a same-dtype view of it).",
+        )
+    base = parameter.storage_offset() * parameter.element_size() + offset
+    storage = (parameter.untyped_storage() if hasattr(parameter, "untyped_storage")
+               else parameter.storage())
+    target.set_(storage, base // size, target.size(), target.stride())
+
+
+def _covers(target: torch.Tensor, parameter: Optional[torch.Tensor]) -> bool:
+    """Whether ``target`` is the whole (contiguous) weight."""
+    if parameter is None:
+        return False
+    with _DISABLED():
+        return (target.data_ptr() == parameter.data_ptr() and target.shape == parameter.shape
+                and target.dtype == parameter.dtype and target.is_contiguous()
+                and parameter.is_contiguous())
+
+
+def _on_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor) and value.device != device and value.dim() > 0:
+        return value.to(device)
+    return value
+
+
+def _guard_aliases(result: Any, args: Sequence[Any]) -> Any:
+    """Guards every tensor of ``result`` that aliases the guarded argument."""
+    source = next((arg for arg in args if is_guarded(arg)), None)
+    if source is None:
+        return result
+    if isinstance(result, torch.Tensor):
+        return _guard_alias(result, source)
+    if type(result) in (tuple, list):
+        return type(result)(
+            _guard_alias(item, source) if isinstance(item, torch.Tensor) else item
+            for item in result
+        )
+    return result
+
+
+def _guard_alias(tensor: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    if is_guarded(tensor) or tensor.device != source.device or tensor.numel() == 0:
+        return tensor
+    if _storage_pointer(tensor) != _storage_pointer(source):
+        return tensor
+    view = tensor.as_subclass(SharedTensor)
+    view._ddo_guard = source._ddo_guard
+    return view
+
+
+def _storage_pointer(tensor: torch.Tensor) -> int:
+    with _DISABLED():
+        if hasattr(tensor, "untyped_storage"):
+            return tensor.untyped_storage().data_ptr()
+        return tensor.storage().data_ptr()
+
+
+def _describe(tensor: torch.Tensor) -> str:
+    return f"{str(tensor.dtype).replace('torch.', '')} on {tensor.device}"
+
+
+def _plain_copy(tensor: torch.Tensor) -> torch.Tensor:
+    with _DISABLED():
+        return tensor.detach().clone()
+
+
+class SharedParameter(nn.Parameter):
+    """A parameter over ddod's memory (see the module documentation). Copies and pickles of it
+    are ordinary parameters with their own memory."""
+
+    __torch_function__ = classmethod(_guarded_torch_function)
+
+    def __deepcopy__(self, memo):
+        if id(self) not in memo:
+            memo[id(self)] = nn.Parameter(_plain_copy(self), requires_grad=self.requires_grad)
+        return memo[id(self)]
+
+    def __reduce_ex__(self, protocol):
+        return nn.Parameter(_plain_copy(self), requires_grad=False).__reduce_ex__(protocol)
+
+
+class SharedTensor(torch.Tensor):
+    """A buffer or a view over ddod's memory (see the module documentation)."""
+
+    __torch_function__ = classmethod(_guarded_torch_function)
+
+    def __deepcopy__(self, memo):
+        if id(self) not in memo:
+            memo[id(self)] = _plain_copy(self)
+        return memo[id(self)]
+
+    def __reduce_ex__(self, protocol):
+        return _plain_copy(self).__reduce_ex__(protocol)
