@@ -7,6 +7,9 @@
 #   rules   the resident-rule comparison on the FLUX benchmark (seed against bandwidth)
 #   demo    the README main command's daemon and demo runner, on the GPU
 #   twogpu  bench/bench_two_gpus.py (TWO_GPU_DEVICES, default cuda:0,cuda:1)
+#   release bench/bench_release.py on cuda:0 (what giving a module back costs)
+#   lora    bench/bench_lora_swap.py (LoRA hot swap at a 12 GiB cap; LORA_PARTS, default
+#           "group,ddo")
 #
 #   tools/bundle.sh build .bundle      # here, then on the device machine (carry .bundle and
 #   tools/device-check.sh              # .device-deps, where diffusers' src/ is exported)
@@ -27,9 +30,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 left() { echo $((BUDGET_S - SECONDS)); }
 
 stage_tests() {
-  timeout 330 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu > "$OUT/tests-gpu.log" 2>&1
+  timeout 400 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu > "$OUT/tests-gpu.log" 2>&1
   echo "tests/gpu: rc=$?"; grep -E "passed|failed|error" "$OUT/tests-gpu.log" | tail -4
-  grep -E "\[(pipeline-gpu|profiles-gpu|two-gpus)\]" "$OUT/tests-gpu.log"
+  grep -E "\[(pipeline-gpu|profiles-gpu|two-gpus|lora-gpu)\]" "$OUT/tests-gpu.log"
 }
 
 stage_unit() {
@@ -71,6 +74,19 @@ stage_twogpu() {
     --devices "${TWO_GPU_DEVICES:-cuda:0,cuda:1}" --steps 3 --json-out "$OUT/two-gpus.json" \
     > "$OUT/two-gpus.log" 2>&1
   echo "two-GPU bench: rc=$?"; tail -14 "$OUT/two-gpus.log"
+}
+
+stage_release() {
+  timeout 120 python3 bench/bench_release.py --gib 8 --device cuda:0 \
+    --out "$OUT/release.json" > "$OUT/release.log" 2>&1
+  echo "release bench: rc=$?"; tail -3 "$OUT/release.log"
+}
+
+stage_lora() {
+  echo "LoRA hot-swap bench: $(left) s left"
+  timeout "$(left)" python3 bench/bench_lora_swap.py --ddod .bundle/bin/ddod \
+    --parts "${LORA_PARTS:-group,ddo}" --json-out "$OUT/lora_swap.json" > "$OUT/lora_swap.log" 2>&1
+  echo "LoRA bench: rc=$?"; tail -45 "$OUT/lora_swap.log"
 }
 
 for stage in $STAGES; do

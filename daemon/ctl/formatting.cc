@@ -178,6 +178,13 @@ std::string FormatComponents(const ddo::v1::ListComponentsResponse& components) 
         component.pinned() ? "yes" : "no", component.sessions(),
         absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(component.last_used_unix_ms()),
                          absl::LocalTimeZone()));
+    if (!component.base_cache_key().empty()) {
+      out += absl::StrFormat("%-*s  derived from %s, %d changed tensor%s, %s own\n",
+                             static_cast<int>(width), "", Shown(component.base_cache_key()),
+                             component.changed_tensors(),
+                             component.changed_tensors() == 1 ? "" : "s",
+                             FormatBytes(component.own_bytes()));
+    }
   }
   return out;
 }

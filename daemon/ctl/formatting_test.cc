@@ -101,6 +101,27 @@ TEST(FormattingTest, SessionsShowHowAStreamGoes) {
   EXPECT_THAT(text, HasSubstr("209 out of schedule"));
 }
 
+TEST(FormattingTest, ADerivedComponentSaysWhatItSharesAndWhatItOwns) {
+  ddo::v1::ListComponentsResponse components;
+  auto* base = components.add_components();
+  base->mutable_ref()->set_cache_key("flux/transformer");
+  base->mutable_ref()->set_total_bytes(24ull << 30);
+  base->set_state(ddo::v1::COMPONENT_STATE_READY);
+  base->set_own_bytes(24ull << 30);
+  auto* derived = components.add_components();
+  derived->mutable_ref()->set_cache_key("flux/transformer+lora");
+  derived->mutable_ref()->set_total_bytes(24ull << 30);
+  derived->set_state(ddo::v1::COMPONENT_STATE_READY);
+  derived->set_base_cache_key("flux/transformer\x1b[2J");
+  derived->set_changed_tensors(114);
+  derived->set_own_bytes(3ull << 30);
+  const std::string text = FormatComponents(components);
+  EXPECT_THAT(text, HasSubstr("derived from flux/transformer"));
+  EXPECT_THAT(text, HasSubstr("114 changed tensors, 3.0 GiB own\n"));
+  EXPECT_THAT(text, Not(HasSubstr("\x1b[2J")));  // a key is shown escaped
+  EXPECT_EQ(text.find("derived from"), text.rfind("derived from"));  // the base has no such line
+}
+
 TEST(FormattingTest, SettingsNameTheirSources) {
   ddo::v1::ResolvedSettings settings;
   settings.set_requested_preset("auto");

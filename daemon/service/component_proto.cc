@@ -1,6 +1,17 @@
 #include "daemon/service/component_proto.h"
 
 namespace ddo {
+namespace {
+
+void AddPlacement(const TensorEntry& tensor, uint32_t segment,
+                  ddo::v1::TensorPlacement* placement) {
+  placement->set_name(tensor.name);
+  placement->set_segment(segment);
+  placement->set_offset(tensor.offset);
+  placement->set_byte_size(tensor.byte_size);
+}
+
+}  // namespace
 
 void ToProto(const ComponentSnapshot& snapshot, ddo::v1::ComponentRef* ref) {
   ref->set_component_id(snapshot.component_id);
@@ -20,19 +31,30 @@ void ToProto(const ComponentSnapshot& snapshot, bool with_layout, ddo::v1::Compo
   info->set_pinned_bytes(snapshot.pinned ? snapshot.segment_size : 0);
   info->set_sessions(snapshot.sessions);
   info->set_last_used_unix_ms(absl::ToUnixMillis(snapshot.last_used));
+  info->set_base_cache_key(snapshot.base_cache_key);
+  info->set_changed_tensors(snapshot.changed_tensors);
+  info->set_own_bytes(snapshot.own_bytes);
   if (!with_layout) {
     return;
   }
-  auto* segment = info->add_segments();
+  for (const ComponentSnapshot::Segment& used : snapshot.segments) {
+    auto* segment = info->add_segments();
+    segment->set_shm_name(used.name);
+    segment->set_size_bytes(used.size);
+  }
+  for (const TensorEntry& tensor : snapshot.tensors) {
+    AddPlacement(tensor, tensor.segment, info->add_placements());
+    ToProto(tensor, info->add_tensors());
+  }
+}
+
+void UploadLayoutToProto(const ComponentSnapshot& snapshot,
+                         ddo::v1::RegisterComponentResponse* response) {
+  auto* segment = response->add_segments();
   segment->set_shm_name(snapshot.segment_name);
   segment->set_size_bytes(snapshot.segment_size);
   for (const TensorEntry& tensor : snapshot.tensors) {
-    auto* placement = info->add_placements();
-    placement->set_name(tensor.name);
-    placement->set_segment(0);
-    placement->set_offset(tensor.offset);
-    placement->set_byte_size(tensor.byte_size);
-    ToProto(tensor, info->add_tensors());
+    if (tensor.segment == 0) AddPlacement(tensor, 0, response->add_placements());
   }
 }
 

@@ -273,23 +273,44 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
   if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
-  absl::StatusOr<std::vector<TensorEntry>> tensors = TensorTableFromProto(request->tensors());
-  if (!tensors.ok()) return Finish(kMethod, tensors.status());
-  absl::StatusOr<RegisterResult> result = store_.Register(
-      *lease, request->cache_key(), *std::move(tensors), request->content_hash());
+  absl::StatusOr<RegisterResult> result;
+  if (!request->base_cache_key().empty()) {
+    // A derived version: the table is the base's (docs/protocol.md).
+    if (request->tensors_size() != 0) {
+      return Finish(kMethod, absl::InvalidArgumentError(
+                                 "a derived version (base_cache_key set) takes the base's tensor "
+                                 "table: leave tensors empty and name changed_tensors"));
+    }
+    DerivedRequest derived;
+    derived.cache_key = request->cache_key();
+    derived.base_cache_key = request->base_cache_key();
+    derived.changed_tensors.assign(request->changed_tensors().begin(),
+                                   request->changed_tensors().end());
+    derived.content_hash = request->content_hash();
+    result = store_.RegisterDerived(*lease, derived);
+  } else {
+    if (request->changed_tensors_size() != 0) {
+      return Finish(kMethod, absl::InvalidArgumentError(
+                                 "changed_tensors is only for a derived version: set "
+                                 "base_cache_key to the component it derives from"));
+    }
+    absl::StatusOr<std::vector<TensorEntry>> tensors = TensorTableFromProto(request->tensors());
+    if (!tensors.ok()) return Finish(kMethod, tensors.status());
+    result = store_.Register(*lease, request->cache_key(), *std::move(tensors),
+                             request->content_hash());
+  }
   if (!result.ok()) return Finish(kMethod, result.status());
   if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
   ToProto(result->component, response->mutable_component());
   response->set_warm_hit(result->warm_hit);
   if (!result->warm_hit) {
-    ddo::v1::ComponentInfo layout;
-    ToProto(result->component, /*with_layout=*/true, &layout);
-    for (const auto& segment : layout.segments()) {
+    // Only the segment the upload writes is listed, and writable: a derived version's shared
+    // segments stay read-only for everyone.
+    UploadLayoutToProto(result->component, response);
+    for (const auto& segment : response->segments()) {
       callers_.Grant(TokenOf(ctx), segment.shm_name(), /*writable=*/true);
     }
     response->set_upload_id(result->upload_id);
-    *response->mutable_segments() = layout.segments();
-    *response->mutable_placements() = layout.placements();
   }
   return Finish(kMethod, absl::OkStatus());
 }

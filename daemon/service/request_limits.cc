@@ -212,6 +212,8 @@ absl::Status CheckRequest(const ddo::v1::RegisterComponentRequest& request) {
   CacheKey(check, "cache_key", request.cache_key());
   Hash(check, "content_hash", request.content_hash());
   check.Tensors("tensors", request.tensors());
+  CacheKey(check, "base_cache_key", request.base_cache_key());
+  check.Names("changed_tensors", request.changed_tensors(), kMaxTensors, kMaxTensorNameBytes);
   return check.status();
 }
 

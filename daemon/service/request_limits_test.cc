@@ -212,6 +212,30 @@ TEST(RequestLimitsTest, RegisterComponent) {
   EXPECT_THAT(CheckRequest(bad).message(), HasSubstr("tensors[1].dtype: -5 is not a known value"));
 }
 
+TEST(RequestLimitsTest, RegisterDerivedComponent) {
+  using R = ddo::v1::RegisterComponentRequest;
+  R normal;
+  normal.set_lease_id("0123456789abcdef0123456789abcdef");
+  normal.set_cache_key("sdxl/unet+lora:0123");
+  normal.set_base_cache_key("stabilityai/sdxl@main/unet:bf16");
+  normal.set_content_hash("xxh3-64:0123456789abcdef");
+  normal.add_changed_tensors("blocks.0.ff.weight");
+  normal.add_changed_tensors("blocks.1.ff.weight");
+  ExpectStringFieldIsBounded<R>(normal, "RegisterComponentRequest.base_cache_key",
+                                kMaxCacheKeyBytes,
+                                [](R* r, const std::string& v) { r->set_base_cache_key(v); });
+  ExpectStringFieldIsBounded<R>(normal, "RegisterComponentRequest.changed_tensors[1]",
+                                kMaxTensorNameBytes, [](R* r, const std::string& v) {
+                                  r->set_changed_tensors(1, v);
+                                });
+  R many = normal;
+  many.clear_changed_tensors();
+  for (size_t i = 0; i <= kMaxTensors; ++i) many.add_changed_tensors("w");
+  absl::Status status = CheckRequest(many);
+  EXPECT_TRUE(absl::IsResourceExhausted(status));
+  EXPECT_THAT(status.message(), HasSubstr("RegisterComponentRequest.changed_tensors"));
+}
+
 TEST(RequestLimitsTest, CommitAndAbortUpload) {
   ddo::v1::CommitUploadRequest commit;
   commit.set_lease_id("lease");

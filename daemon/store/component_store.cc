@@ -90,7 +90,7 @@ absl::Status ComponentStore::CheckUploadLimitsLocked(const Caller& caller, uint6
   for (const auto& [key, component] : components_) {
     if (component.info.owner_uid != caller.uid) continue;
     uploads += component.info.state == ComponentState::kUploading ? 1 : 0;
-    owned_bytes += HostPool::Footprint(component.info.total_bytes);
+    owned_bytes += HostPool::Footprint(component.info.own_bytes);
   }
   if (uploads >= options_.max_uploads_per_uid) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -109,19 +109,53 @@ absl::Status ComponentStore::CheckUploadLimitsLocked(const Caller& caller, uint6
 
 ComponentSnapshot ComponentStore::SnapshotLocked(const Component& component) const {
   ComponentSnapshot snapshot = component.info;
-  if (component.segment != nullptr) {
-    snapshot.segment_name = component.segment->name();
-    snapshot.segment_size = component.segment->size();
-    snapshot.pinned = component.segment->pinned();
+  for (const auto& segment : component.segments) {
+    snapshot.segments.push_back(segment != nullptr
+                                    ? ComponentSnapshot::Segment{segment->name(), segment->size()}
+                                    : ComponentSnapshot::Segment{});
+  }
+  if (!component.segments.empty() && component.segments.front() != nullptr) {
+    snapshot.segment_name = component.segments.front()->name();
+    snapshot.segment_size = component.segments.front()->size();
+    snapshot.pinned = component.segments.front()->pinned();
   }
   return snapshot;
 }
 
-void ComponentStore::DiscardLocked(std::map<std::string, Component>::iterator it) {
-  if (it->second.segment != nullptr) {
-    it->second.segment->MarkDiscarded();
+uint64_t ComponentStore::ReleasableBytesLocked(const Component& component) const {
+  uint64_t bytes = 0;
+  for (const auto& segment : component.segments) {
+    if (segment == nullptr) continue;
+    bool shared = false;
+    for (const auto& [key, other] : components_) {
+      if (&other == &component) continue;
+      shared = shared || std::find(other.segments.begin(), other.segments.end(), segment) !=
+                             other.segments.end();
+    }
+    if (!shared) bytes += segment->size();
   }
+  return bytes;
+}
+
+uint64_t ComponentStore::DiscardLocked(std::map<std::string, Component>::iterator it) {
+  std::vector<std::shared_ptr<PoolSegment>> segments = std::move(it->second.segments);
   components_.erase(it);
+  uint64_t released = 0;
+  for (const auto& segment : segments) {
+    if (segment == nullptr) continue;
+    bool used = false;
+    for (const auto& [key, other] : components_) {
+      used = used || std::find(other.segments.begin(), other.segments.end(), segment) !=
+                         other.segments.end();
+    }
+    // A segment a derived version (or its base) still uses stays, in /dev/shm too: it is in
+    // the manifest under that component.
+    if (!used) {
+      segment->MarkDiscarded();
+      released += segment->size();
+    }
+  }
+  return released;
 }
 
 std::map<std::string, ComponentStore::Component>::iterator ComponentStore::FindUploadLocked(
@@ -139,12 +173,21 @@ void ComponentStore::PersistLocked() {
   std::vector<ManifestComponent> entries;
   for (const auto& [key, component] : components_) {
     if (component.info.state != ComponentState::kReady) continue;
-    entries.push_back({key, component.info.component_id, component.info.structure_hash,
-                       component.info.content_hash, component.segment->name(),
-                       component.segment->size(), component.info.tensors,
-                       component.info.owner_uid,
-                       std::vector<uid_t>(component.readers.begin(), component.readers.end()),
-                       component.sources});
+    ManifestComponent entry;
+    entry.cache_key = key;
+    entry.component_id = component.info.component_id;
+    entry.structure_hash = component.info.structure_hash;
+    entry.content_hash = component.info.content_hash;
+    for (const auto& segment : component.segments) {
+      entry.segments.push_back({segment->name(), segment->size()});
+    }
+    entry.tensors = component.info.tensors;
+    entry.owner_uid = component.info.owner_uid;
+    entry.readers.assign(component.readers.begin(), component.readers.end());
+    entry.sources = component.sources;
+    entry.base_cache_key = component.info.base_cache_key;
+    entry.base_component_id = component.info.base_component_id;
+    entries.push_back(std::move(entry));
   }
   if (absl::Status written = WriteManifest(options_.manifest_path, entries); !written.ok()) {
     // The pool keeps working; only warm restarts suffer.
@@ -152,7 +195,8 @@ void ComponentStore::PersistLocked() {
   }
 }
 
-absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t bytes) {
+absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t bytes,
+                                            const std::set<std::string>& spared) {
   auto log = Logger("store");
   if (HostPool::Footprint(bytes) > pool_.options().budget_bytes) {
     // Evicting would empty the cache for nothing.
@@ -161,16 +205,25 @@ absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t
         " of host pool, more than the whole budget of ",
         FormatBytes(pool_.options().budget_bytes), "; raise --ram-budget-gb"));
   }
+  // Each round evicts one component that releases bytes (its segments no other component
+  // uses): a base whose bytes a derived version shares releases nothing until that one goes,
+  // so it waits for it. Every round removes a component, so the loop ends.
   while (!pool_.Fits(bytes)) {
     auto victim = components_.end();
+    uint64_t victim_releases = 0;
     for (auto it = components_.begin(); it != components_.end(); ++it) {
       const ComponentSnapshot& info = it->second.info;
-      if (info.state != ComponentState::kReady || info.sessions > 0 || it->first == for_key) {
+      if (info.state != ComponentState::kReady || info.sessions > 0 || it->first == for_key ||
+          spared.count(it->first) != 0) {
         continue;
       }
-      if (victim == components_.end() || info.last_used < victim->second.info.last_used) {
-        victim = it;
+      if (victim != components_.end() && info.last_used >= victim->second.info.last_used) {
+        continue;
       }
+      const uint64_t releases = ReleasableBytesLocked(it->second);
+      if (releases == 0) continue;
+      victim = it;
+      victim_releases = releases;
     }
     if (victim == components_.end()) {
       const PoolUsage usage = pool_.Usage();
@@ -181,14 +234,95 @@ absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t
           " is held by components in use or being uploaded (nothing left to evict); raise "
           "--ram-budget-gb or detach other runners"));
     }
-    log->info("evicting '{}' ({}, unused since {}) to make room for '{}'", victim->first,
-              FormatBytes(victim->second.info.total_bytes),
+    log->info("evicting '{}' ({} released, unused since {}) to make room for '{}'",
+              EscapeForDisplay(victim->first), FormatBytes(victim_releases),
               absl::FormatTime("%H:%M:%S", victim->second.info.last_used, absl::LocalTimeZone()),
-              for_key);
+              EscapeForDisplay(for_key));
     DiscardLocked(victim);
     ++evictions_;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ClearKeyLocked(
+    const Caller& caller, const std::string& cache_key,
+    const std::function<bool(const Component&)>& same, const std::vector<FileIdentity>& sources) {
+  auto it = components_.find(cache_key);
+  if (it == components_.end()) return std::optional<ComponentSnapshot>();
+  Component& existing = it->second;
+  if (existing.info.state == ComponentState::kUploading) {
+    // Another user's pid is theirs to know: name it only to the same user.
+    const std::string uploader = existing.info.owner_uid == caller.uid
+                                     ? absl::StrCat("pid ", existing.info.uploader_pid)
+                                     : std::string("another user's client");
+    return absl::AbortedError(absl::StrCat("'", EscapeForDisplay(cache_key),
+                                           "' is being uploaded by ", uploader,
+                                           "; retry after it is committed"));
+  }
+  const bool is_same = same(existing);
+  // Reading the very files this component was read from proves the caller may read it.
+  const bool proved = is_same && !sources.empty() && sources == existing.sources;
+  if (is_same && (MayRead(caller, existing) || proved)) {
+    if (!MayRead(caller, existing)) {
+      existing.readers.insert(caller.uid);
+      Logger("store")->info("'{}' shared with {}: it passed the component's own files",
+                            EscapeForDisplay(cache_key), caller.Describe());
+      PersistLocked();
+    }
+    existing.info.last_used = absl::Now();
+    return std::optional<ComponentSnapshot>(SnapshotLocked(existing));
+  }
+  if (existing.info.owner_uid != caller.uid && !caller.admin) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "'", EscapeForDisplay(cache_key),
+        "' holds another user's component: only its owner may replace it, and it is shared "
+        "only with users who load it from the same files; use another cache key"));
+  }
+  if (existing.info.sessions > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "'", EscapeForDisplay(cache_key),
+        "' holds a component with another structure or content hash (",
+        existing.info.structure_hash,
+        existing.info.base_cache_key.empty() ? "" : ", a derived version", ") that ",
+        existing.info.sessions, " session(s) use; detach them or use another key"));
+  }
+  Logger("store")->info("replacing '{}': new structure or content", EscapeForDisplay(cache_key));
+  DiscardLocked(it);
+  PersistLocked();
+  return std::optional<ComponentSnapshot>();
+}
+
+absl::StatusOr<RegisterResult> ComponentStore::AllocateUpload(const std::string& upload_id,
+                                                              const std::string& cache_key,
+                                                              uint64_t span, const Caller& caller) {
+  // Creating the segment reserves its pages: slow for big components, so outside the lock.
+  const absl::Time allocating = absl::Now();
+  absl::StatusOr<std::shared_ptr<PoolSegment>> segment = pool_.Allocate(span);
+  const double allocate_s = absl::ToDoubleSeconds(absl::Now() - allocating);
+  absl::MutexLock lock(&mu_);
+  auto it = FindUploadLocked(upload_id);
+  if (it == components_.end()) {
+    if (segment.ok()) (*segment)->MarkDiscarded();
+    return absl::AbortedError(absl::StrCat("the upload of '", EscapeForDisplay(cache_key),
+                                           "' was abandoned: its lease ended"));
+  }
+  if (!segment.ok()) {
+    DiscardLocked(it);
+    return segment.status();
+  }
+  it->second.segments.front() = *std::move(segment);
+  const ComponentSnapshot& info = it->second.info;
+  Logger("store")->info(
+      "upload {} of '{}' started by {}: {} tensors, {}{} (segment in {:.2f} s)",
+      upload_id.substr(0, 8), EscapeForDisplay(cache_key), caller.Describe(),
+      info.tensors.size(), FormatBytes(info.total_bytes),
+      info.base_cache_key.empty()
+          ? ""
+          : absl::StrCat(", derived from '", EscapeForDisplay(info.base_cache_key), "': ",
+                         info.changed_tensors, " tensors (", FormatBytes(info.own_bytes),
+                         ") stored anew"),
+      allocate_s);
+  return RegisterResult{SnapshotLocked(it->second), /*warm_hit=*/false, upload_id};
 }
 
 absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
@@ -199,57 +333,27 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     return absl::InvalidArgumentError("cache_key is empty");
   }
   if (!content_hash.empty() && !IsContentHash(content_hash)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "content_hash '", content_hash, "' is not of the form xxh3-64:<16 lowercase hex digits>"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("content_hash '", EscapeForDisplay(content_hash, 32),
+                     "' is not of the form xxh3-64:<16 lowercase hex digits>"));
   }
+  for (TensorEntry& tensor : tensors) tensor.segment = 0;
   const uint64_t span = LayOut(tensors);
   const std::string structure_hash = StructureHash(tensors);
   const std::string upload_id = RandomId();
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return absl::UnavailableError("ddod is shutting down");
-    if (auto it = components_.find(cache_key); it != components_.end()) {
-      Component& existing = it->second;
-      if (existing.info.state == ComponentState::kUploading) {
-        // Another user's pid is theirs to know: name it only to the same user.
-        const std::string uploader =
-            existing.info.owner_uid == caller.uid
-                ? absl::StrCat("pid ", existing.info.uploader_pid)
-                : std::string("another user's client");
-        return absl::AbortedError(absl::StrCat("'", EscapeForDisplay(cache_key),
-                                               "' is being uploaded by ", uploader,
-                                               "; retry after it is committed"));
-      }
-      const bool same = existing.info.structure_hash == structure_hash &&
-                        (content_hash.empty() || existing.info.content_hash == content_hash);
-      // Reading the very files this component was read from proves the caller may read it.
-      const bool proved = same && !sources.empty() && sources == existing.sources;
-      if (same && (MayRead(caller, existing) || proved)) {
-        if (!MayRead(caller, existing)) {
-          existing.readers.insert(caller.uid);
-          Logger("store")->info("'{}' shared with {}: it passed the component's own files",
-                                EscapeForDisplay(cache_key), caller.Describe());
-          PersistLocked();
-        }
-        existing.info.last_used = absl::Now();
-        return RegisterResult{SnapshotLocked(existing), /*warm_hit=*/true, ""};
-      }
-      if (existing.info.owner_uid != caller.uid && !caller.admin) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "'", EscapeForDisplay(cache_key),
-            "' holds another user's component: only its owner may replace it, and it is shared "
-            "only with users who load it from the same files; use another cache key"));
-      }
-      if (existing.info.sessions > 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "'", cache_key, "' holds a component with another structure or content hash (",
-            existing.info.structure_hash, ") that ", existing.info.sessions,
-            " session(s) use; detach them or use another key"));
-      }
-      Logger("store")->info("replacing '{}': new structure or content", cache_key);
-      DiscardLocked(it);
-      PersistLocked();
-    }
+    // A derived version is never the answer to a plain registration: its bytes are not all
+    // the ones this table would upload.
+    auto same = [&](const Component& existing) {
+      return existing.info.base_cache_key.empty() &&
+             existing.info.structure_hash == structure_hash &&
+             (content_hash.empty() || existing.info.content_hash == content_hash);
+    };
+    DDO_ASSIGN_OR_RETURN(std::optional<ComponentSnapshot> warm,
+                         ClearKeyLocked(caller, cache_key, same, sources));
+    if (warm.has_value()) return RegisterResult{*std::move(warm), /*warm_hit=*/true, ""};
     DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, span));
     DDO_RETURN_IF_ERROR(MakeRoomLocked(cache_key, span));
     Component placeholder;
@@ -259,38 +363,19 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     placeholder.info.content_hash = content_hash;
     placeholder.info.state = ComponentState::kUploading;
     placeholder.info.total_bytes = TotalTensorBytes(tensors);
+    placeholder.info.own_bytes = placeholder.info.total_bytes;
     placeholder.info.unit_count = CountUnits(tensors);
     placeholder.info.last_used = absl::Now();
     placeholder.info.uploader_pid = lease.client_pid;
     placeholder.info.owner_uid = caller.uid;
     placeholder.sources = sources;
     placeholder.info.tensors = std::move(tensors);
+    placeholder.segments = {nullptr};
     placeholder.upload_id = upload_id;
     placeholder.owner_lease = lease.id;
     components_.emplace(cache_key, std::move(placeholder));
   }
-
-  // Creating the segment reserves its pages: slow for big components, so outside the lock.
-  const absl::Time allocating = absl::Now();
-  absl::StatusOr<std::shared_ptr<PoolSegment>> segment = pool_.Allocate(span);
-  const double allocate_s = absl::ToDoubleSeconds(absl::Now() - allocating);
-  absl::MutexLock lock(&mu_);
-  auto it = FindUploadLocked(upload_id);
-  if (it == components_.end()) {
-    if (segment.ok()) (*segment)->MarkDiscarded();
-    return absl::AbortedError(absl::StrCat("the upload of '", cache_key,
-                                           "' was abandoned: its lease ended"));
-  }
-  if (!segment.ok()) {
-    components_.erase(it);
-    return segment.status();
-  }
-  it->second.segment = *std::move(segment);
-  Logger("store")->info("upload {} of '{}' started by {}: {} tensors, {} (segment in {:.2f} s)",
-                        upload_id.substr(0, 8), EscapeForDisplay(cache_key), caller.Describe(),
-                        it->second.info.tensors.size(), FormatBytes(it->second.info.total_bytes),
-                        allocate_s);
-  return RegisterResult{SnapshotLocked(it->second), /*warm_hit=*/false, upload_id};
+  return AllocateUpload(upload_id, cache_key, span, caller);
 }
 
 absl::StatusOr<RegisterResult> ComponentStore::Register(const Lease& lease,
@@ -300,33 +385,186 @@ absl::StatusOr<RegisterResult> ComponentStore::Register(const Lease& lease,
   return BeginUpload(lease, cache_key, std::move(tensors), content_hash);
 }
 
-absl::StatusOr<std::shared_ptr<PoolSegment>> ComponentStore::SegmentOfUpload(
-    const std::string& lease_id, const std::string& upload_id, std::vector<TensorEntry>* tensors,
-    std::string* content_hash) {
+absl::StatusOr<RegisterResult> ComponentStore::RegisterDerived(const Lease& lease,
+                                                               const DerivedRequest& request) {
+  const Caller& caller = lease.caller;
+  const std::string key = EscapeForDisplay(request.cache_key);
+  const std::string base_key = EscapeForDisplay(request.base_cache_key);
+  if (request.cache_key.empty()) {
+    return absl::InvalidArgumentError("cache_key is empty");
+  }
+  if (request.cache_key == request.base_cache_key) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", key, "' cannot be derived from itself: give the derived version a key "
+                     "of its own"));
+  }
+  if (request.content_hash.empty()) {
+    return absl::InvalidArgumentError(
+        "a derived version needs content_hash: the xxh3-64 of its changed tensors' bytes in "
+        "table order");
+  }
+  if (!IsContentHash(request.content_hash)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("content_hash '", EscapeForDisplay(request.content_hash, 32),
+                     "' is not of the form xxh3-64:<16 lowercase hex digits>"));
+  }
+  if (request.changed_tensors.empty()) {
+    return absl::InvalidArgumentError(
+        "changed_tensors is empty: a derived version stores at least one tensor anew (with "
+        "none changed, use the base itself)");
+  }
+  const std::string upload_id = RandomId();
+  uint64_t span = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return absl::UnavailableError("ddod is shutting down");
+    auto base = components_.find(request.base_cache_key);
+    if (base == components_.end() || base->second.info.state != ComponentState::kReady ||
+        !MayRead(caller, base->second)) {
+      return absl::NotFoundError(absl::StrCat("no component '", base_key,
+                                              "' in the pool to derive '", key, "' from"));
+    }
+    const Component& parent = base->second;
+    const bool parent_derived = !parent.info.base_cache_key.empty();
+    const std::string root_key =
+        parent_derived ? parent.info.base_cache_key : request.base_cache_key;
+    const std::string root_id =
+        parent_derived ? parent.info.base_component_id : parent.info.component_id;
+    if (root_key == request.cache_key) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", base_key, "' is derived from '", key,
+          "': a component cannot be derived from a version of itself; use another key"));
+    }
+
+    // Which tensors are stored anew.
+    std::map<std::string, size_t> index_of;
+    for (size_t i = 0; i < parent.info.tensors.size(); ++i) {
+      index_of.emplace(parent.info.tensors[i].name, i);
+    }
+    std::vector<bool> changed(parent.info.tensors.size(), false);
+    for (size_t i = 0; i < request.changed_tensors.size(); ++i) {
+      const std::string& name = request.changed_tensors[i];
+      auto found = index_of.find(name);
+      if (found == index_of.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("changed_tensors[", i, "]: '", EscapeForDisplay(name, 64),
+                         "' is not a tensor of '", base_key, "'"));
+      }
+      if (changed[found->second]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "changed_tensors[", i, "]: '", EscapeForDisplay(name, 64), "' is named twice"));
+      }
+      changed[found->second] = true;
+    }
+
+    // The base's table: the changed tensors laid out anew in segment 0 (this version's own),
+    // every other tensor where the base has it, in the segments shared with it.
+    std::vector<TensorEntry> tensors = parent.info.tensors;
+    std::vector<std::shared_ptr<PoolSegment>> segments{nullptr};
+    std::vector<uint32_t> shared_index(parent.segments.size(), UINT32_MAX);
+    std::vector<TensorEntry> fresh;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (changed[i]) {
+        fresh.push_back(tensors[i]);
+        continue;
+      }
+      uint32_t& index = shared_index[tensors[i].segment];
+      if (index == UINT32_MAX) {
+        index = static_cast<uint32_t>(segments.size());
+        segments.push_back(parent.segments[tensors[i].segment]);
+      }
+      tensors[i].segment = index;
+    }
+    span = std::max<uint64_t>(LayOut(fresh), 1);
+    for (size_t i = 0, next = 0; i < tensors.size(); ++i) {
+      if (!changed[i]) continue;
+      tensors[i].offset = fresh[next++].offset;
+      tensors[i].segment = 0;
+    }
+
+    // The same version: same root, the same tensors stored anew with the same bytes, and the
+    // others the very bytes the base shares (same segment, same place).
+    auto same = [&](const Component& existing) {
+      if (existing.info.base_cache_key != root_key ||
+          existing.info.base_component_id != root_id ||
+          existing.info.structure_hash != parent.info.structure_hash ||
+          existing.info.content_hash != request.content_hash ||
+          existing.info.tensors.size() != tensors.size()) {
+        return false;
+      }
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        const TensorEntry& theirs = existing.info.tensors[i];
+        const TensorEntry& wanted = tensors[i];
+        if ((theirs.segment == 0) != (wanted.segment == 0)) return false;
+        if (wanted.segment != 0 &&
+            (theirs.offset != wanted.offset ||
+             existing.segments[theirs.segment] != segments[wanted.segment])) {
+          return false;
+        }
+      }
+      return true;
+    };
+    DDO_ASSIGN_OR_RETURN(std::optional<ComponentSnapshot> warm,
+                         ClearKeyLocked(caller, request.cache_key, same, {}));
+    if (warm.has_value()) return RegisterResult{*std::move(warm), /*warm_hit=*/true, ""};
+    DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, span));
+    // The base stays: evicting it would release nothing while this version shares its bytes.
+    DDO_RETURN_IF_ERROR(MakeRoomLocked(request.cache_key, span, {request.base_cache_key}));
+    // ClearKeyLocked and MakeRoomLocked left the base (another key, spared) where it was.
+    Component placeholder;
+    placeholder.info.structure_hash = parent.info.structure_hash;
+    placeholder.info.component_id = ComponentId(request.cache_key, placeholder.info.structure_hash);
+    placeholder.info.cache_key = request.cache_key;
+    placeholder.info.content_hash = request.content_hash;
+    placeholder.info.state = ComponentState::kUploading;
+    placeholder.info.total_bytes = parent.info.total_bytes;
+    placeholder.info.unit_count = parent.info.unit_count;
+    placeholder.info.base_cache_key = root_key;
+    placeholder.info.base_component_id = root_id;
+    placeholder.info.changed_tensors = static_cast<uint32_t>(fresh.size());
+    placeholder.info.own_bytes = TotalTensorBytes(fresh);
+    placeholder.info.last_used = absl::Now();
+    placeholder.info.uploader_pid = lease.client_pid;
+    placeholder.info.owner_uid = caller.uid;
+    placeholder.info.tensors = std::move(tensors);
+    placeholder.segments = std::move(segments);
+    placeholder.upload_id = upload_id;
+    placeholder.owner_lease = lease.id;
+    components_.emplace(request.cache_key, std::move(placeholder));
+  }
+  return AllocateUpload(upload_id, request.cache_key, span, caller);
+}
+
+absl::StatusOr<ComponentBytes> ComponentStore::BytesOfUpload(const std::string& lease_id,
+                                                             const std::string& upload_id,
+                                                             std::vector<TensorEntry>* tensors,
+                                                             std::string* content_hash) {
   absl::MutexLock lock(&mu_);
   auto it = FindUploadLocked(upload_id);
-  if (it == components_.end() || it->second.segment == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no upload ", upload_id));
+  if (it == components_.end() || it->second.segments.empty() ||
+      it->second.segments.front() == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no upload ", EscapeForDisplay(upload_id, 32)));
   }
   if (it->second.owner_lease != lease_id) {
     return absl::PermissionDeniedError(
-        absl::StrCat("upload ", upload_id, " belongs to another lease"));
+        absl::StrCat("upload ", EscapeForDisplay(upload_id, 32), " belongs to another lease"));
   }
   *tensors = it->second.info.tensors;
   *content_hash = it->second.info.content_hash;
-  return it->second.segment;
+  return ComponentBytes(it->second.segments);
 }
 
 absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& lease_id,
                                                          const std::string& upload_id) {
   std::vector<TensorEntry> tensors;
   std::string expected_hash;
-  DDO_ASSIGN_OR_RETURN(std::shared_ptr<PoolSegment> segment,
-                       SegmentOfUpload(lease_id, upload_id, &tensors, &expected_hash));
+  DDO_ASSIGN_OR_RETURN(ComponentBytes bytes,
+                       BytesOfUpload(lease_id, upload_id, &tensors, &expected_hash));
 
-  // Verification and pinning read the whole segment: outside the lock.
+  // Verification and pinning read the whole segment: outside the lock. Only the component's
+  // own segment was written (a derived version's shared tensors are its base's, verified).
   if (!expected_hash.empty()) {
-    const std::string actual = ContentHash(tensors, segment->data());
+    const std::string actual = OwnContentHash(tensors, bytes);
     if (actual != expected_hash) {
       (void)Abort(lease_id, upload_id);
       return absl::InvalidArgumentError(absl::StrCat(
@@ -334,6 +572,7 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
           actual, "; the upload was discarded"));
     }
   }
+  const std::shared_ptr<PoolSegment>& segment = bytes.own();
   const absl::Time pinning = absl::Now();
   if (absl::Status pinned = segment->Pin(); !pinned.ok()) {
     Logger("store")->warn("serving {} unpinned: {}", segment->name(), pinned.message());
@@ -350,8 +589,8 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
   component.info.last_used = absl::Now();
   component.upload_id.clear();
   component.owner_lease.clear();
-  Logger("store")->info("'{}' ready: {} in {}{}", component.info.cache_key,
-                        FormatBytes(component.info.total_bytes), segment->name(),
+  Logger("store")->info("'{}' ready: {} in {}{}", EscapeForDisplay(component.info.cache_key),
+                        FormatBytes(component.info.own_bytes), segment->name(),
                         segment->pinned() ? absl::StrFormat(", pinned in %.2f s", pin_s) : "");
   PersistLocked();
   return SnapshotLocked(component);
@@ -362,16 +601,14 @@ absl::StatusOr<uint64_t> ComponentStore::Abort(const std::string& lease_id,
   absl::MutexLock lock(&mu_);
   auto it = FindUploadLocked(upload_id);
   if (it == components_.end()) {
-    return absl::NotFoundError(absl::StrCat("no upload ", upload_id));
+    return absl::NotFoundError(absl::StrCat("no upload ", EscapeForDisplay(upload_id, 32)));
   }
   if (it->second.owner_lease != lease_id) {
     return absl::PermissionDeniedError(
-        absl::StrCat("upload ", upload_id, " belongs to another lease"));
+        absl::StrCat("upload ", EscapeForDisplay(upload_id, 32), " belongs to another lease"));
   }
-  const uint64_t freed = it->second.segment != nullptr ? it->second.segment->size() : 0;
-  Logger("store")->info("upload of '{}' aborted", it->first);
-  DiscardLocked(it);
-  return freed;
+  Logger("store")->info("upload of '{}' aborted", EscapeForDisplay(it->first));
+  return DiscardLocked(it);
 }
 
 absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
@@ -398,12 +635,12 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
     DDO_ASSIGN_OR_RETURN(std::string files_hash, ContentHashOfSafetensors(set, cancelled));
     const std::string component_hash =
         !target->content_hash.empty() ? target->content_hash
-                                      : ContentHash(target->tensors, target->segment->data());
+                                      : FullContentHash(target->tensors, target->bytes);
     const bool announced_matches =
         request.content_hash.empty() || request.content_hash == files_hash;
     if (files_hash == component_hash && announced_matches) {
       absl::StatusOr<ComponentSnapshot> shared = AddReader(
-          request.cache_key, lease.caller, target->segment->name(), component_hash);
+          request.cache_key, lease.caller, target->bytes.own()->name(), component_hash);
       if (shared.ok()) {
         return LoadResult{*std::move(shared), true, absl::ToDoubleSeconds(absl::Now() - started)};
       }
@@ -418,8 +655,9 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   }
   std::vector<TensorEntry> laid_out;
   std::string expected_hash;
-  auto segment = SegmentOfUpload(lease.id, begun.upload_id, &laid_out, &expected_hash);
-  if (!segment.ok()) return segment.status();
+  absl::StatusOr<ComponentBytes> bytes =
+      BytesOfUpload(lease.id, begun.upload_id, &laid_out, &expected_hash);
+  if (!bytes.ok()) return bytes.status();
 
   // Positional reads of every tensor straight into its place in the segment, through the
   // descriptors the files were validated through (never reopened by path).
@@ -428,7 +666,7 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   for (const SafetensorsFile& file : set.files) {
     for (const SafetensorsTensor& source : file.tensors) {
       jobs.push_back({file.fd.get(), source.file_offset,
-                      (*segment)->data() + laid_out[index++].offset, source.byte_size,
+                      bytes->own()->data() + laid_out[index++].offset, source.byte_size,
                       file.name});
     }
   }
@@ -481,8 +719,9 @@ void ComponentStore::DiscardUnused(const std::string& cache_key,
   absl::MutexLock lock(&mu_);
   auto it = components_.find(cache_key);
   if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
-      it->second.info.sessions > 0 || it->second.segment == nullptr ||
-      it->second.segment->name() != segment_name) {
+      it->second.info.sessions > 0 || it->second.segments.empty() ||
+      it->second.segments.front() == nullptr ||
+      it->second.segments.front()->name() != segment_name) {
     return;
   }
   Logger("store")->info("discarding '{}': its lease ended before the caller was answered",
@@ -498,10 +737,13 @@ std::optional<ComponentStore::ProofTarget> ComponentStore::FindProofTarget(
   auto it = components_.find(cache_key);
   if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
       it->second.info.structure_hash != structure_hash || MayRead(caller, it->second) ||
-      it->second.sources == sources || it->second.segment == nullptr) {
+      it->second.sources == sources || it->second.segments.empty() ||
+      !it->second.info.base_cache_key.empty()) {
+    // A derived version is never shared by proof: it is its owner's edit of a model.
     return std::nullopt;
   }
-  return ProofTarget{it->second.segment, it->second.info.tensors, it->second.info.content_hash};
+  return ProofTarget{ComponentBytes(it->second.segments), it->second.info.tensors,
+                     it->second.info.content_hash};
 }
 
 absl::StatusOr<ComponentSnapshot> ComponentStore::AddReader(const std::string& cache_key,
@@ -511,7 +753,8 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::AddReader(const std::string& c
   absl::MutexLock lock(&mu_);
   auto it = components_.find(cache_key);
   if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
-      it->second.segment == nullptr || it->second.segment->name() != segment_name) {
+      it->second.segments.empty() || it->second.segments.front() == nullptr ||
+      it->second.segments.front()->name() != segment_name) {
     return absl::NotFoundError(
         absl::StrCat("'", EscapeForDisplay(cache_key), "' changed while its bytes were compared"));
   }
@@ -553,10 +796,9 @@ absl::StatusOr<uint64_t> ComponentStore::Evict(const std::string& cache_key,
     return absl::FailedPreconditionError(absl::StrCat(
         "'", cache_key, "' is in use by ", it->second.info.sessions, " session(s)"));
   }
-  const uint64_t freed = it->second.segment->size();
-  Logger("store")->info("evicted '{}' at the request of {} ({})", EscapeForDisplay(cache_key),
-                        caller.Describe(), FormatBytes(freed));
-  DiscardLocked(it);
+  const uint64_t freed = DiscardLocked(it);
+  Logger("store")->info("evicted '{}' at the request of {} ({} released)",
+                        EscapeForDisplay(cache_key), caller.Describe(), FormatBytes(freed));
   PersistLocked();
   return freed;
 }
@@ -583,7 +825,8 @@ absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
   it->second.info.last_used = absl::Now();
   const std::string session_id = RandomId();
   sessions_[session_id] = Session{lease.id, cache_key, lease.caller.uid};
-  return HostAttachment{session_id, SnapshotLocked(it->second), it->second.segment};
+  return HostAttachment{session_id, SnapshotLocked(it->second),
+                        ComponentBytes(it->second.segments)};
 }
 
 absl::Status ComponentStore::SessionOwnedLocked(const std::string& session_id,
@@ -648,7 +891,7 @@ StoreStats ComponentStore::Stats() const {
   for (const auto& [key, component] : components_) {
     if (component.info.state != ComponentState::kReady) continue;
     ++stats.components;
-    stats.used_bytes += component.info.total_bytes;
+    stats.used_bytes += component.info.own_bytes;  // shared bytes counted once
   }
   stats.sessions = static_cast<uint32_t>(sessions_.size());
   stats.evictions = evictions_;
@@ -672,12 +915,25 @@ void ComponentStore::AdoptPrevious() {
   if (!manifest.ok() && !absl::IsNotFound(manifest.status())) {
     log->error("discarding the previous pool: {}", manifest.status().message());
   }
+  // Each segment is adopted (counted, pinned) once, however many components use it: a base
+  // and the derived versions that share its bytes.
+  std::map<std::string, std::shared_ptr<PoolSegment>> adopted_segments;
   absl::MutexLock lock(&mu_);
   for (ManifestComponent& entry : manifest.ok() ? *manifest : std::vector<ManifestComponent>{}) {
+    const std::string own_name = entry.segments.empty() ? "" : entry.segments.front().name;
     auto reject = [&](absl::string_view why) {
-      log->warn("not adopting '{}' ({}): {}", entry.cache_key, entry.segment_name, why);
+      log->warn("not adopting '{}' ({}): {}", EscapeForDisplay(entry.cache_key), own_name, why);
     };
-    if (entry.segment_name.rfind(pool_.name_prefix(), 0) != 0) {
+    const bool derived = !entry.base_cache_key.empty();
+    if (entry.segments.empty() || (!derived && entry.segments.size() != 1)) {
+      reject("the manifest gives it no segment, or several without a base");
+      continue;
+    }
+    bool ours = true;
+    for (const ManifestSegment& segment : entry.segments) {
+      ours = ours && segment.name.rfind(pool_.name_prefix(), 0) == 0;
+    }
+    if (!ours) {
       reject("the segment is not this pool's");
       continue;
     }
@@ -694,24 +950,41 @@ void ComponentStore::AdoptPrevious() {
     for (const TensorEntry& tensor : entry.tensors) {
       auto bytes = TensorByteSize(tensor.dtype, tensor.shape);
       in_bounds = in_bounds && bytes.ok() && *bytes == tensor.byte_size &&
-                  tensor.offset + tensor.byte_size <= entry.segment_size;
+                  tensor.segment < entry.segments.size() &&
+                  tensor.offset + tensor.byte_size <= entry.segments[tensor.segment].size;
     }
     if (!in_bounds) {
-      reject("a tensor lies outside the segment");
+      reject("a tensor lies outside its segment");
       continue;
     }
-    auto segment = pool_.Adopt(entry.segment_name);
-    if (!segment.ok()) {
-      reject(segment.status().message());
-      continue;
+    std::vector<std::shared_ptr<PoolSegment>> segments;
+    std::string missing;
+    for (size_t i = 0; i < entry.segments.size() && missing.empty(); ++i) {
+      const ManifestSegment& wanted = entry.segments[i];
+      std::shared_ptr<PoolSegment>& segment = adopted_segments[wanted.name];
+      if (segment == nullptr) {
+        auto opened = pool_.Adopt(wanted.name);
+        if (!opened.ok()) {
+          missing = i == 0 ? std::string(opened.status().message())
+                           : absl::StrCat("a segment it shares with its base is gone (",
+                                          opened.status().message(), ")");
+          continue;
+        }
+        segment = *std::move(opened);
+        if (absl::Status pinned = segment->Pin(); !pinned.ok()) {
+          log->warn("serving {} unpinned: {}", wanted.name, pinned.message());
+        }
+      }
+      if (segment->size() != wanted.size) {
+        missing = absl::StrCat("the segment ", wanted.name, " has ", segment->size(),
+                               " bytes, the manifest says ", wanted.size, " (truncated?)");
+        continue;
+      }
+      segments.push_back(segment);
     }
-    if ((*segment)->size() != entry.segment_size) {
-      reject(absl::StrCat("the segment has ", (*segment)->size(), " bytes, the manifest says ",
-                          entry.segment_size, " (truncated?)"));
+    if (!missing.empty()) {
+      reject(missing);
       continue;
-    }
-    if (absl::Status pinned = (*segment)->Pin(); !pinned.ok()) {
-      log->warn("serving {} unpinned: {}", entry.segment_name, pinned.message());
     }
     Component component;
     component.info.component_id = entry.component_id;
@@ -722,17 +995,32 @@ void ComponentStore::AdoptPrevious() {
     component.info.total_bytes = TotalTensorBytes(entry.tensors);
     component.info.unit_count = CountUnits(entry.tensors);
     component.info.last_used = absl::Now();
+    for (const TensorEntry& tensor : entry.tensors) {
+      if (tensor.segment != 0) continue;
+      component.info.own_bytes += tensor.byte_size;
+      component.info.changed_tensors += derived ? 1 : 0;
+    }
+    component.info.base_cache_key = std::move(entry.base_cache_key);
+    component.info.base_component_id = std::move(entry.base_component_id);
     component.info.tensors = std::move(entry.tensors);
     component.info.owner_uid = entry.owner_uid;
-    component.readers.insert(entry.readers.begin(), entry.readers.end());
-    component.sources = std::move(entry.sources);
-    component.segment = *std::move(segment);
-    kept.insert(entry.segment_name);
-    log->info("adopted '{}' ({}) from the previous ddod", entry.cache_key,
-              FormatBytes(component.info.total_bytes));
+    if (!derived) {  // a derived version is never shared (docs/security.md)
+      component.readers.insert(entry.readers.begin(), entry.readers.end());
+      component.sources = std::move(entry.sources);
+    }
+    component.segments = std::move(segments);
+    for (const ManifestSegment& segment : entry.segments) kept.insert(segment.name);
+    log->info("adopted '{}' ({}{}) from the previous ddod", EscapeForDisplay(entry.cache_key),
+              FormatBytes(component.info.own_bytes),
+              derived ? absl::StrCat(" own, derived from '",
+                                     EscapeForDisplay(component.info.base_cache_key), "'")
+                      : "");
     components_[entry.cache_key] = std::move(component);
     ++adopted_;
   }
+  // Segments adopted only for components that were then refused go back to the budget here
+  // (and leave /dev/shm just below).
+  adopted_segments.clear();
   // Whatever else carries this pool's prefix is an unfinished upload or a rejected component.
   for (const std::string& name : pool_.ListSegmentNames()) {
     if (kept.count(name) == 0) {

@@ -2,9 +2,12 @@
 //
 // The component store, ddod's warm cache: model components (tensor tables and their bytes)
 // by cache key, each in its own pool segment. Bytes arrive by upload (the client writes into
-// the segment, then commits) or by ddod reading safetensors files itself. Nothing is served
-// before it is complete and verified. A component held by a session is never evicted; the
-// others go least-recently-used first when a new one needs room. The manifest is rewritten
+// the segment, then commits) or by ddod reading safetensors files itself. A derived version
+// (RegisterDerived) stores only its changed tensors in a segment of its own and shares the
+// others' segments with its base: segments are refcounted, so a base may go while a derived
+// version still uses its bytes. Nothing is served before it is complete and verified. A
+// component held by a session is never evicted; the others go least-recently-used first when
+// a new one needs room. The manifest is rewritten
 // after every change, so a ddod started after a crash adopts what this one had (AdoptPrevious).
 //
 // Thread-safety: all methods may be called from any thread. mu_ guards the maps; slow work
@@ -18,7 +21,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,6 +32,7 @@
 #include "daemon/identity/caller.h"
 #include "daemon/pool/host_pool.h"
 #include "daemon/session/lease_registry.h"
+#include "daemon/store/component_bytes.h"
 #include "daemon/store/file_identity.h"
 #include "daemon/store/safetensors.h"
 #include "daemon/store/tensor_table.h"
@@ -47,9 +50,21 @@ struct ComponentSnapshot {
   ComponentState state = ComponentState::kUploading;
   uint64_t total_bytes = 0;
   uint32_t unit_count = 0;
+  // The segment the component allocated itself (empty while it is being allocated).
   std::string segment_name;
   uint64_t segment_size = 0;
-  bool pinned = false;
+  struct Segment {
+    std::string name;
+    uint64_t size = 0;
+  };
+  // Every segment it uses, its own first; TensorEntry::segment indexes this.
+  std::vector<Segment> segments;
+  bool pinned = false;  // its own segment
+  // A derived version: the root base's key and component id; empty otherwise.
+  std::string base_cache_key;
+  std::string base_component_id;
+  uint32_t changed_tensors = 0;  // tensors stored in its own segment (0: not derived)
+  uint64_t own_bytes = 0;        // their bytes (total_bytes when not derived)
   uint32_t sessions = 0;
   absl::Time last_used;
   int64_t uploader_pid = 0;
@@ -72,6 +87,14 @@ struct SafetensorsRequest {
   std::map<std::string, uint32_t> units;  // empty: one unit per tensor
 };
 
+// RegisterDerived's request: see RegisterComponentRequest.base_cache_key.
+struct DerivedRequest {
+  std::string cache_key;
+  std::string base_cache_key;
+  std::vector<std::string> changed_tensors;
+  std::string content_hash;  // of the changed tensors' bytes, in table order (required)
+};
+
 struct LoadResult {
   ComponentSnapshot component;
   bool warm_hit = false;
@@ -81,8 +104,8 @@ struct LoadResult {
 struct HostAttachment {
   std::string session_id;
   ComponentSnapshot component;
-  // The component's bytes; valid while the session holds the component.
-  std::shared_ptr<PoolSegment> segment;
+  // The component's bytes (every segment it uses): valid while this is held.
+  ComponentBytes bytes;
 };
 
 struct SessionSnapshot {
@@ -133,7 +156,19 @@ class ComponentStore {
                                           std::vector<TensorEntry> tensors,
                                           const std::string& content_hash);
 
-  // Completes an upload: verifies the content hash when one was given, pins, publishes.
+  // Registers under `request.cache_key` a derived version of the READY component under
+  // `request.base_cache_key`: the base's table, the changed tensors laid out in a new segment
+  // (the upload: only they are written), every other tensor shared with the base's bytes.
+  // NOT_FOUND when the caller may not read the base (as if absent); INVALID_ARGUMENT naming
+  // the problem with the keys, the changed names or the content hash (required); a warm hit
+  // when the key holds a READY derived version with the same changed tensors and content hash
+  // whose other tensors are the very bytes the base has; otherwise the replacement rules and
+  // errors of Register. A derived version is readable by its owner (and admins) only.
+  absl::StatusOr<RegisterResult> RegisterDerived(const Lease& lease, const DerivedRequest& request);
+
+  // Completes an upload: verifies the content hash when one was given (of the bytes of the
+  // component's own segment: all its tensors, or a derived version's changed ones), pins its
+  // segment, publishes.
   absl::StatusOr<ComponentSnapshot> Commit(const std::string& lease_id,
                                            const std::string& upload_id);
 
@@ -160,7 +195,9 @@ class ComponentStore {
   // component under `cache_key` if it still lives in `segment_name` and no session uses it.
   void DiscardUnused(const std::string& cache_key, const std::string& segment_name);
 
-  // Removes an unused component; returns the bytes freed. Only its owner or an admin may.
+  // Removes an unused component; returns the bytes the pool released (0 when a derived
+  // version still uses its bytes: they go with the last component that uses them). Only its
+  // owner or an admin may.
   absl::StatusOr<uint64_t> Evict(const std::string& cache_key, const Caller& caller);
 
   // A host session: the component stays until Detach or the lease ends. The lease's caller
@@ -185,7 +222,8 @@ class ComponentStore {
  private:
   struct Component {
     ComponentSnapshot info;  // info.sessions and info.last_used are live here
-    std::shared_ptr<PoolSegment> segment;
+    // Own first (null while being allocated), then the segments shared with a base.
+    std::vector<std::shared_ptr<PoolSegment>> segments;
     std::string upload_id;
     std::string owner_lease;  // while uploading
     std::set<uid_t> readers;  // other uids that proved they may read it
@@ -202,7 +240,7 @@ class ComponentStore {
   // not read yet and whose files are not `sources`: what a caller must prove it holds the bytes
   // of (by its files' content hash) to share it. Nothing when there is none.
   struct ProofTarget {
-    std::shared_ptr<PoolSegment> segment;  // keeps the bytes while they are hashed
+    ComponentBytes bytes;                  // keeps the bytes while they are hashed
     std::vector<TensorEntry> tensors;      // with offsets
     std::string content_hash;              // "" until someone computed it
   };
@@ -229,15 +267,36 @@ class ComponentStore {
                                              std::vector<TensorEntry> tensors,
                                              const std::string& content_hash,
                                              const std::vector<FileIdentity>& sources = {});
-  absl::StatusOr<std::shared_ptr<PoolSegment>> SegmentOfUpload(const std::string& lease_id,
-                                                               const std::string& upload_id,
-                                                               std::vector<TensorEntry>* tensors,
-                                                               std::string* content_hash);
-  // Evicts unused READY components, least recently used first, until `bytes` fit.
-  absl::Status MakeRoomLocked(const std::string& for_key, uint64_t bytes)
+  absl::StatusOr<ComponentBytes> BytesOfUpload(const std::string& lease_id,
+                                               const std::string& upload_id,
+                                               std::vector<TensorEntry>* tensors,
+                                               std::string* content_hash);
+  // Before an upload under `cache_key`: ABORTED while one is in progress there; a warm hit
+  // (the snapshot) when `same` says the READY component there is the one asked for and the
+  // caller may read it (or `sources` prove it may); otherwise removes it when the caller may
+  // replace it (PERMISSION_DENIED, FAILED_PRECONDITION while in use).
+  absl::StatusOr<std::optional<ComponentSnapshot>> ClearKeyLocked(
+      const Caller& caller, const std::string& cache_key,
+      const std::function<bool(const Component&)>& same, const std::vector<FileIdentity>& sources)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Erases a component; its segment leaves /dev/shm when the last user lets go.
-  void DiscardLocked(std::map<std::string, Component>::iterator it)
+  // Allocates the placeholder's own segment of `span` bytes outside the lock and answers the
+  // upload (ABORTED when the lease ended meanwhile).
+  absl::StatusOr<RegisterResult> AllocateUpload(const std::string& upload_id,
+                                                const std::string& cache_key, uint64_t span,
+                                                const Caller& caller);
+  // Evicts unused READY components, least recently used first, until `bytes` fit. Only those
+  // whose eviction releases bytes count (a base whose bytes a derived version uses releases
+  // nothing until that one goes too); the components under `spared` stay.
+  absl::Status MakeRoomLocked(const std::string& for_key, uint64_t bytes,
+                              const std::set<std::string>& spared = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bytes the pool would release if `component` went now: its segments no other
+  // component uses.
+  uint64_t ReleasableBytesLocked(const Component& component) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Erases a component; each of its segments that no other component uses is marked to leave
+  // /dev/shm when the last user lets go. Returns the bytes of those segments.
+  uint64_t DiscardLocked(std::map<std::string, Component>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::map<std::string, Component>::iterator FindUploadLocked(const std::string& upload_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

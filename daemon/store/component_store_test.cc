@@ -213,7 +213,7 @@ TEST_F(ComponentStoreTest, ADifferentStructureReplacesAnUnusedComponent) {
   auto blocked = store_->Register(lease_, "model", Table(3, kMiB / 2), "");
   EXPECT_TRUE(absl::IsFailedPrecondition(blocked.status()));
   ASSERT_TRUE(store_->Detach(session->session_id, DaemonCaller()).ok());
-  session->segment.reset();  // an attachment's own reference to the bytes
+  session->bytes = ComponentBytes();  // an attachment's own reference to the bytes
   auto replaced = store_->Register(lease_, "model", Table(3, kMiB / 2), "");
   ASSERT_TRUE(replaced.ok()) << replaced.status();
   EXPECT_FALSE(replaced->warm_hit);

@@ -38,7 +38,8 @@ json TensorToJson(const TensorEntry& tensor) {
               {"module_class", tensor.module_class},
               {"unit", tensor.unit},
               {"is_buffer", tensor.is_buffer},
-              {"offset", tensor.offset}};
+              {"offset", tensor.offset},
+              {"segment", tensor.segment}};
 }
 
 absl::StatusOr<TensorEntry> TensorFromJson(const json& value) {
@@ -55,6 +56,7 @@ absl::StatusOr<TensorEntry> TensorFromJson(const json& value) {
     tensor.unit = value.at("unit").get<uint32_t>();
     tensor.is_buffer = value.at("is_buffer").get<bool>();
     tensor.offset = value.at("offset").get<uint64_t>();
+    tensor.segment = value.contains("segment") ? value.at("segment").get<uint32_t>() : 0;
   } catch (const json::exception& error) {
     return absl::DataLossError(absl::StrCat("bad tensor entry: ", error.what()));
   }
@@ -83,16 +85,29 @@ absl::Status WriteManifest(const std::string& path,
       sources.push_back(json::array(
           {file.device, file.inode, file.size, file.modified_ns, file.changed_ns}));
     }
-    list.push_back(json{{"cache_key", component.cache_key},
-                        {"owner_uid", component.owner_uid},
-                        {"readers", component.readers},
-                        {"sources", std::move(sources)},
-                        {"component_id", component.component_id},
-                        {"structure_hash", component.structure_hash},
-                        {"content_hash", component.content_hash},
-                        {"segment_name", component.segment_name},
-                        {"segment_size", component.segment_size},
-                        {"tensors", std::move(tensors)}});
+    json segments = json::array();
+    for (const ManifestSegment& segment : component.segments) {
+      segments.push_back(json{{"name", segment.name}, {"size", segment.size}});
+    }
+    json entry{{"cache_key", component.cache_key},
+               {"owner_uid", component.owner_uid},
+               {"readers", component.readers},
+               {"sources", std::move(sources)},
+               {"component_id", component.component_id},
+               {"structure_hash", component.structure_hash},
+               {"content_hash", component.content_hash},
+               {"segments", std::move(segments)},
+               {"tensors", std::move(tensors)}};
+    if (component.base_cache_key.empty() && !component.segments.empty()) {
+      // Also as a ddod from before derived versions reads it. A derived version has no
+      // "segment_name": such a ddod refuses the manifest rather than serve it from one segment.
+      entry["segment_name"] = component.segments.front().name;
+      entry["segment_size"] = component.segments.front().size;
+    } else {
+      entry["base_cache_key"] = component.base_cache_key;
+      entry["base_component_id"] = component.base_component_id;
+    }
+    list.push_back(std::move(entry));
   }
   const json document{{"format", kFormat},
                       {"version", kVersion},
@@ -155,8 +170,19 @@ absl::StatusOr<std::vector<ManifestComponent>> ReadManifest(const std::string& p
       component.component_id = entry.at("component_id").get<std::string>();
       component.structure_hash = entry.at("structure_hash").get<std::string>();
       component.content_hash = entry.at("content_hash").get<std::string>();
-      component.segment_name = entry.at("segment_name").get<std::string>();
-      component.segment_size = entry.at("segment_size").get<uint64_t>();
+      if (entry.contains("segments")) {
+        for (const json& segment : entry.at("segments")) {
+          component.segments.push_back(
+              {segment.at("name").get<std::string>(), segment.at("size").get<uint64_t>()});
+        }
+      } else {
+        component.segments.push_back({entry.at("segment_name").get<std::string>(),
+                                      entry.at("segment_size").get<uint64_t>()});
+      }
+      if (entry.contains("base_cache_key")) {
+        component.base_cache_key = entry.at("base_cache_key").get<std::string>();
+        component.base_component_id = entry.at("base_component_id").get<std::string>();
+      }
       component.owner_uid = entry.contains("owner_uid") ? entry.at("owner_uid").get<uid_t>()
                                                          : ::geteuid();
       if (entry.contains("readers")) {

@@ -3,7 +3,10 @@
 // The pool manifest: what a later ddod needs to adopt the segments this one leaves behind
 // (after a restart or a crash). One JSON file per pool, replaced atomically (write a temporary
 // file, fsync, rename) after every change, and protected by a checksum over its component list
-// so that a torn or edited file is recognised and not trusted.
+// so that a torn or edited file is recognised and not trusted. A component lists every segment
+// it uses (its own first; a derived version's shared ones after it) and each tensor the index
+// of its segment; manifests from before derived versions (one "segment_name", no index) read
+// as one segment, index 0.
 #ifndef DDO_DAEMON_STORE_MANIFEST_H_
 #define DDO_DAEMON_STORE_MANIFEST_H_
 
@@ -19,17 +22,27 @@
 
 namespace ddo {
 
+struct ManifestSegment {
+  std::string name;
+  uint64_t size = 0;
+  bool operator==(const ManifestSegment& other) const {
+    return name == other.name && size == other.size;
+  }
+};
+
 struct ManifestComponent {
   std::string cache_key;
   std::string component_id;
   std::string structure_hash;
   std::string content_hash;  // "" when the client gave none
-  std::string segment_name;
-  uint64_t segment_size = 0;
-  std::vector<TensorEntry> tensors;  // with offsets
+  std::vector<ManifestSegment> segments;  // own first
+  std::vector<TensorEntry> tensors;      // with offsets and segment indexes
   uid_t owner_uid = 0;               // manifests written before owners: ddod's own uid
   std::vector<uid_t> readers;        // other uids that proved they may read it
   std::vector<FileIdentity> sources;  // the files it was read from
+  // A derived version: its root base's key and component id ("" otherwise).
+  std::string base_cache_key;
+  std::string base_component_id;
 };
 
 // Replaces the manifest at `path` atomically.

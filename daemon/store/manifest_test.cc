@@ -1,10 +1,14 @@
 #include "daemon/store/manifest.h"
 
+#include <xxhash.h>
+
 #include <fstream>
 
 #include "daemon/common/temp_dir_for_test.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 
 namespace ddo {
 namespace {
@@ -16,8 +20,7 @@ ManifestComponent Example() {
   component.cache_key = "flux/transformer@main:bf16";
   component.component_id = "0123456789abcdef";
   component.structure_hash = "xxh3-64:00000000000000aa";
-  component.segment_name = "/ddo-0-abc-0123";
-  component.segment_size = 2 << 20;
+  component.segments = {{"/ddo-0-abc-0123", 2 << 20}};
   TensorEntry tensor;
   tensor.name = "blocks.0.attn.to_q.weight";
   tensor.dtype = DType::kBF16;
@@ -40,13 +43,80 @@ TEST(ManifestTest, RoundTrips) {
   ASSERT_EQ(read->size(), 1u);
   const ManifestComponent& component = read->front();
   EXPECT_EQ(component.cache_key, "flux/transformer@main:bf16");
-  EXPECT_EQ(component.segment_size, 2u << 20);
+  ASSERT_EQ(component.segments.size(), 1u);
+  EXPECT_EQ(component.segments[0].name, "/ddo-0-abc-0123");
+  EXPECT_EQ(component.segments[0].size, 2u << 20);
+  EXPECT_EQ(component.base_cache_key, "");
   ASSERT_EQ(component.tensors.size(), 1u);
   EXPECT_EQ(component.tensors[0].dtype, DType::kBF16);
   EXPECT_EQ(component.tensors[0].shape, (std::vector<int64_t>{8, 4}));
   EXPECT_EQ(component.tensors[0].offset, 4096u);
   EXPECT_EQ(component.tensors[0].unit, 3u);
   EXPECT_EQ(component.tensors[0].module_class, "Linear");
+}
+
+TEST(ManifestTest, ADerivedVersionRoundTripsItsSegmentsAndIndexes) {
+  TempDirForTest dir;
+  const std::string path = dir.Join("manifest.json");
+  ManifestComponent derived = Example();
+  derived.cache_key = "flux/transformer+lora";
+  derived.segments = {{"/ddo-0-abc-own", 2 << 20}, {"/ddo-0-abc-0123", 4 << 20}};
+  derived.base_cache_key = "flux/transformer@main:bf16";
+  derived.base_component_id = "0123456789abcdef";
+  TensorEntry shared = derived.tensors[0];
+  shared.name = "blocks.0.attn.to_k.weight";
+  shared.segment = 1;
+  shared.offset = 8192;
+  derived.tensors.push_back(shared);
+  ASSERT_TRUE(WriteManifest(path, {Example(), derived}).ok());
+  auto read = ReadManifest(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 2u);
+  const ManifestComponent& back = (*read)[1];
+  EXPECT_EQ(back.segments, derived.segments);
+  EXPECT_EQ(back.base_cache_key, "flux/transformer@main:bf16");
+  EXPECT_EQ(back.base_component_id, "0123456789abcdef");
+  ASSERT_EQ(back.tensors.size(), 2u);
+  EXPECT_EQ(back.tensors[0].segment, 0u);
+  EXPECT_EQ(back.tensors[1].segment, 1u);
+  EXPECT_EQ(back.tensors[1].offset, 8192u);
+  // A ddod from before derived versions cannot misread it as one segment: no segment_name.
+  std::ifstream in(path);
+  const nlohmann::json document = nlohmann::json::parse(in);
+  EXPECT_TRUE(document["components"][0].contains("segment_name"));
+  EXPECT_FALSE(document["components"][1].contains("segment_name"));
+}
+
+TEST(ManifestTest, AManifestFromBeforeDerivedVersionsReadsAsOneSegment) {
+  TempDirForTest dir;
+  const std::string path = dir.Join("manifest.json");
+  const nlohmann::json tensor{{"name", "w"},        {"dtype", "F32"},      {"shape", {4}},
+                              {"byte_size", 16},    {"module_path", ""},   {"module_class", ""},
+                              {"unit", 0},          {"is_buffer", false},  {"offset", 256}};
+  const nlohmann::json components = nlohmann::json::array(
+      {{{"cache_key", "old"},
+        {"component_id", "0123456789abcdef"},
+        {"structure_hash", "xxh3-64:00000000000000aa"},
+        {"content_hash", ""},
+        {"segment_name", "/ddo-0-abc-old"},
+        {"segment_size", 2 << 20},
+        {"tensors", {tensor}}}});
+  const std::string text = components.dump();
+  const nlohmann::json document{
+      {"format", "ddo-pool-manifest"},
+      {"version", 1},
+      {"checksum", absl::StrFormat("xxh3-64:%016x", XXH3_64bits(text.data(), text.size()))},
+      {"components", components}};
+  std::ofstream(path) << document.dump(1);
+  auto read = ReadManifest(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 1u);
+  ASSERT_EQ(read->front().segments.size(), 1u);
+  EXPECT_EQ(read->front().segments[0].name, "/ddo-0-abc-old");
+  EXPECT_EQ(read->front().segments[0].size, 2u << 20);
+  EXPECT_EQ(read->front().tensors[0].segment, 0u);
+  EXPECT_EQ(read->front().tensors[0].offset, 256u);
+  EXPECT_EQ(read->front().base_cache_key, "");
 }
 
 TEST(ManifestTest, MissingIsNotFound) {

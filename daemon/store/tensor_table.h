@@ -32,6 +32,10 @@ struct TensorEntry {
   bool is_buffer = false;
   // Offset in the component's segment (assigned by LayOut).
   uint64_t offset = 0;
+  // Which of the component's segments holds the bytes: 0, its own, for every tensor of a
+  // component that is not derived; a derived version's unchanged tensors lie in segments it
+  // shares with its base (component_bytes.h).
+  uint32_t segment = 0;
 };
 
 inline constexpr uint64_t kUnitAlignment = 4096;

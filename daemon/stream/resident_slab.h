@@ -35,11 +35,12 @@ class ResidentSlab {
 
 struct PlannedTensor;
 struct TensorEntry;
+class ComponentBytes;
 
 // Copies every resident tensor of a plan from the component's host bytes into `slab` and waits
 // for the copies. InternalError naming the tensor on a device error.
 absl::Status FillResidentSlab(ResidentSlab& slab, const std::vector<PlannedTensor>& resident,
-                              const std::vector<TensorEntry>& tensors, const char* host);
+                              const std::vector<TensorEntry>& tensors, const ComponentBytes& host);
 
 absl::StatusOr<std::unique_ptr<ResidentSlab>> OpenHostSlab(const std::string& segment_name,
                                                            uint64_t bytes);

@@ -14,7 +14,7 @@ constexpr absl::Duration kDrainTimeout = absl::Seconds(2);
 
 StreamSession::StreamSession(std::string id, std::string lease_id, std::string cache_key,
                              std::string device, std::vector<TensorEntry> tensors,
-                             std::shared_ptr<PoolSegment> host, SessionPlan plan,
+                             ComponentBytes host, SessionPlan plan,
                              std::shared_ptr<ResidentSlab> slab, bool slab_filled,
                              std::unique_ptr<SessionDevice> device_memory, ControlBlock control)
     : id_(std::move(id)),
@@ -33,7 +33,7 @@ StreamSession::~StreamSession() = default;
 
 absl::Status StreamSession::FillSlab() {
   if (slab_filled_) return absl::OkStatus();
-  if (absl::Status filled = FillResidentSlab(*slab_, plan_.resident, tensors_, host_->data());
+  if (absl::Status filled = FillResidentSlab(*slab_, plan_.resident, tensors_, host_);
       !filled.ok()) {
     return filled;
   }
@@ -42,11 +42,11 @@ absl::Status StreamSession::FillSlab() {
 }
 
 absl::Status FillResidentSlab(ResidentSlab& slab, const std::vector<PlannedTensor>& resident,
-                              const std::vector<TensorEntry>& tensors, const char* host) {
+                              const std::vector<TensorEntry>& tensors, const ComponentBytes& host) {
   for (const PlannedTensor& placed : resident) {
     const TensorEntry& tensor = tensors[placed.table_index];
     if (tensor.byte_size == 0) continue;
-    if (absl::Status copied = slab.Copy(placed.offset, host + tensor.offset, tensor.byte_size);
+    if (absl::Status copied = slab.Copy(placed.offset, host.DataOf(tensor), tensor.byte_size);
         !copied.ok()) {
       return absl::Status(copied.code(),
                           absl::StrCat("filling the slab with '", tensor.name, "': ", copied.message()));
@@ -237,7 +237,7 @@ bool StreamSession::CopyUnit(uint32_t unit, uint32_t slot, uint64_t ring_offset)
   for (const PlannedTensor& placed : planned.tensors) {
     const TensorEntry& tensor = tensors_[placed.table_index];
     if (absl::Status copied = device_memory_->CopyToRing(ring_offset + placed.offset,
-                                                         host_->data() + tensor.offset,
+                                                         host_.DataOf(tensor),
                                                          tensor.byte_size);
         !copied.ok()) {
       Fail(copied);

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/pool/host_pool.h"
+#include "daemon/store/component_bytes.h"
 #include "daemon/store/tensor_table.h"
 #include "daemon/stream/control_block.h"
 #include "daemon/stream/cycle_packing.h"
@@ -46,7 +47,7 @@ struct StreamSessionStats {
 class StreamSession {
  public:
   StreamSession(std::string id, std::string lease_id, std::string cache_key, std::string device,
-                std::vector<TensorEntry> tensors, std::shared_ptr<PoolSegment> host,
+                std::vector<TensorEntry> tensors, ComponentBytes host,
                 SessionPlan plan, std::shared_ptr<ResidentSlab> slab, bool slab_filled,
                 std::unique_ptr<SessionDevice> device_memory, ControlBlock control);
   StreamSession(const StreamSession&) = delete;
@@ -118,7 +119,7 @@ class StreamSession {
   const std::string cache_key_;
   const std::string device_;
   const std::vector<TensorEntry> tensors_;
-  const std::shared_ptr<PoolSegment> host_;
+  const ComponentBytes host_;  // every segment the tensors lie in (a derived version: several)
   const SessionPlan plan_;
   const std::shared_ptr<ResidentSlab> slab_;
   bool slab_filled_;

@@ -2,7 +2,8 @@
 //
 // The streaming protocol end to end on the host backend: a copy worker serving sessions, and
 // runners written against docs/streaming.md (mapping the segments by name, as a runner
-// process does) that check every slot they use holds exactly the unit's bytes.
+// process does) that check every slot they use holds exactly the unit's bytes (read through
+// each tensor's own segment: a derived version's tensors lie in several).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -25,8 +26,8 @@ constexpr absl::Duration kPatience = absl::Seconds(10);
 class TestRunner {
  public:
   TestRunner(const ddo::v1::DeviceResources& resources, const SessionPlan& plan,
-             const std::vector<TensorEntry>& tensors, const char* host)
-      : plan_(plan), tensors_(tensors), host_(host) {
+             const std::vector<TensorEntry>& tensors, ComponentBytes host)
+      : plan_(plan), tensors_(tensors), host_(std::move(host)) {
     control_.emplace(*SharedSegment::Open(resources.control_block_shm()));
     ring_.emplace(*SharedSegment::Open(resources.ring_shm()));
     doorbell_.emplace(*SharedSegment::Open(resources.doorbell_shm()));
@@ -74,7 +75,7 @@ class TestRunner {
     }
     for (const PlannedTensor& placed : planned.tensors) {
       const TensorEntry& tensor = tensors_[placed.table_index];
-      if (std::memcmp(ring_->data() + ring_offset + placed.offset, host_ + tensor.offset,
+      if (std::memcmp(ring_->data() + ring_offset + placed.offset, host_.DataOf(tensor),
                       tensor.byte_size) != 0) {
         return absl::InternalError(absl::StrCat("slot ", slot, " does not hold ", tensor.name));
       }
@@ -121,7 +122,7 @@ class TestRunner {
 
   const SessionPlan& plan_;
   const std::vector<TensorEntry>& tensors_;
-  const char* host_;
+  const ComponentBytes host_;
   std::optional<SharedSegment> control_;
   std::optional<SharedSegment> ring_;
   std::optional<SharedSegment> doorbell_;
@@ -132,10 +133,13 @@ class TestRunner {
 };
 
 // A component of `units` Linear weights (each distinct bytes) in a pool segment, and a
-// session streaming it on the host backend.
+// session streaming it on the host backend. `derived`: laid out as a derived version, the
+// weights of odd units and the biases of even ones in a second segment (its base's, other
+// bytes at the same offsets), so that a copy from the wrong segment shows.
 class StreamFixture {
  public:
-  StreamFixture(HostPool& pool, StreamWorker& worker, int units, uint32_t slots) {
+  StreamFixture(HostPool& pool, StreamWorker& worker, int units, uint32_t slots,
+                bool derived = false) {
     for (int u = 0; u < units; ++u) {
       TensorEntry weight;
       weight.name = absl::StrCat("blocks.", u, ".linear.weight");
@@ -153,6 +157,20 @@ class StreamFixture {
     const uint64_t total = LayOut(tensors);
     host = *pool.Allocate(total);
     for (uint64_t i = 0; i < total; ++i) host->data()[i] = static_cast<char>((i * 131 + 7) % 251);
+    std::vector<std::shared_ptr<PoolSegment>> segments{host};
+    if (derived) {
+      base = *pool.Allocate(total);
+      for (uint64_t i = 0; i < total; ++i) {
+        base->data()[i] = static_cast<char>((i * 37 + 101) % 241);
+      }
+      segments.push_back(base);
+      for (size_t t = 0; t < tensors.size(); ++t) {
+        const bool odd_unit = (t / 2) % 2 == 1;
+        const bool bias = t % 2 == 1;
+        tensors[t].segment = odd_unit != bias ? 1 : 0;
+      }
+    }
+    bytes = ComponentBytes(segments);
     StreamSettings settings = *ParseStreamSettings(
         {{"DDO_SMALL_TENSOR_THRESHOLD_KB", "0"}, {"DDO_RING_SLOTS", absl::StrCat(slots)}});
     SessionPlan plan = *PlanSession(tensors, streamable, settings);
@@ -163,25 +181,30 @@ class StreamFixture {
         *OpenHostSlab(pool.name_prefix() + "s" + RandomId().substr(0, 15), plan.slab_bytes);
     auto control = *ControlBlock::Create(pool.name_prefix() + "c" + RandomId().substr(0, 15),
                                          plan.ring_slots, plan.units.size(), plan.arena_bytes);
-    session = std::make_shared<StreamSession>(RandomId(), "lease", "key", "cpu", tensors, host,
+    session = std::make_shared<StreamSession>(RandomId(), "lease", "key", "cpu", tensors, bytes,
                                               std::move(plan), slab, /*slab_filled=*/false,
                                               std::move(memory), std::move(control));
     EXPECT_TRUE(session->FillSlab().ok());
     (void)session->device_memory().Export(&resources);
+    (void)session->slab()->Export(&resources);
     resources.set_control_block_shm(session->control().name());
     resources.set_ring_slots(session->plan().ring_slots);
     resources.set_doorbell_shm(worker.doorbell_name());
     worker.Add(session);
-    runner = std::make_unique<TestRunner>(resources, session->plan(), tensors, host->data());
+    runner = std::make_unique<TestRunner>(resources, session->plan(), tensors, bytes);
   }
 
   ~StreamFixture() {
-    if (host != nullptr) host->MarkDiscarded();  // the component's segment leaves /dev/shm
+    // The component's segments leave /dev/shm.
+    if (host != nullptr) host->MarkDiscarded();
+    if (base != nullptr) base->MarkDiscarded();
   }
 
   std::vector<TensorEntry> tensors;
   std::set<std::string> streamable;
   std::shared_ptr<PoolSegment> host;
+  std::shared_ptr<PoolSegment> base;  // `derived` only
+  ComponentBytes bytes;
   std::shared_ptr<StreamSession> session;
   ddo::v1::DeviceResources resources;
   std::unique_ptr<TestRunner> runner;
@@ -322,6 +345,40 @@ TEST_F(StreamSessionTest, SmallUnitsPackIntoTheArena) {
   fixture.runner->SetSchedule(Iota(7));
   for (int step = 0; step < 25; ++step) {
     for (uint32_t unit = 0; unit < 7; ++unit) {
+      auto served = fixture.runner->Use(unit);
+      ASSERT_TRUE(served.ok()) << served.status() << " step " << step << " unit " << unit;
+      EXPECT_EQ(*served, TestRunner::Served::kInSchedule);
+    }
+  }
+  worker_->Remove(fixture.session->id());
+}
+
+TEST_F(StreamSessionTest, ADerivedVersionStreamsEachTensorFromItsOwnSegment) {
+  StreamFixture fixture(*pool_, *worker_, 6, 3, /*derived=*/true);
+  // The slab: every resident tensor (the biases) holds the bytes of its own segment.
+  auto slab = SharedSegment::Open(fixture.resources.resident_slab_shm());
+  ASSERT_TRUE(slab.ok()) << slab.status();
+  const SessionPlan& plan = fixture.session->plan();
+  ASSERT_EQ(plan.resident.size(), 6u);
+  int from_base = 0;
+  for (const PlannedTensor& placed : plan.resident) {
+    const TensorEntry& tensor = fixture.tensors[placed.table_index];
+    from_base += tensor.segment == 1 ? 1 : 0;
+    EXPECT_EQ(std::memcmp(slab->data() + placed.offset, fixture.bytes.DataOf(tensor),
+                          tensor.byte_size),
+              0)
+        << tensor.name;
+    // Not the other segment's bytes at the same offset.
+    const char* other = (tensor.segment == 0 ? fixture.base : fixture.host)->data() + tensor.offset;
+    EXPECT_NE(std::memcmp(slab->data() + placed.offset, other, tensor.byte_size), 0) << tensor.name;
+  }
+  EXPECT_EQ(from_base, 3);
+  // The ring: the runner checks every unit against each weight's own segment.
+  ASSERT_TRUE(fixture.session->SetSchedule(Iota(6)).ok());
+  fixture.runner->SetSchedule(Iota(6));
+  worker_->Ring();
+  for (int step = 0; step < 10; ++step) {
+    for (uint32_t unit = 0; unit < 6; ++unit) {
       auto served = fixture.runner->Use(unit);
       ASSERT_TRUE(served.ok()) << served.status() << " step " << step << " unit " << unit;
       EXPECT_EQ(*served, TestRunner::Served::kInSchedule);

@@ -28,6 +28,13 @@ void PlanToProto(const SessionPlan& plan, ddo::v1::PlanExplanation* out) {
   }
 }
 
+// Which bytes a slab was filled from: the component (a derived version is another component
+// than its base, even where the resident tensors are unchanged) and its own segment (a key
+// registered again gets a new one).
+std::string BytesIdentity(const ComponentSnapshot& component) {
+  return absl::StrCat(component.component_id, "/", component.segment_name);
+}
+
 }  // namespace
 
 StreamSessions::StreamSessions(ComponentStore& store, HostPool& pool, GpuInventory gpus,
@@ -112,7 +119,7 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
       PlanSession(attached.component.tensors, streamable, settings);
   if (!plan.ok()) return fail(plan.status());
   plan->decisions.insert(plan->decisions.begin(), policy_decisions.begin(), policy_decisions.end());
-  if (device.ordinal >= 0 && !attached.segment->pinned()) {
+  if (device.ordinal >= 0 && !attached.bytes.AllPinned()) {
     plan->decisions.push_back({"host_memory", "not pinned",
                                "copies from pageable memory are staged by the driver (slower)"});
   }
@@ -120,8 +127,9 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
   // A warm slab of the same component bytes and placement, or room for a new one: reserved
   // under ddod's budget before anything is allocated. Warm slabs give way, least recently
   // used first, when a session needs their room.
-  const std::string slab_key = absl::StrCat(device.label, "|", attached.component.segment_name,
-                                            "|", plan->slab_signature);
+  const std::string bytes_identity = BytesIdentity(attached.component);
+  const std::string slab_key =
+      absl::StrCat(device.label, "|", bytes_identity, "|", plan->slab_signature);
   std::shared_ptr<ResidentSlab> slab;
   uint64_t reserved_here = 0;  // what this session holds in reserved_ when it opens
   {
@@ -150,7 +158,7 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
     }
     reserved += needed;
     reserved_here += needed;
-    last_slabs_[request.cache_key()] = SlabRecipe{device, attached.component.segment_name,
+    last_slabs_[request.cache_key()] = SlabRecipe{device, bytes_identity,
                                                   plan->slab_signature, plan->resident,
                                                   plan->slab_bytes};
   }
@@ -199,7 +207,7 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
 
   auto session = std::make_shared<StreamSession>(
       attached.session_id, lease.id, request.cache_key(), device.label,
-      attached.component.tensors, attached.segment, *std::move(plan), slab, slab_warm,
+      attached.component.tensors, attached.bytes, *std::move(plan), slab, slab_warm,
       *std::move(memory), *std::move(control));
   const absl::Time fill_start = absl::Now();
   if (absl::Status filled = session->FillSlab(); !filled.ok()) {
@@ -211,9 +219,20 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
 
   const std::string schedule_key = absl::StrCat(request.cache_key(), "/", session->plan().signature);
   std::vector<uint32_t> known;
+  bool known_from_base = false;
   {
     absl::MutexLock lock(&mu_);
-    if (auto it = known_schedules_.find(schedule_key); it != known_schedules_.end()) known = it->second;
+    if (auto it = known_schedules_.find(schedule_key); it != known_schedules_.end()) {
+      known = it->second;
+    } else if (!attached.component.base_cache_key.empty()) {
+      // A derived version has its root base's units: the base's runners learned its order.
+      const std::string base_key = absl::StrCat(attached.component.base_cache_key, "/",
+                                                session->plan().signature);
+      if (auto base = known_schedules_.find(base_key); base != known_schedules_.end()) {
+        known = base->second;
+        known_from_base = true;
+      }
+    }
   }
   if (!known.empty()) (void)session->SetSchedule(known);
 
@@ -272,7 +291,7 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
       session->id().substr(0, 8), request.cache_key(), device.label, FormatBytes(placed.slab_bytes),
       slab_warm ? "warm" : "filled", fill_seconds, placed.units.size(),
       FormatBytes(placed.arena_bytes), placed.ring_slots, FormatBytes(placed.slot_bytes),
-      known.empty() ? "" : ", schedule known");
+      known.empty() ? "" : known_from_base ? ", schedule known from its base" : ", schedule known");
   return attached.component;
 }
 
@@ -469,12 +488,12 @@ StreamSessions::PhaseResult StreamSessions::Phase(const Lease& lease,
       result.notes.push_back(absl::StrCat("'", key, "': ", text));
       (void)store_.Detach(attached->session_id, lease.caller);
     };
-    if (attached->component.segment_name != recipe.segment_name) {
+    if (BytesIdentity(attached->component) != recipe.bytes_identity) {
       note("registered again since its last session: nothing to prefetch");
       continue;
     }
     const std::string slab_key =
-        absl::StrCat(recipe.device.label, "|", recipe.segment_name, "|", recipe.slab_signature);
+        absl::StrCat(recipe.device.label, "|", recipe.bytes_identity, "|", recipe.slab_signature);
     {
       absl::MutexLock lock(&mu_);
       bool present = warm_slabs_.count(slab_key) > 0;
@@ -499,7 +518,7 @@ StreamSessions::PhaseResult StreamSessions::Phase(const Lease& lease,
                                   : OpenCudaSlab(recipe.device.ordinal, recipe.slab_bytes);
     absl::Status filled = opened.ok() ? FillResidentSlab(**opened, recipe.resident,
                                                          attached->component.tensors,
-                                                         attached->segment->data())
+                                                         attached->bytes)
                                       : opened.status();
     if (!filled.ok()) {
       {

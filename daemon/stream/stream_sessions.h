@@ -127,7 +127,8 @@ class StreamSessions {
   std::map<std::string, std::shared_ptr<StreamSession>> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<StreamWorker>> workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> reserved_ ABSL_GUARDED_BY(mu_);  // device bytes per device
-  // The last schedule per "<cache key>/<plan signature>".
+  // The last schedule per "<cache key>/<plan signature>". A derived version with none of its
+  // own takes its root base's (the same units): its first forward need not learn one.
   std::map<std::string, std::vector<uint32_t>> known_schedules_ ABSL_GUARDED_BY(mu_);
   struct WarmSlab {
     std::string device;
@@ -140,14 +141,15 @@ class StreamSessions {
   // Where a component's last session put its resident tensors, to prefetch a slab of it.
   struct SlabRecipe {
     Device device;
-    std::string segment_name;
+    std::string bytes_identity;  // BytesIdentity of the component then
     std::string slab_signature;
     std::vector<PlannedTensor> resident;
     uint64_t slab_bytes = 0;
   };
   // By cache key.
   std::map<std::string, SlabRecipe> last_slabs_ ABSL_GUARDED_BY(mu_);
-  // By "<device>|<component segment>|<slab signature>".
+  // By "<device>|<bytes identity>|<slab signature>": a slab is reused only for the same
+  // component bytes (a derived version never takes its base's slab).
   std::map<std::string, WarmSlab> warm_slabs_ ABSL_GUARDED_BY(mu_);
   // The slab key of every open session.
   std::map<std::string, std::string> slab_keys_ ABSL_GUARDED_BY(mu_);

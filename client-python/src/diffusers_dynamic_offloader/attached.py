@@ -1,6 +1,7 @@
 """AttachedComponent: a component of ddod's pool mapped into this process.
 
-The tensors are zero-copy, read-only views of shared memory: inference only. See
+The tensors are zero-copy, copy-on-write views of ddod's shared memory (a write stays in this
+process). See
 :mod:`diffusers_dynamic_offloader.store` for what that means.
 """
 
@@ -35,7 +36,7 @@ class BindResult(NamedTuple):
 
 
 class AttachedComponent(Closeable):
-    """A host session on a component, with a read-only zero-copy tensor for every entry.
+    """A host session on a component, with a zero-copy (copy-on-write) tensor for every entry.
 
     Create it with ``client.attach(key)``. The session keeps ddod from evicting the component
     until :meth:`close` (or until the client's lease ends). It is a context manager.
@@ -72,11 +73,11 @@ class AttachedComponent(Closeable):
 
     @property
     def tensors(self) -> Mapping[str, torch.Tensor]:
-        """Name -> read-only tensor, in the order of the component's table."""
+        """Name -> copy-on-write tensor, in the order of the component's table."""
         return MappingProxyType(self._open_tensors())
 
     def state_dict(self) -> "OrderedDict[str, torch.Tensor]":
-        """A new ordered dict of the (shared, read-only) tensors: for ``load_state_dict``
+        """A new ordered dict of the (shared, copy-on-write) tensors: for ``load_state_dict``
         into a module it copies, or for direct use."""
         return OrderedDict(self._open_tensors())
 
@@ -86,9 +87,9 @@ class AttachedComponent(Closeable):
         Every parameter becomes ``nn.Parameter(view, requires_grad=False)`` and every
         persistent buffer the view itself; tied weights (one tensor under several names) stay
         tied. The module's own tensors are dropped (their memory is freed when nothing else
-        holds them). Nothing changes when the bind fails. The module must then only be used
-        for inference (see the module documentation): it now reads shared, read-only memory
-        on the host.
+        holds them). Nothing changes when the bind fails. The module then reads ddod's copy
+        through copy-on-write host memory: an edit copies the pages it touches and stays in
+        this process (see the module documentation).
 
         Args:
             module: A module of the component's architecture (its ``state_dict()`` names).

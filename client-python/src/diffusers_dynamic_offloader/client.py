@@ -385,7 +385,7 @@ class DdoClient(Closeable):
         return stored
 
     def attach(self, cache_key: str) -> "AttachedComponent":
-        """Maps a READY component read-only into this process (zero-copy tensors, inference
+        """Maps a READY component copy-on-write into this process (zero-copy tensors, inference
         only); see :func:`diffusers_dynamic_offloader.store.attach`."""
         from . import store
 

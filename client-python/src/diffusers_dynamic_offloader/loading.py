@@ -137,7 +137,8 @@ def load_from_ddod(
 
     ``model_class`` is a Diffusers model class (``load_config`` and ``from_config``, as
     ``ModelMixin``). Buffers that are not in the checkpoint (computed at construction) are
-    built normally. The module reads shared, read-only host memory: inference only; route it
+    built normally. The module reads ddod's copy through copy-on-write host memory (an edit stays
+    in this process); route it
     with ``enable_offload(module, cache_key=loaded.cache_key, ...)``, which then uploads
     nothing.
 

@@ -169,6 +169,9 @@ def _guarded_torch_function(cls, func, types, args=(), kwargs=None):
     name = getattr(func, "__name__", "")
     written = _written(func, name, args, kwargs)
     if written:
+        if name in _OUT_OF_PLACE and len(args) >= 2 and written[0] is args[0]:
+            # A LoRA delta computed on the GPU for a weight whose copy is on the host.
+            args = (args[0], *(_on_device(arg, args[0].device) for arg in args[1:]))
         handled = _before_write(written, name, args, kwargs)
         if handled is not _NOT_HANDLED:
             return handled
@@ -281,8 +284,7 @@ def _write_out_of_place(target: torch.Tensor, name: str, args: Sequence[Any],
             result = torch.empty_like(target, memory_format=torch.contiguous_format)
             result.copy_(args[1], **kwargs)
         elif name in _OUT_OF_PLACE and len(args) >= 2:
-            operands = [_on_device(arg, target.device) for arg in args[1:]]
-            result = _OUT_OF_PLACE[name](target, *operands, **kwargs)
+            result = _OUT_OF_PLACE[name](target, *args[1:], **kwargs)
             if result.dtype != target.dtype:
                 return _NOT_HANDLED  # the in-place op would cast (or refuse): let it
         else:

@@ -17,13 +17,13 @@ ways, and tensor bytes never travel through gRPC in either:
 :func:`attach` maps a component into this process: :class:`AttachedComponent` holds a session
 (which keeps ddod from evicting the component) and a zero-copy tensor for every entry.
 
-Attached tensors are read-only shared memory
---------------------------------------------
+Attached tensors are copy-on-write views of ddod's copy
+-------------------------------------------------------
 They are views of pages shared with ddod and every other process that attached the same
-component, mapped ``PROT_READ``. Use them for **inference only**: no optimizer, no in-place ops
-(``add_``, ``copy_``, ``x[...] = ...``), no ``load_state_dict`` into a bound module. torch cannot
-tell that the memory is read-only, so a write is not an exception: **the kernel kills the
-process with SIGSEGV**. ``bind()`` sets ``requires_grad=False`` on every parameter it creates.
+component, mapped copy-on-write (``MAP_PRIVATE``): reading costs no memory, and a write (an
+in-place op, ``load_state_dict`` into a bound module, a fine-tune step) copies the pages it
+touches into this process, so it changes this process's tensors only, never ddod's copy or
+another runner's. ``bind()`` sets ``requires_grad=False`` on every parameter it creates.
 The tensors stay valid until ``close()``, and in fact for as long as any of them is referenced:
 the mapping is released only when the last of them goes. After ``close()`` the session is gone
 and ddod may evict the component (its RAM then returns when the last view is released).
@@ -806,11 +806,11 @@ class _Watchdog:
 
 
 def attach(client: "DdoClient", cache_key: str) -> AttachedComponent:
-    """Opens a host session on a READY component and maps it read-only into this process.
+    """Opens a host session on a READY component and maps it copy-on-write into this process.
 
     Returns:
         The attached component; close it (or use it as a context manager) to end the session.
-        Its tensors are read-only shared memory: see the module documentation.
+        Its tensors are copy-on-write views of ddod's copy: see the module documentation.
 
     Raises:
         DaemonError: NOT_FOUND (no READY component has the key), FAILED_PRECONDITION.

@@ -8,7 +8,7 @@ component that is already in ddod's pool (``register_module`` or ``load_safetens
    is exactly ``torch.nn.Linear`` (PEFT LoRA base layers included), and sends them with
    ``Attach``; ddod's planner decides what streams and what stays resident
    (``StreamingSession.plan`` says why).
-2. It maps what ddod returns: the component's host pool (read-only), the resident slab and the
+2. It maps what ddod returns: the component's host pool (copy-on-write), the resident slab and the
    ring (shared-memory segments on the host backend, CUDA IPC memory on a GPU), the ring's
    CUDA events, and the control block and the device's doorbell (read-write).
 3. It binds the module: every resident tensor becomes a view of the slab; each streamed
@@ -637,8 +637,8 @@ class StreamingSession(Closeable, EditListener):
 
         def guarded_apply(fn: Callable[[torch.Tensor], torch.Tensor], *args: Any, **kwargs: Any):
             live = session()
-            if live is not None and not live._closed:
-                live._check_conversion(fn)
+            if live is not None and not live._closed and live._check_conversion(fn):
+                return live.module  # .to(execution device): where it runs already
             return original_apply(fn, *args, **kwargs)
 
         self.module.__dict__["_apply"] = guarded_apply
@@ -651,10 +651,13 @@ class StreamingSession(Closeable, EditListener):
         if self._consumer is not None:
             self._consumer.begin_forward()
 
-    def _check_conversion(self, convert: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def _check_conversion(self, convert: Callable[[torch.Tensor], torch.Tensor]) -> bool:
         """Refuses a ``module._apply(convert)`` that would give a weight ddod serves another
-        dtype or device: ``convert`` is tried on an empty tensor of each kind bound."""
+        dtype or device: ``convert`` is tried on an empty tensor of each kind bound. True when
+        it only moves weights to the execution device (``pipe.to("cuda")``): the module runs
+        there already, so nothing is to be done."""
         tried = set()
+        to_execution_device = False
         for source, tensor in self._bound_tensors.items():
             kind = (tensor.dtype, tensor.device, isinstance(tensor, nn.Parameter))
             if kind in tried:
@@ -662,17 +665,28 @@ class StreamingSession(Closeable, EditListener):
             tried.add(kind)
             with torch.no_grad():
                 probe = convert(torch.empty(0, dtype=tensor.dtype, device=tensor.device))
-            if isinstance(probe, torch.Tensor) and (
-                    probe.dtype != tensor.dtype or probe.device != tensor.device):
+            if not isinstance(probe, torch.Tensor):
+                continue
+            if probe.dtype != tensor.dtype:
                 raise tensor._ddo_guard.refusal(
-                    f"converting the module's weights from {str(tensor.dtype)[6:]} on "
-                    f"{tensor.device} to {str(probe.dtype)[6:]} on {probe.device} is not "
-                    f"supported while it is on the DDO route (the module runs on "
-                    f"{self.device} already; nothing was converted)",
+                    f"converting the module's weights from {str(tensor.dtype)[6:]} to "
+                    f"{str(probe.dtype)[6:]} is not supported while it is on the DDO route "
+                    f"(nothing was converted)",
                     "load the model in the dtype you want before enable_offload (DDO casts "
                     "streamed weights to the input's dtype at each use), or call "
                     "remove_dynamic_offload() / result.release() first: the module then gets "
                     "ordinary tensors on the CPU.")
+            if probe.device != tensor.device and probe.device == self.device:
+                to_execution_device = True
+            elif probe.device != tensor.device:
+                raise tensor._ddo_guard.refusal(
+                    f"moving the module's weights from {tensor.device} to {probe.device} is "
+                    f"not supported while it is on the DDO route (nothing was moved)",
+                    f"the module already runs on {self.device}: DDO places its weights there "
+                    f"as they are used. To move it elsewhere, call remove_dynamic_offload() / "
+                    f"result.release() first (the module then gets ordinary tensors on the "
+                    f"CPU), then enable_offload with another execution_device.")
+        return to_execution_device
 
     # Edits.
 
