@@ -304,10 +304,17 @@ def ddo_part(model, inputs, loras, cap: float, reserve: float, total: int, args,
             log(f"DDO: fused a: fuse {fused['first_fuse_a_s']:.2f} s, sync "
                 f"{fused['first_sync_a_s']:.2f} s ({fused['first_sync_a']}), step "
                 f"{fused['fused_a_step_s']:.3f} s")
+            from diffusers_dynamic_offloader.shared_weights import edit_seconds
+
             parts = {}
+            edit_seconds(reset=True)
             parts["unfuse_a_s"] = synced(model.unfuse_lora)
+            fused["unfuse_edit_seconds"] = edit_seconds(reset=True)
             parts["fuse_b_s"] = synced(lambda: model.fuse_lora(adapter_names=["b"]))
+            fused["fuse_edit_seconds"] = edit_seconds(reset=True)
             parts["sync_s"] = synced(hook.sync_edits)
+            log(f"DDO: where the switch went: unfuse {fused['unfuse_edit_seconds']}, fuse "
+                f"{fused['fuse_edit_seconds']}, sync {(hook.last_sync or {}).get('parts')}")
             fused["switch_parts"] = parts
             fused["switch_s"] = sum(parts.values())
             fused["switch_sync"] = dict(hook.last_sync or {})
@@ -384,12 +391,39 @@ def group_part(model, host, inputs, loras, cap: float, total: int, args,
         log(f"group: LoRAs loaded in {result_figures['load_lora_s']} (diffusers re-applies "
             f"its offloading around each load)")
         model.set_adapters("a")
+        try:
+            flux.time_step(step)
+        except KeyError as error:
+            # diffusers' group offload (use_stream) keeps a pinned copy per parameter it saw
+            # when applied: the adapters loaded since are not in it. The workaround a user has:
+            # take the offloading off and apply it again with the adapters in place.
+            result_figures["step_after_load_error"] = flux.describe_error(error)
+            log(f"group: the first step after loading the LoRAs failed "
+                f"({result_figures['step_after_load_error'][:80]}); applying group offloading "
+                f"again with the adapters in place")
+            flux.set_fraction(1.0)
+            flux.remove_group_offloading(model)
+            result_figures["reapply_s"] = synced(lambda: apply_group_offloading(model, **options))
+            flux.set_fraction(cap * GIB / total)
         result_figures["adapter_a"] = steps_with(step, args)
         log(f"group: adapter a active {result_figures['adapter_a']['step_s']:.3f} s/step")
         result_figures["unfused_switch"] = unfused_switches(model, args, lambda: None)
         result_figures["step_after_switches_s"] = flux.time_step(step)
         log(f"group: unfused switches "
             f"{json.dumps({k: round(v['median_s'], 4) for k, v in result_figures['unfused_switch'].items()})}")
+        if not args.skip_fused:
+            # The same fused switch as the DDO part: fuse a, then unfuse a and fuse b.
+            fused: Dict[str, Any] = {}
+            result_figures["fused"] = fused
+            model.set_adapters("a")
+            fused["first_fuse_a_s"] = synced(lambda: model.fuse_lora(adapter_names=["a"]))
+            fused["fused_a_step_s"] = flux.time_step(step)
+            parts = {"unfuse_a_s": synced(model.unfuse_lora),
+                     "fuse_b_s": synced(lambda: model.fuse_lora(adapter_names=["b"]))}
+            fused["switch_parts"] = parts
+            fused["switch_s"] = sum(parts.values())
+            fused["fused_b_step_s"] = flux.time_step(step)
+            log(f"group: fused switch a -> b {fused['switch_s']:.2f} s ({parts})")
     except Exception as error:  # noqa: BLE001 - recorded, the run goes on
         result_figures["error"] = flux.describe_error(error)
         log(f"group part failed: {result_figures['error']}")

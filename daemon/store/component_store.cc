@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <set>
+#include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -561,23 +563,30 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
   DDO_ASSIGN_OR_RETURN(ComponentBytes bytes,
                        BytesOfUpload(lease_id, upload_id, &tensors, &expected_hash));
 
-  // Verification and pinning read the whole segment: outside the lock. Only the component's
-  // own segment was written (a derived version's shared tensors are its base's, verified).
-  if (!expected_hash.empty()) {
-    const std::string actual = OwnContentHash(tensors, bytes);
-    if (actual != expected_hash) {
-      (void)Abort(lease_id, upload_id);
-      return absl::InvalidArgumentError(absl::StrCat(
-          "content hash mismatch: the client announced ", expected_hash, " but the bytes hash to ",
-          actual, "; the upload was discarded"));
-    }
-  }
+  // Verification and pinning read the whole segment: outside the lock, and at the same time
+  // (pinning is the kernel's and the driver's work, hashing this thread's: together they take
+  // the longer of the two). Only the component's own segment was written (a derived version's
+  // shared tensors are its base's, verified).
   const std::shared_ptr<PoolSegment>& segment = bytes.own();
   const absl::Time pinning = absl::Now();
-  if (absl::Status pinned = segment->Pin(); !pinned.ok()) {
+  absl::Status pinned;
+  double pin_s = 0;
+  std::thread pinner([&] {
+    pinned = segment->Pin();
+    pin_s = absl::ToDoubleSeconds(absl::Now() - pinning);
+  });
+  std::string actual;
+  if (!expected_hash.empty()) actual = OwnContentHash(tensors, bytes);
+  pinner.join();
+  if (actual != expected_hash) {
+    (void)Abort(lease_id, upload_id);  // the segment is unpinned when its last user lets go
+    return absl::InvalidArgumentError(absl::StrCat(
+        "content hash mismatch: the client announced ", expected_hash, " but the bytes hash to ",
+        actual, "; the upload was discarded"));
+  }
+  if (!pinned.ok()) {
     Logger("store")->warn("serving {} unpinned: {}", segment->name(), pinned.message());
   }
-  const double pin_s = absl::ToDoubleSeconds(absl::Now() - pinning);
 
   absl::MutexLock lock(&mu_);
   auto it = FindUploadLocked(upload_id);

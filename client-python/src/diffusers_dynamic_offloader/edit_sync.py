@@ -17,7 +17,7 @@ fine-tune, an in-place op), the edited tensors live in the runner's private memo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Mapping, Sequence
 
 import torch
@@ -39,17 +39,22 @@ DERIVED_MARK = "+edit-"
 class EditSync:
     """What one sync stored: ``changed_tensors`` edited tensors; ``uploaded_bytes`` written into
     ddod (0 on a warm hit); ``warm_hit``: ddod had this derived version already;
-    ``cache_key``: the derived version's key (the component's own when nothing changed)."""
+    ``cache_key``: the derived version's key (the component's own when nothing changed);
+    ``parts``: seconds by step (``compare``: edited against ddod's bytes, ``hash``, ``register``,
+    ``write``, ``commit``: ddod verifies and pins, ``attach``: the session moved to the new
+    version)."""
 
     changed_tensors: int
     uploaded_bytes: int
     warm_hit: bool
     seconds: float
     cache_key: str
+    parts: Dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> Dict[str, object]:
         return {"changed_tensors": self.changed_tensors, "uploaded_bytes": self.uploaded_bytes,
-                "warm_hit": self.warm_hit, "seconds": self.seconds, "cache_key": self.cache_key}
+                "warm_hit": self.warm_hit, "seconds": self.seconds, "cache_key": self.cache_key,
+                "parts": {name: round(value, 4) for name, value in self.parts.items()}}
 
 
 def same_bytes(edited: torch.Tensor, original: torch.Tensor) -> bool:
@@ -95,8 +100,12 @@ def store_edits(
     host = {spec.name: tensor_bytes(plain(changed[spec.name])) for spec in order}
     names = [spec.name for spec in order]
     digest = content_hash([host[name] for name in names])
+    hashed = time.perf_counter()
     key = derived_cache_key(base_key, names, digest)
+    steps: Dict[str, float] = {}
     component = register_derived(client, key, base_key, order, [host[name] for name in names],
-                                 digest)
+                                 digest, seconds=steps)
+    stored = time.perf_counter()
     uploaded = 0 if component.warm_hit else sum(spec.byte_size for spec in order)
-    return EditSync(len(order), uploaded, component.warm_hit, time.perf_counter() - started, key)
+    return EditSync(len(order), uploaded, component.warm_hit, stored - started, key,
+                    {"hash": hashed - started, **steps})

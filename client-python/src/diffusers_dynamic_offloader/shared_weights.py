@@ -10,9 +10,11 @@ a tensor subclass whose ``__torch_function__`` sees every PyTorch operation on i
 - lets reads through (the result of a read that aliases the weight, such as ``.data``,
   ``.detach()``, ``.t()`` or slicing, is guarded in turn; any other result is a plain tensor);
 - on a write (an in-place op, ``copy_``, ``__setitem__``, ``out=``, assigning ``.data``) first
-  gives the weight private memory: the parameter object itself is re-pointed with ``set_`` to a
-  private copy (on the same device), so the module and every holder of the parameter see the
-  edit, and the write lands there. Common in-place arithmetic on the whole tensor
+  gives the weight private memory: the parameter object itself is re-pointed (``.data``) to a
+  private copy, so the module and every holder of the parameter see the edit, and the write
+  lands there. Private copies live on the host, whatever device the weight was bound on: a
+  resident weight edited on a small GPU must not take device memory the runner does not have
+  (fusing a LoRA edits gigabytes), and the next forward streams the edit from ddod anyway. Common in-place arithmetic on the whole tensor
   (``+=``, ``-=``, ``*=``, ``/=``, ``copy_``) is computed out of place straight into the new
   memory, one pass instead of a copy and a second pass; an operand on another device (a LoRA
   delta computed on the GPU, for a weight whose copy is on the host) is brought over. The
@@ -31,6 +33,8 @@ of a guarded weight is a read-only array.
 
 from __future__ import annotations
 
+import mmap
+import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -42,6 +46,7 @@ from .errors import WeightEditError
 
 __all__ = [
     "EditListener",
+    "edit_seconds",
     "SharedParameter",
     "SharedTensor",
     "WeightGuard",
@@ -83,6 +88,26 @@ _FRESH_RESULT = frozenset(
 )
 # The result of a handled write that the operation itself would have returned.
 _NOT_HANDLED = object()
+#: Where private copies of edited weights live (see the module documentation).
+_HOST = torch.device("cpu")
+#: From this size on, private copies use huge pages and device operands come through pinned
+#: memory.
+_HUGE = 2 << 20
+# Seconds spent handling writes in this process, by step (for benchmarks: edit_seconds()).
+_SECONDS: Dict[str, float] = {"operands": 0.0, "out_of_place": 0.0, "private_copy": 0.0,
+                              "in_place": 0.0}
+
+
+def edit_seconds(reset: bool = False) -> Dict[str, float]:
+    """Seconds this process spent handling writes to guarded weights, by step: ``operands``
+    (bringing operands to the weight's device), ``out_of_place`` (in-place arithmetic computed
+    into new memory), ``private_copy`` (copying a weight before an in-place op) and
+    ``in_place`` (the op itself). ``reset`` starts the count again."""
+    seconds = dict(_SECONDS)
+    if reset:
+        for name in _SECONDS:
+            _SECONDS[name] = 0.0
+    return seconds
 
 
 class EditListener:
@@ -169,15 +194,25 @@ def _guarded_torch_function(cls, func, types, args=(), kwargs=None):
     name = getattr(func, "__name__", "")
     written = _written(func, name, args, kwargs)
     if written:
+        started = time.perf_counter()
         if name in _OUT_OF_PLACE and len(args) >= 2 and written[0] is args[0]:
             # A LoRA delta computed on the GPU for a weight whose copy is on the host.
             args = (args[0], *(_on_device(arg, args[0].device) for arg in args[1:]))
+        _SECONDS["operands"] += time.perf_counter() - started
         handled = _before_write(written, name, args, kwargs)
         if handled is not _NOT_HANDLED:
             return handled
+        # The written weight may have moved to the host: its operands go there too.
+        started = time.perf_counter()
+        target = written[0]
+        args = tuple(arg if arg is target else _on_device(arg, target.device, scalars=True)
+                     for arg in args)
+        _SECONDS["operands"] += time.perf_counter() - started
+        started = time.perf_counter()
     with _DISABLED():
         result = func(*args, **kwargs)
     if written:
+        _SECONDS["in_place"] += time.perf_counter() - started
         for target in written:
             target._ddo_guard.written()
     if name == "numpy":
@@ -228,12 +263,16 @@ def _before_write(written: List[torch.Tensor], name: str, args: Sequence[Any],
     if name == "__set__":
         return _assign_data(written[0], args[1])
     if len(written) == 1 and written[0] is args[0]:
+        started = time.perf_counter()
         done = _write_out_of_place(written[0], name, args, kwargs)
         if done is not _NOT_HANDLED:
+            _SECONDS["out_of_place"] += time.perf_counter() - started
             written[0]._ddo_guard.written()
             return done
+    started = time.perf_counter()
     for target in written:
         _make_private(target)
+    _SECONDS["private_copy"] += time.perf_counter() - started
     return _NOT_HANDLED
 
 
@@ -249,7 +288,7 @@ def _assign_data(target: torch.Tensor, value: Any) -> None:
                        and value.stride() == target.stride())
         if same_memory:
             return None
-        if value.dtype != target.dtype or value.device != target.device:
+        if value.dtype != target.dtype or value.device not in (target.device, _HOST):
             raise guard_.refusal(
                 f"converting it from {_describe(target)} to {_describe(value)} is not "
                 f"supported while the module is on the DDO route",
@@ -264,8 +303,8 @@ def _assign_data(target: torch.Tensor, value: Any) -> None:
                 "ddod serves the component's shapes; call remove_dynamic_offload() first to "
                 "change the architecture, then enable_offload again.",
             )
-        if is_guarded(value) and value._ddo_guard.views_shared(value):
-            value = value.clone()  # never bind one weight to another one's ddod memory
+        if value.device != _HOST or (is_guarded(value) and value._ddo_guard.views_shared(value)):
+            value = value.detach().to(_HOST, copy=True)  # private, on the host, never ddod's
         torch.Tensor.data.__set__(target, value)
     guard_.written()
     return None
@@ -281,33 +320,45 @@ def _write_out_of_place(target: torch.Tensor, name: str, args: Sequence[Any],
         return _NOT_HANDLED
     with _DISABLED(), torch.no_grad():
         if name == "copy_" and len(args) >= 2 and isinstance(args[1], torch.Tensor):
-            result = torch.empty_like(target, memory_format=torch.contiguous_format)
+            result = _host_empty(target.shape, target.dtype)
             result.copy_(args[1], **kwargs)
         elif name in _OUT_OF_PLACE and len(args) >= 2:
-            result = _OUT_OF_PLACE[name](target, *args[1:], **kwargs)
+            operation = _OUT_OF_PLACE[name]
+            if target.device == _HOST and not kwargs:
+                # Straight into huge-page host memory (the result's dtype is checked first).
+                probe = operation(target.reshape(-1)[:1], *_first_elements(args[1:]))
+                if probe.dtype != target.dtype:
+                    return _NOT_HANDLED
+                result = _host_empty(target.shape, target.dtype)
+                operation(target, *args[1:], out=result)
+            else:
+                result = operation(target, *args[1:], **kwargs)
             if result.dtype != target.dtype:
                 return _NOT_HANDLED  # the in-place op would cast (or refuse): let it
         else:
             return _NOT_HANDLED
         if result.shape != target.shape:
             return _NOT_HANDLED
-        parameter.set_(result)
+        if result.device != _HOST:
+            result = result.to(_HOST)
+        torch.Tensor.data.__set__(parameter, result)
         if target is not parameter:
-            target.set_(result)
+            torch.Tensor.data.__set__(target, result)
     return target
 
 
 def _make_private(target: torch.Tensor) -> None:
-    """Re-points the guarded weight (and ``target``, a view of it) to a private copy of its
-    memory, unless that was done already."""
+    """Re-points the guarded weight (and ``target``, a view of it) to a private host copy of
+    its memory, unless that was done already."""
     guard_ = target._ddo_guard
     parameter = guard_.tensor
     with _DISABLED(), torch.no_grad():
         if guard_.shared and parameter is not None and guard_.views_shared(parameter):
-            parameter.set_(parameter.clone(memory_format=torch.contiguous_format))
+            torch.Tensor.data.__set__(parameter, _host_copy(parameter.detach()))
         if guard_.views_shared(target):
             if parameter is None or guard_.views_shared(parameter):
-                target.set_(target.clone())  # an orphaned view: give it its own copy
+                # An orphaned view: it gets its own copy.
+                torch.Tensor.data.__set__(target, _host_copy(target.detach()))
             else:
                 _relocate(target, guard_, parameter)
 
@@ -317,15 +368,20 @@ def _relocate(target: torch.Tensor, guard_: WeightGuard, parameter: torch.Tensor
     weight's private memory."""
     offset = target.data_ptr() - guard_._start
     size = target.element_size()
-    if offset % size or (target.dtype != parameter.dtype and not hasattr(parameter, "untyped_storage")):
+    if offset % size or target.dtype != parameter.dtype:
         raise guard_.refusal(
             "writing through a view of another dtype or alignment",
             "write through the parameter itself (or a same-dtype view of it).",
         )
-    base = parameter.storage_offset() * parameter.element_size() + offset
-    storage = (parameter.untyped_storage() if hasattr(parameter, "untyped_storage")
-               else parameter.storage())
-    target.set_(storage, base // size, target.size(), target.stride())
+    view = parameter.as_strided(target.size(), target.stride(),
+                                parameter.storage_offset() + offset // size)
+    torch.Tensor.data.__set__(target, view)
+
+
+def _first_elements(operands: Sequence[Any]) -> List[Any]:
+    """The operands of a binary op cut to what a one-element probe of the result needs."""
+    return [operand.reshape(-1)[:1] if isinstance(operand, torch.Tensor) and operand.dim() > 0
+            else operand for operand in operands]
 
 
 def _covers(target: torch.Tensor, parameter: Optional[torch.Tensor]) -> bool:
@@ -338,10 +394,42 @@ def _covers(target: torch.Tensor, parameter: Optional[torch.Tensor]) -> bool:
                 and parameter.is_contiguous())
 
 
-def _on_device(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor) and value.device != device and value.dim() > 0:
+def _on_device(value: Any, device: torch.device, scalars: bool = False) -> Any:
+    if (isinstance(value, torch.Tensor) and value.device != device
+            and (scalars or value.dim() > 0)):
+        if device == _HOST and value.is_cuda and value.numel() * value.element_size() >= _HUGE:
+            # Through page-locked memory: a DMA at full speed, where a copy to pageable
+            # memory is staged by the driver (a LoRA fuse brings gigabytes of deltas over).
+            staging = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+            staging.copy_(value)
+            return staging
         return value.to(device)
     return value
+
+
+def _host_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """New host memory for a private copy: large ones from an anonymous mapping advised to use
+    huge pages (a fused LoRA writes gigabytes of fresh memory: 2 MiB faults, not 4 KiB ones)."""
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    size = count * torch.empty((), dtype=dtype).element_size()
+    if size < _HUGE:
+        return torch.empty(tuple(shape), dtype=dtype)
+    mapping = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    advise = getattr(mapping, "madvise", None)
+    if advise is not None and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            advise(mmap.MADV_HUGEPAGE)
+        except OSError:
+            pass  # no transparent huge pages here: 4 KiB pages then
+    return torch.frombuffer(mapping, dtype=torch.uint8).view(dtype).reshape(tuple(shape))
+
+
+def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    copy = _host_empty(tensor.shape, tensor.dtype)
+    copy.copy_(tensor)
+    return copy
 
 
 def _guard_aliases(result: Any, args: Sequence[Any]) -> Any:

@@ -252,10 +252,14 @@ def register_derived(
     content_hash: str,
     *,
     wait: Optional[float] = None,
+    seconds: Optional[Dict[str, float]] = None,
 ) -> Component:
     """Stores a derived version of the READY component ``base_key`` under ``cache_key``: the
     tensors ``changed_specs`` (in table order) hold ``changed_bytes`` (flat uint8 CPU tensors,
     hashed as ``content_hash``); every other tensor shares the base's bytes in ddod.
+
+    ``seconds``, when given, receives the time of each step (``register``, ``write``,
+    ``commit``: ddod verifies the hash and pins).
 
     Returns:
         The READY derived version; ``warm_hit`` when ddod had it already (nothing written).
@@ -272,6 +276,9 @@ def register_derived(
         changed_tensors=[spec.name for spec in changed_specs], content_hash=content_hash,
     )
     response = _register_with_retry(client, request, wait)
+    registered = time.monotonic()
+    steps = seconds if seconds is not None else {}
+    steps["register"] = registered - started
     specs = list(changed_specs)
     if response.warm_hit:
         info = client._unary("GetComponent", components_pb2.GetComponentRequest(
@@ -280,11 +287,14 @@ def register_derived(
     reporter = ProgressReporter(cache_key, progress=False)
     try:
         _write_upload(response, specs, list(changed_bytes), reporter, client._segment_opener)
+        written = time.monotonic()
+        steps["write"] = written - registered
         info = client._unary(
             "CommitUpload",
             components_pb2.CommitUploadRequest(lease_id=client.lease_id,
                                                upload_id=response.upload_id),
         )
+        steps["commit"] = time.monotonic() - written
     except BaseException:
         _abort_upload(client, response.upload_id)
         raise

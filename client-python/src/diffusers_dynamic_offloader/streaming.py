@@ -725,8 +725,10 @@ class StreamingSession(Closeable, EditListener):
                 self._bind_group(name, group, self._bound_views[name])  # ddod's copy again
             else:
                 changed[name] = tensor
+        compared = time.perf_counter()
         if not changed:
-            result = EditSync(0, 0, False, time.perf_counter() - started, self.cache_key)
+            result = EditSync(0, 0, False, compared - started, self.cache_key,
+                              {"compare": compared - started})
         else:
             try:
                 stored = store_edits(client, self.cache_key, self._response.component.tensors,
@@ -734,9 +736,13 @@ class StreamingSession(Closeable, EditListener):
             except BaseException:
                 self._dirty = {**changed, **self._dirty}  # nothing lost: tried again later
                 raise
+            attaching = time.perf_counter()
             self._reattach(stored.cache_key)
+            done = time.perf_counter()
             result = EditSync(stored.changed_tensors, stored.uploaded_bytes, stored.warm_hit,
-                              time.perf_counter() - started, stored.cache_key)
+                              done - started, stored.cache_key,
+                              {"compare": compared - started, **stored.parts,
+                               "attach": done - attaching})
             self._edit_syncs += 1
             self._uploaded_edit_bytes += stored.uploaded_bytes
         self.last_sync = result.as_dict()
