@@ -56,7 +56,6 @@ from typing import (
 
 import grpc
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ._closeable import Closeable
@@ -74,9 +73,10 @@ from .module_tensors import (
     runner_owned_tensors,
 )
 from .quantized import is_plain_tensor
-from .ring_consumer import RingConsumer, RingEvents, RingViews, UnitViews
+from .ring_consumer import RingConsumer, RingEvents, RingViews
 from .shared_weights import EditListener, WeightGuard, guard, is_guarded, plain
-from .shm import SegmentMapping, SegmentOpener
+from .shm import SegmentMapping
+from .streamed_linear import streamed_forward
 from .weight_watch import WeightWatch
 
 if TYPE_CHECKING:
@@ -584,7 +584,7 @@ class StreamingSession(Closeable, EditListener):
                         f"instance (by accelerate or another offloading hook?); remove that "
                         f"hook before streaming"
                     )
-                linear.forward = _streamed_forward(
+                linear.forward = streamed_forward(
                     consumer.tensors, where.unit, where.index, linear.bias, entry.module_path
                 )
                 patched.add(id(linear))
@@ -974,49 +974,6 @@ def _detach_quietly(client: "DdoClient", session_id: str) -> None:
         client._unary("Detach", sessions_pb2.DetachRequest(session_id=session_id), timeout=2)
     except Exception:  # noqa: BLE001 - nothing to report to: the session's owner is gone
         pass
-
-
-def _streamed_forward(
-    tensors: Callable[[int], UnitViews], unit: int, index: int, bias: Optional[torch.Tensor],
-    module_path: str,
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The forward of a streamed Linear: its weight from the ring, cast (like its bias) to the
-    input's dtype when they differ. The bias is read through a plain alias (no guard on the
-    hot path): an edit of it is stored, and the forward rebuilt, before the next forward."""
-    linear = F.linear
-    bias = plain(bias) if bias is not None else None
-
-    def forward(input: torch.Tensor) -> torch.Tensor:
-        weight = tensors(unit)[index]
-        dtype = input.dtype
-        if weight.dtype != dtype:
-            weight = weight.to(dtype)
-        used_bias = bias.to(dtype) if bias is not None and bias.dtype != dtype else bias
-        if input.requires_grad and torch.is_grad_enabled():
-            return _NoBackwardThroughStream.apply(input, weight, used_bias, module_path)
-        return linear(input, weight, used_bias)
-
-    return forward
-
-
-class _NoBackwardThroughStream(torch.autograd.Function):
-    """A streamed Linear's forward in grad mode: the ring slot holding its weight is reused
-    long before a backward pass, so a backward through it would compute with another unit's
-    bytes. It raises instead."""
-
-    @staticmethod
-    def forward(ctx, input, weight, bias, module_path):  # noqa: D401 - autograd signature
-        ctx.module_path = module_path
-        return F.linear(input, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        raise RuntimeError(
-            f"{ctx.module_path}: cannot backpropagate through a Linear whose weight DDO streams "
-            f"(its device copy sits in a ring slot that is reused long before the backward "
-            f"pass). Training through streamed weights is not supported: run inference under "
-            f"torch.no_grad() / torch.inference_mode(), or call remove_dynamic_offload() first "
-            f"to train on the module's own copy.")
 
 
 def _spec(

@@ -1,0 +1,63 @@
+"""The forward of a Linear whose weight streams: the weight comes from the session's ring.
+
+A streaming session replaces the ``forward`` of every streamed ``nn.Linear`` (an instance
+attribute) with :func:`streamed_forward`. The weight is the ring's view of the unit that holds
+it, acquired through the session's consumer at each call; weight and bias are cast to the
+input's dtype when they differ. A backward pass through it raises (see
+:class:`_NoBackwardThroughStream`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from .ring_consumer import UnitViews
+from .shared_weights import plain
+
+__all__ = ["streamed_forward"]
+
+
+def streamed_forward(
+    tensors: Callable[[int], UnitViews], unit: int, index: int, bias: Optional[torch.Tensor],
+    module_path: str,
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The forward of a streamed Linear: its weight from the ring, cast (like its bias) to the
+    input's dtype when they differ. The bias is read through a plain alias (no guard on the
+    hot path): an edit of it is stored, and the forward rebuilt, before the next forward."""
+    linear = F.linear
+    bias = plain(bias) if bias is not None else None
+
+    def forward(input: torch.Tensor) -> torch.Tensor:
+        weight = tensors(unit)[index]
+        dtype = input.dtype
+        if weight.dtype != dtype:
+            weight = weight.to(dtype)
+        used_bias = bias.to(dtype) if bias is not None and bias.dtype != dtype else bias
+        if input.requires_grad and torch.is_grad_enabled():
+            return _NoBackwardThroughStream.apply(input, weight, used_bias, module_path)
+        return linear(input, weight, used_bias)
+
+    return forward
+
+
+class _NoBackwardThroughStream(torch.autograd.Function):
+    """A streamed Linear's forward in grad mode: the ring slot holding its weight is reused
+    long before a backward pass, so a backward through it would compute with another unit's
+    bytes. It raises instead."""
+
+    @staticmethod
+    def forward(ctx, input, weight, bias, module_path):  # noqa: D401 - autograd signature
+        ctx.module_path = module_path
+        return F.linear(input, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        raise RuntimeError(
+            f"{ctx.module_path}: cannot backpropagate through a Linear whose weight DDO streams "
+            f"(its device copy sits in a ring slot that is reused long before the backward "
+            f"pass). Training through streamed weights is not supported: run inference under "
+            f"torch.no_grad() / torch.inference_mode(), or call remove_dynamic_offload() first "
+            f"to train on the module's own copy.")
