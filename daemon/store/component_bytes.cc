@@ -23,10 +23,4 @@ std::string OwnContentHash(const std::vector<TensorEntry>& tensors, const Compon
   return hasher.Digest();
 }
 
-std::string FullContentHash(const std::vector<TensorEntry>& tensors, const ComponentBytes& bytes) {
-  ContentHasher hasher;
-  for (const TensorEntry& tensor : tensors) hasher.Update(bytes.DataOf(tensor), tensor.byte_size);
-  return hasher.Digest();
-}
-
 }  // namespace ddo

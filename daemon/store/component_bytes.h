@@ -46,9 +46,6 @@ class ComponentBytes {
 // of a derived version's changed tensors.
 std::string OwnContentHash(const std::vector<TensorEntry>& tensors, const ComponentBytes& bytes);
 
-// "xxh3-64:<16 hex>" of every tensor's bytes in table order, wherever they lie.
-std::string FullContentHash(const std::vector<TensorEntry>& tensors, const ComponentBytes& bytes);
-
 }  // namespace ddo
 
 #endif  // DDO_DAEMON_STORE_COMPONENT_BYTES_H_

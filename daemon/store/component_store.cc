@@ -5,7 +5,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <future>
 #include <set>
 #include <string>
 #include <thread>
@@ -638,21 +640,17 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   }
   std::sort(sources.begin(), sources.end());
   // Another user loaded this model from other files: the caller shares that copy, without a
-  // second one, if its own files hold the same bytes (their content hash is the proof).
+  // second one, if its own files hold the same bytes. The proof is SHA-256, which ddod
+  // computes itself on both sides: the XXH3 content hash is not collision resistant, and a
+  // user could otherwise plant its bytes under another user's model (docs/security.md).
   if (std::optional<ProofTarget> target = FindProofTarget(
           request.cache_key, lease.caller, StructureHash(tensors), sources)) {
-    DDO_ASSIGN_OR_RETURN(std::string files_hash, ContentHashOfSafetensors(set, cancelled));
-    const std::string component_hash =
-        !target->content_hash.empty() ? target->content_hash
-                                      : FullContentHash(target->tensors, target->bytes);
-    const bool announced_matches =
-        request.content_hash.empty() || request.content_hash == files_hash;
-    if (files_hash == component_hash && announced_matches) {
-      absl::StatusOr<ComponentSnapshot> shared = AddReader(
-          request.cache_key, lease.caller, target->bytes.own()->name(), component_hash);
-      if (shared.ok()) {
-        return LoadResult{*std::move(shared), true, absl::ToDoubleSeconds(absl::Now() - started)};
-      }
+    DDO_ASSIGN_OR_RETURN(
+        std::optional<ComponentSnapshot> shared,
+        ShareByProof(request.cache_key, lease.caller, set, request.content_hash, *target,
+                     cancelled));
+    if (shared.has_value()) {
+      return LoadResult{*std::move(shared), true, absl::ToDoubleSeconds(absl::Now() - started)};
     }
     // Other bytes (or the component went meanwhile): on to the ordinary rules below.
   }
@@ -702,6 +700,39 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   return LoadResult{std::move(ready), false, seconds};
 }
 
+absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ShareByProof(
+    const std::string& cache_key, const Caller& caller, const SafetensorsSet& set,
+    const std::string& announced_hash, ProofTarget& target,
+    const std::function<bool()>& cancelled) {
+  // The component's digest, when no proof computed it yet, alongside the files'.
+  std::atomic<bool> files_failed{false};
+  const std::function<bool()> stop = [&] { return files_failed.load() || cancelled(); };
+  std::future<absl::StatusOr<std::string>> component_digest;
+  if (target.proof_digest.empty()) {
+    component_digest = std::async(std::launch::async, [&target, &stop] {
+      return ProofDigest(target.tensors, target.bytes, stop);
+    });
+  }
+  absl::StatusOr<SafetensorsHashes> files = HashSafetensors(set, cancelled);
+  files_failed = !files.ok();
+  if (component_digest.valid()) {
+    absl::StatusOr<std::string> digest = component_digest.get();
+    if (!digest.ok() && files.ok()) return digest.status();  // cancelled
+    if (digest.ok()) {
+      target.proof_digest = *digest;
+      RememberProofDigest(cache_key, target.bytes.own()->name(), *digest);
+    }
+  }
+  if (!files.ok()) return files.status();
+  // A client that announced a content hash gets the bytes it announced or nothing.
+  const bool announced_matches = announced_hash.empty() || announced_hash == files->content_hash;
+  if (files->proof_digest != target.proof_digest || !announced_matches) return std::nullopt;
+  absl::StatusOr<ComponentSnapshot> shared =
+      AddReader(cache_key, caller, target.bytes.own()->name(), files->content_hash);
+  if (!shared.ok()) return std::nullopt;
+  return *std::move(shared);
+}
+
 absl::StatusOr<ComponentSnapshot> ComponentStore::Get(const std::string& cache_key,
                                                       const Caller& caller) const {
   absl::MutexLock lock(&mu_);
@@ -747,12 +778,27 @@ std::optional<ComponentStore::ProofTarget> ComponentStore::FindProofTarget(
   if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
       it->second.info.structure_hash != structure_hash || MayRead(caller, it->second) ||
       it->second.sources == sources || it->second.segments.empty() ||
-      !it->second.info.base_cache_key.empty()) {
-    // A derived version is never shared by proof: it is its owner's edit of a model.
+      it->second.sources.empty() || !it->second.info.base_cache_key.empty()) {
+    // Never shared by proof: an upload from memory (ddod did not read it from files, and
+    // docs/security.md promises it stays its owner's) and a derived version (its owner's edit
+    // of a model).
     return std::nullopt;
   }
   return ProofTarget{ComponentBytes(it->second.segments), it->second.info.tensors,
-                     it->second.info.content_hash};
+                     it->second.proof_digest};
+}
+
+void ComponentStore::RememberProofDigest(const std::string& cache_key,
+                                         const std::string& segment_name,
+                                         const std::string& proof_digest) {
+  absl::MutexLock lock(&mu_);
+  auto it = components_.find(cache_key);
+  if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
+      it->second.segments.empty() || it->second.segments.front() == nullptr ||
+      it->second.segments.front()->name() != segment_name) {
+    return;  // replaced or evicted meanwhile
+  }
+  it->second.proof_digest = proof_digest;
 }
 
 absl::StatusOr<ComponentSnapshot> ComponentStore::AddReader(const std::string& cache_key,

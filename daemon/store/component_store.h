@@ -228,6 +228,9 @@ class ComponentStore {
     std::string owner_lease;  // while uploading
     std::set<uid_t> readers;  // other uids that proved they may read it
     std::vector<FileIdentity> sources;  // the files it was read from; empty for uploads
+    // The SHA-256 other users' files must match to share it (safetensors_hash.h's
+    // ProofDigest): computed when a proof first needs it, not at load; "" until then.
+    std::string proof_digest;
   };
   struct Session {
     std::string lease_id;
@@ -236,17 +239,31 @@ class ComponentStore {
   };
 
   static bool MayRead(const Caller& caller, const Component& component);
-  // Another user's READY component under `cache_key` with this structure, that `caller` may
-  // not read yet and whose files are not `sources`: what a caller must prove it holds the bytes
-  // of (by its files' content hash) to share it. Nothing when there is none.
+  // Another user's READY component under `cache_key` with this structure, loaded from files
+  // (an upload from memory is never shared, nor is a derived version), that `caller` may not
+  // read yet and whose files are not `sources`: what a caller must prove it holds the bytes of
+  // (by its files' SHA-256) to share it. Nothing when there is none.
   struct ProofTarget {
     ComponentBytes bytes;                  // keeps the bytes while they are hashed
     std::vector<TensorEntry> tensors;      // with offsets
-    std::string content_hash;              // "" until someone computed it
+    std::string proof_digest;              // "" until a proof computed it
   };
   std::optional<ProofTarget> FindProofTarget(const std::string& cache_key, const Caller& caller,
                                              const std::string& structure_hash,
                                              const std::vector<FileIdentity>& sources) const;
+  // The proof: hashes the caller's files (SHA-256 and the XXH3 content hash, in one read) and,
+  // unless a proof did before, the target's bytes (SHA-256, on a second thread meanwhile); when
+  // the digests are equal (and `announced_hash`, if any, is the files' content hash), makes
+  // `caller` a reader. Nothing when the bytes differ or the component went meanwhile;
+  // CANCELLED, or the files' read error.
+  absl::StatusOr<std::optional<ComponentSnapshot>> ShareByProof(
+      const std::string& cache_key, const Caller& caller, const SafetensorsSet& set,
+      const std::string& announced_hash, ProofTarget& target,
+      const std::function<bool()>& cancelled);
+  // Keeps the proof digest computed for the component in `segment_name` (when it is still
+  // under `cache_key`), so that the next proof does not hash its bytes again.
+  void RememberProofDigest(const std::string& cache_key, const std::string& segment_name,
+                           const std::string& proof_digest);
   // Makes `caller` a reader of the component in `segment_name` (still under `cache_key`) and
   // remembers its content hash; NOT_FOUND when it was replaced or evicted meanwhile.
   absl::StatusOr<ComponentSnapshot> AddReader(const std::string& cache_key, const Caller& caller,
