@@ -180,9 +180,8 @@ grpc::Status DdoService::ListPresets(grpc::ServerContext* ctx, const ddo::v1::Li
 
 grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::ConnectRequest* request,
                                  grpc::ServerWriter<ddo::v1::ConnectEvent>* writer) {
-  absl::StatusOr<Caller> caller = EnterCall(ctx, /*lease_stream=*/true);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request, /*lease_stream=*/true);
   if (!caller.ok()) return Finish("Connect", caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish("Connect", valid);
   // The pid is the kernel's (the identity socket's peer), not request->client_pid().
   absl::StatusOr<Lease> lease = leases_.Open(*caller, request->client_name());
   if (!lease.ok()) {
@@ -214,9 +213,8 @@ grpc::Status DdoService::ResolveSettings(grpc::ServerContext* ctx,
                                          const ddo::v1::ResolveSettingsRequest* request,
                                          ddo::v1::ResolvedSettings* response) {
   constexpr char kMethod[] = "ResolveSettings";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   PlatformFacts platform;
   platform.wsl = context_.wsl;
   platform.windows = context_.windows;
@@ -254,9 +252,8 @@ grpc::Status DdoService::ExplainPlan(grpc::ServerContext* ctx,
                                      const ddo::v1::ExplainPlanRequest* request,
                                      ddo::v1::PlanExplanation* response) {
   constexpr char kMethod[] = "ExplainPlan";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<ddo::v1::PlanExplanation> plan = ddo::ExplainPlan(
       *request, context_.options.setting_environment, MachineFactsFor(request->device_uuid()));
   if (!plan.ok()) return Finish(kMethod, plan.status());
@@ -268,9 +265,8 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
                                            const ddo::v1::RegisterComponentRequest* request,
                                            ddo::v1::RegisterComponentResponse* response) {
   constexpr char kMethod[] = "RegisterComponent";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   absl::StatusOr<RegisterResult> result;
@@ -319,9 +315,8 @@ grpc::Status DdoService::CommitUpload(grpc::ServerContext* ctx,
                                       const ddo::v1::CommitUploadRequest* request,
                                       ddo::v1::ComponentInfo* response) {
   constexpr char kMethod[] = "CommitUpload";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   absl::StatusOr<ComponentSnapshot> ready = store_.Commit(lease->id, request->upload_id());
@@ -338,9 +333,8 @@ grpc::Status DdoService::AbortUpload(grpc::ServerContext* ctx,
                                      const ddo::v1::AbortUploadRequest* request,
                                      ddo::v1::AbortUploadResponse* response) {
   constexpr char kMethod[] = "AbortUpload";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   absl::StatusOr<uint64_t> freed = store_.Abort(lease->id, request->upload_id());
@@ -353,9 +347,8 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
                                          const ddo::v1::LoadSafetensorsRequest* request,
                                          grpc::ServerWriter<ddo::v1::LoadProgress>* writer) {
   constexpr char kMethod[] = "LoadSafetensors";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   SafetensorsRequest load;
@@ -437,9 +430,8 @@ grpc::Status DdoService::GetComponent(grpc::ServerContext* ctx,
                                       const ddo::v1::GetComponentRequest* request,
                                       ddo::v1::ComponentInfo* response) {
   constexpr char kMethod[] = "GetComponent";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<ComponentSnapshot> component = store_.Get(request->cache_key(), *caller);
   if (!component.ok()) return Finish(kMethod, component.status());
   ToProto(*component, request->with_layout(), response);
@@ -462,9 +454,8 @@ grpc::Status DdoService::EvictComponent(grpc::ServerContext* ctx,
                                         const ddo::v1::EvictComponentRequest* request,
                                         ddo::v1::EvictComponentResponse* response) {
   constexpr char kMethod[] = "EvictComponent";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<uint64_t> freed = store_.Evict(request->cache_key(), *caller);
   if (!freed.ok()) return Finish(kMethod, freed.status());
   response->set_freed_bytes(*freed);
@@ -474,9 +465,8 @@ grpc::Status DdoService::EvictComponent(grpc::ServerContext* ctx,
 grpc::Status DdoService::Attach(grpc::ServerContext* ctx, const ddo::v1::AttachRequest* request,
                                 ddo::v1::AttachResponse* response) {
   constexpr char kMethod[] = "Attach";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   if (!request->device_uuid().empty()) {
@@ -521,9 +511,8 @@ grpc::Status DdoService::Attach(grpc::ServerContext* ctx, const ddo::v1::AttachR
 grpc::Status DdoService::Detach(grpc::ServerContext* ctx, const ddo::v1::DetachRequest* request,
                                 ddo::v1::DetachResponse*) {
   constexpr char kMethod[] = "Detach";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   if (absl::Status owner = store_.CheckSessionOwner(request->session_id(), *caller);
       !owner.ok()) {
     return Finish(kMethod, owner);
@@ -537,9 +526,8 @@ grpc::Status DdoService::Detach(grpc::ServerContext* ctx, const ddo::v1::DetachR
 grpc::Status DdoService::SetSchedule(grpc::ServerContext* ctx, const ddo::v1::SetScheduleRequest* request,
                                      ddo::v1::SetScheduleResponse* response) {
   constexpr char kMethod[] = "SetSchedule";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   if (absl::Status owner = store_.CheckSessionOwner(request->session_id(), *caller);
       !owner.ok()) {
     return Finish(kMethod, owner);
@@ -597,9 +585,8 @@ grpc::Status DdoService::ListSessions(grpc::ServerContext* ctx, const ddo::v1::L
 grpc::Status DdoService::Phase(grpc::ServerContext* ctx, const ddo::v1::PhaseRequest* request,
                                ddo::v1::PhaseResponse* response) {
   constexpr char kMethod[] = "Phase";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
   if (request->phase() == ddo::v1::PHASE_KIND_UNSPECIFIED) {
@@ -667,9 +654,8 @@ void ToProto(const ProfileFile& file, ddo::v1::Profile* out) {
 grpc::Status DdoService::ListProfiles(grpc::ServerContext* ctx, const ddo::v1::ListProfilesRequest* request,
                                       ddo::v1::ListProfilesResponse* response) {
   constexpr char kMethod[] = "ListProfiles";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<ProfileStore> store = ProfileStoreFor(
       context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kEmpty);
   if (!store.ok()) return Finish(kMethod, store.status());
@@ -682,9 +668,8 @@ grpc::Status DdoService::ListProfiles(grpc::ServerContext* ctx, const ddo::v1::L
 grpc::Status DdoService::GetProfile(grpc::ServerContext* ctx, const ddo::v1::GetProfileRequest* request,
                                     ddo::v1::Profile* response) {
   constexpr char kMethod[] = "GetProfile";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<ProfileStore> store = ProfileStoreFor(
       context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kEmpty);
   if (!store.ok()) return Finish(kMethod, store.status());
@@ -697,9 +682,8 @@ grpc::Status DdoService::GetProfile(grpc::ServerContext* ctx, const ddo::v1::Get
 grpc::Status DdoService::PutProfile(grpc::ServerContext* ctx, const ddo::v1::PutProfileRequest* request,
                                     ddo::v1::Profile* response) {
   constexpr char kMethod[] = "PutProfile";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<ProfileStore> store = ProfileStoreFor(
       context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kCreate);
   if (!store.ok()) return Finish(kMethod, store.status());
@@ -714,9 +698,8 @@ grpc::Status DdoService::DeleteProfile(grpc::ServerContext* ctx,
                                        const ddo::v1::DeleteProfileRequest* request,
                                        ddo::v1::DeleteProfileResponse* response) {
   constexpr char kMethod[] = "DeleteProfile";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
+  absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
-  if (absl::Status valid = CheckRequest(*request); !valid.ok()) return Finish(kMethod, valid);
   absl::StatusOr<ProfileStore> store = ProfileStoreFor(
       context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kEmpty);
   if (!store.ok()) return Finish(kMethod, store.status());

@@ -12,9 +12,11 @@
 #include <atomic>
 #include <string>
 
+#include "daemon/common/status_macros.h"
 #include "daemon/identity/caller_registry.h"
 #include "daemon/service/daemon_context.h"
 #include "daemon/service/calls_per_user.h"
+#include "daemon/service/request_limits.h"
 #include "daemon/service/rpc_counters.h"
 #include "daemon/store/component_store.h"
 #include "daemon/policy/resident_policy.h"
@@ -106,6 +108,14 @@ class DdoService final : public ddo::v1::Ddo::Service {
   // Calls of one (non-admin) user running at once are bounded by calls_; a Connect stream
   // (`lease_stream`) is bounded by the lease limits instead.
   absl::StatusOr<Caller> EnterCall(grpc::ServerContext* ctx, bool lease_stream = false);
+  // EnterCall, then the request's bounds (request_limits.h): what a handler does first.
+  template <typename Request>
+  absl::StatusOr<Caller> Admit(grpc::ServerContext* ctx, const Request& request,
+                               bool lease_stream = false) {
+    DDO_ASSIGN_OR_RETURN(Caller caller, EnterCall(ctx, lease_stream));
+    DDO_RETURN_IF_ERROR(CheckRequest(request));
+    return caller;
+  }
   absl::Status EnterAnonymousCall();
   // Counts the outcome of `method` and converts it for gRPC.
   grpc::Status Finish(const char* method, const absl::Status& status);

@@ -36,7 +36,7 @@ from __future__ import annotations
 import mmap
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -110,11 +110,10 @@ def edit_seconds(reset: bool = False) -> Dict[str, float]:
     return seconds
 
 
-class EditListener:
+class EditListener(Protocol):
     """Told when a guarded weight was written (it now lives in private memory)."""
 
-    def weight_written(self, guard: "WeightGuard") -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    def weight_written(self, guard: "WeightGuard") -> None: ...
 
 
 class WeightGuard:

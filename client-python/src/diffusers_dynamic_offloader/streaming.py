@@ -70,14 +70,13 @@ from .module_tensors import (
     alias_groups,
     assign,
     module_tensors,
-    runner_owned_tensors,
 )
 from .quantized import is_plain_tensor
 from .ring_consumer import RingConsumer, RingEvents, RingViews
 from .shared_weights import EditListener, WeightGuard, guard, is_guarded, plain
 from .shm import SegmentMapping
 from .streamed_linear import streamed_forward
-from .weight_watch import WeightWatch
+from .weight_watch import WeightWatch, move_runner_owned
 
 if TYPE_CHECKING:
     from .client import DdoClient
@@ -644,10 +643,7 @@ class StreamingSession(Closeable, EditListener):
         self.module.__dict__["_apply"] = guarded_apply
 
     def _before_forward(self) -> None:
-        if self._watch is not None:
-            self._dirty.update(self._watch.check())
-        if self._dirty:
-            self.sync_edits()
+        self.sync_edits()  # what changed since the last forward reaches what streams
         if self._consumer is not None:
             self._consumer.begin_forward()
 
@@ -915,13 +911,7 @@ class StreamingSession(Closeable, EditListener):
             wanted = self._requires_grad.get(group[0].name, False) if release else False
             assign(group, data, requires_grad=wanted)
         if release:
-            for entry in runner_owned_tensors(self.module):
-                if entry.tensor.device.type != "cpu":
-                    with torch.no_grad():
-                        if entry.is_buffer:
-                            entry.owner._buffers[entry.attribute] = entry.tensor.to("cpu")
-                        else:
-                            entry.tensor.data = entry.tensor.data.to("cpu")
+            move_runner_owned(self.module, torch.device("cpu"), strict=False)
         for owner, attribute, original in self._moved_buffers:
             owner._buffers[attribute] = original
         self._moved_buffers = []

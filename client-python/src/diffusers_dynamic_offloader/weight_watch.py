@@ -29,7 +29,7 @@ from torch import nn
 from .errors import WeightEditError, describe_names
 from .module_tensors import ModuleTensor, alias_groups, module_tensors, runner_owned_tensors
 
-__all__ = ["WeightWatch", "structure_version"]
+__all__ = ["WeightWatch", "move_runner_owned", "structure_version"]
 
 _version = [0]
 _hooks_installed: List[bool] = []
@@ -106,19 +106,7 @@ class WeightWatch:
 
     def place_runner_owned(self) -> None:
         """Moves every runner-owned tensor that is not on the device there."""
-        for entry in runner_owned_tensors(self._module):
-            tensor = entry.tensor
-            if tensor.device == self._device:
-                continue
-            if tensor.is_meta:
-                raise WeightEditError(
-                    f"{entry.name} is on the meta device (no data): load the adapter's weights "
-                    f"before running the module", module_tensor=entry.name)
-            with torch.no_grad():
-                if entry.is_buffer:
-                    entry.owner._buffers[entry.attribute] = tensor.to(self._device)
-                else:
-                    tensor.data = tensor.data.to(self._device)
+        move_runner_owned(self._module, self._device)
 
     def _unchanged(self) -> bool:
         for entry, bound in self._entries:
@@ -166,6 +154,28 @@ class WeightWatch:
                 "call remove_dynamic_offload() / result.release() before changing the "
                 "architecture, then enable_offload again")
         return found
+
+
+def move_runner_owned(module: nn.Module, device: torch.device, strict: bool = True) -> None:
+    """Moves the runner-owned tensors of ``module`` (adapters) that are elsewhere to ``device``.
+
+    Raises:
+        WeightEditError: one is on the meta device (it has no data to move); with
+            ``strict=False`` it stays there instead.
+    """
+    for entry in runner_owned_tensors(module):
+        tensor = entry.tensor
+        if tensor.device == device or (tensor.is_meta and not strict):
+            continue
+        if tensor.is_meta:
+            raise WeightEditError(
+                f"{entry.name} is on the meta device (no data): load the adapter's weights "
+                f"before running the module", module_tensor=entry.name)
+        with torch.no_grad():
+            if entry.is_buffer:
+                entry.owner._buffers[entry.attribute] = tensor.to(device)
+            else:
+                tensor.data = tensor.data.to(device)
 
 
 def _describe(tensor: torch.Tensor) -> str:
