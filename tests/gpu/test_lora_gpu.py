@@ -18,7 +18,9 @@ is compared with the same transformer all on the GPU with the same adapters (the
   copy lives (the delta, made on the GPU by PEFT, is added into the runner's host copy of the
   bf16 weight) while the reference adds it on the GPU: the same arithmetic in principle, but
   not guaranteed to round identically (bf16 add on the CPU may go through another
-  accumulation width). The figures record whether it was bitwise anyway;
+  accumulation width). The figures record whether it was bitwise anyway. ``unfuse_lora``
+  gives the base weights back bit for bit (the output equals the one before any fuse), and
+  fusing ``a`` again streams the version stored the first time, uploading nothing;
 - ``load_state_dict`` of changed weights and the in-place edits of item 1: bitwise equal; the
   edits ddod cannot serve raise WeightEditError and change nothing. Every edit is counted.
 
@@ -205,9 +207,12 @@ def test_fused_lora_streams_a_derived_version(client, base, lora_files):
         unfused = run(reference)
         layers = lora_layer_count(model)
         figures, keys = {}, []
-        for step, apply in (("fuse_lora(a)", lambda m: m.fuse_lora(adapter_names=["a"])),
-                            ("unfuse_lora()", lambda m: m.unfuse_lora()),
-                            ("fuse_lora(b)", lambda m: m.fuse_lora(adapter_names=["b"]))):
+        steps = (("fuse_lora(a)", lambda m: m.fuse_lora(adapter_names=["a"])),
+                 ("unfuse_lora()", lambda m: m.unfuse_lora()),
+                 ("fuse_lora(b)", lambda m: m.fuse_lora(adapter_names=["b"])),
+                 ("unfuse_lora() again", lambda m: m.unfuse_lora()),
+                 ("fuse_lora(a) again", lambda m: m.fuse_lora(adapter_names=["a"])))
+        for step, apply in steps:
             apply(model)
             apply(reference)
             ours, expected = run(model), run(reference)
@@ -221,8 +226,14 @@ def test_fused_lora_streams_a_derived_version(client, base, lora_files):
                 assert result.hook.cache_key != key and result.hook.base_cache_key == key
                 assert result.hook.last_sync["changed_tensors"] == layers, (
                     step, layers, result.hook.last_sync)
+            else:
+                # Unfused, the base streams again, bit for bit (edit_lineage.py's undo).
+                assert result.hook.cache_key == key, (step, result.hook.cache_key)
+                assert torch.equal(ours, unfused), (step, (ours - unfused).abs().max().item())
         report("fused", figures)
         assert keys[0] != keys[2]
+        assert keys[4] == keys[0], "fusing a again did not stream the version stored before"
+        assert figures["fuse_lora(a) again"]["last_sync"]["uploaded_bytes"] == 0
         assert set(derived_of(client, key)) >= {keys[0], keys[2]}
     finally:
         result.release()

@@ -641,11 +641,16 @@ def check_lora_fused(client, when: str) -> Dict[str, Any]:
         _with_adapters(reference)
     merged_weights = 3 * DEPTH
     keys = []
+    base = {name: tensor.clone() for name, tensor in reference.state_dict().items()}
     for step, apply in (("merge a", lambda m: lora.merge_all(m, ["a"])),
                         ("unmerge a", lora.unmerge_all),
                         ("merge b", lambda m: lora.merge_all(m, ["b"]))):
         apply(model)
         apply(reference)
+        if step == "unmerge a":
+            # Unmerging restores the weights as they were, bit for bit (where the plain copy
+            # keeps the rounding of (w + d) - d): edit_lineage.py's undo.
+            reference.load_state_dict(base)
         assert differing(model, reference) == [], (step, differing(model, reference))
         assert_same_outputs(model, reference, f"fused LoRA, {step}")
         keys.append(result.hook.cache_key)
@@ -654,6 +659,9 @@ def check_lora_fused(client, when: str) -> Dict[str, Any]:
             assert result.hook.base_cache_key == key
             assert result.hook.last_sync["changed_tensors"] == merged_weights, (
                 step, result.hook.last_sync)
+        else:
+            assert result.hook.cache_key == key, f"{step}: not back on the base"
+            assert result.hook.last_sync["uploaded_bytes"] == 0, (step, result.hook.last_sync)
     assert keys[0] != keys[2], "merging a and merging b gave the same derived version"
     result.release()
     assert_same_outputs(model, reference, "fused LoRA, after release")
@@ -664,13 +672,15 @@ def check_lora_fused(client, when: str) -> Dict[str, Any]:
 # The parent side.
 
 
-def run_isolated(daemon, function: str, **kwargs: Any) -> Any:
-    """Runs ``function(client, **kwargs)`` of this module in a child interpreter; a crash
-    fails the test with the signal's name, an assertion with the child's traceback."""
+def run_isolated(daemon, function: str, *, module: Optional[str] = None, **kwargs: Any) -> Any:
+    """Runs ``function(client, **kwargs)`` of this module (or of test module ``module``) in a
+    child interpreter; a crash fails the test with the signal's name, an assertion with the
+    child's traceback."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SOURCE_ROOT, HERE]))
+    module = module or os.path.splitext(os.path.basename(__file__))[0]
     done = subprocess.run(
-        [sys.executable, "-X", "faulthandler", RUNNER, daemon.address,
-         os.path.splitext(os.path.basename(__file__))[0], function, json.dumps(kwargs)],
+        [sys.executable, "-X", "faulthandler", RUNNER, daemon.address, module, function,
+         json.dumps(kwargs)],
         env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     call = f"{function}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
     if done.returncode < 0:

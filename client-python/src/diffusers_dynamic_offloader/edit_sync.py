@@ -41,8 +41,9 @@ class EditSync:
     ddod (0 on a warm hit); ``warm_hit``: ddod had this derived version already;
     ``cache_key``: the derived version's key (the component's own when nothing changed);
     ``parts``: seconds by step (``compare``: edited against ddod's bytes, ``hash``, ``register``,
-    ``write``, ``commit``: ddod verifies and pins, ``attach``: the session moved to the new
-    version)."""
+    ``write``, ``commit``: ddod verifies and pins, ``reattach``: the session moved to the new
+    version, split into ``reattach_detach``, ``reattach_attach`` (ddod opens the new session)
+    and ``reattach_bind``)."""
 
     changed_tensors: int
     uploaded_bytes: int

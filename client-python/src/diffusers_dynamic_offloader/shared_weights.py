@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .edit_lineage import Edit, Lineage, recognize
 from .errors import WeightEditError
 
 __all__ = [
@@ -95,14 +96,15 @@ _HOST = torch.device("cpu")
 _HUGE = 2 << 20
 # Seconds spent handling writes in this process, by step (for benchmarks: edit_seconds()).
 _SECONDS: Dict[str, float] = {"operands": 0.0, "out_of_place": 0.0, "private_copy": 0.0,
-                              "in_place": 0.0}
+                              "in_place": 0.0, "reused": 0.0}
 
 
 def edit_seconds(reset: bool = False) -> Dict[str, float]:
     """Seconds this process spent handling writes to guarded weights, by step: ``operands``
     (bringing operands to the weight's device), ``out_of_place`` (in-place arithmetic computed
-    into new memory), ``private_copy`` (copying a weight before an in-place op) and
-    ``in_place`` (the op itself). ``reset`` starts the count again."""
+    into new memory), ``private_copy`` (copying a weight before an in-place op), ``in_place``
+    (the op itself) and ``reused`` (naming edits and binding weights to bytes ddod holds,
+    :mod:`.edit_lineage`). ``reset`` starts the count again."""
     seconds = dict(_SECONDS)
     if reset:
         for name in _SECONDS:
@@ -111,9 +113,14 @@ def edit_seconds(reset: bool = False) -> Dict[str, float]:
 
 
 class EditListener(Protocol):
-    """Told when a guarded weight was written (it now lives in private memory)."""
+    """Told when a guarded weight was written; knows which edited states ddod holds."""
 
-    def weight_written(self, guard: "WeightGuard") -> None: ...
+    def weight_written(self, guard: "WeightGuard") -> None:
+        """The weight was written (it now lives in private memory, or on other ddod bytes)."""
+
+    def known_bytes(self, name: str, state: str) -> Optional[torch.Tensor]:
+        """A read-only view of ddod's bytes of tensor ``name`` in lineage ``state``
+        (:mod:`.edit_lineage`), or None when ddod holds none at hand."""
 
 
 class WeightGuard:
@@ -125,16 +132,18 @@ class WeightGuard:
         where: ``"<module path>.<attribute>"`` in the runner's module, for messages.
         shared: True while the tensor views ddod's memory; False once a write gave it
             private memory.
+        lineage: What the tensor holds, by name (:mod:`.edit_lineage`).
     """
 
-    __slots__ = ("name", "where", "shared", "_tensor", "_listener", "_start", "_end",
-                 "__weakref__")
+    __slots__ = ("name", "where", "shared", "lineage", "_tensor", "_listener", "_start",
+                 "_end", "__weakref__")
 
     def __init__(self, name: str, where: str, tensor: torch.Tensor,
-                 listener: Optional[EditListener]) -> None:
+                 listener: Optional[EditListener], state: str) -> None:
         self.name = name
         self.where = where
         self.shared = True
+        self.lineage = Lineage(state)
         self._tensor = weakref.ref(tensor)
         self._listener = weakref.ref(listener) if listener is not None else None
         self._start = tensor.data_ptr()
@@ -158,9 +167,33 @@ class WeightGuard:
 
     def written(self) -> None:
         self.shared = False
-        listener = self._listener() if self._listener is not None else None
+        listener = self._live_listener()
         if listener is not None:
             listener.weight_written(self)
+
+    def known_bytes(self, state: str) -> Optional[torch.Tensor]:
+        """ddod's bytes of this tensor in ``state``, when the listener has them at hand."""
+        listener = self._live_listener()
+        return None if listener is None else listener.known_bytes(self.name, state)
+
+    def rebind(self, target: torch.Tensor, view: torch.Tensor) -> None:
+        """Points the weight (and ``target``, the alias written through) at ``view``, ddod's
+        bytes of the state it moves to: it views ddod's memory again, so the next write
+        copies first."""
+        parameter = self.tensor
+        with _DISABLED():
+            for tensor in (parameter, target):
+                if tensor is not None:
+                    torch.Tensor.data.__set__(tensor, view)
+        self._start = view.data_ptr()
+        self._end = self._start + view.numel() * view.element_size()
+        self.shared = True
+        listener = self._live_listener()
+        if listener is not None:
+            listener.weight_written(self)
+
+    def _live_listener(self) -> Optional[EditListener]:
+        return self._listener() if self._listener is not None else None
 
 
 def is_guarded(tensor: Any) -> bool:
@@ -169,13 +202,14 @@ def is_guarded(tensor: Any) -> bool:
 
 
 def guard(view: torch.Tensor, *, name: str, where: str, parameter: bool,
-          listener: Optional[EditListener]) -> torch.Tensor:
-    """``view`` (a plain tensor over ddod's memory) as a guarded parameter or buffer."""
+          listener: Optional[EditListener], state: str) -> torch.Tensor:
+    """``view`` (a plain tensor over ddod's memory) as a guarded parameter or buffer whose
+    bytes are named ``state`` (:mod:`.edit_lineage`)."""
     if parameter:
         bound: torch.Tensor = SharedParameter(view, requires_grad=False)
     else:
         bound = view.as_subclass(SharedTensor)
-    bound._ddo_guard = WeightGuard(name, where, bound, listener)
+    bound._ddo_guard = WeightGuard(name, where, bound, listener, state)
     return bound
 
 
@@ -192,7 +226,11 @@ def _guarded_torch_function(cls, func, types, args=(), kwargs=None):
             return func(*args, **kwargs)
     name = getattr(func, "__name__", "")
     written = _written(func, name, args, kwargs)
+    edit: Optional[Edit] = None
     if written:
+        edit, state = _name_edit(written, name, args, kwargs)
+        if edit is not None and _reuse(written[0], edit):
+            return written[0]
         started = time.perf_counter()
         if name in _OUT_OF_PLACE and len(args) >= 2 and written[0] is args[0]:
             # A LoRA delta computed on the GPU for a weight whose copy is on the host.
@@ -200,6 +238,8 @@ def _guarded_torch_function(cls, func, types, args=(), kwargs=None):
         _SECONDS["operands"] += time.perf_counter() - started
         handled = _before_write(written, name, args, kwargs)
         if handled is not _NOT_HANDLED:
+            if edit is not None:
+                written[0]._ddo_guard.lineage.moved(edit, state)
             return handled
         # The written weight may have moved to the host: its operands go there too.
         started = time.perf_counter()
@@ -212,6 +252,8 @@ def _guarded_torch_function(cls, func, types, args=(), kwargs=None):
         result = func(*args, **kwargs)
     if written:
         _SECONDS["in_place"] += time.perf_counter() - started
+        if edit is not None:
+            written[0]._ddo_guard.lineage.moved(edit, state)
         for target in written:
             target._ddo_guard.written()
     if name == "numpy":
@@ -243,6 +285,43 @@ def _written(func, name: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> Li
         candidates = out if isinstance(out, (list, tuple)) else (out,)
         targets.extend(tensor for tensor in candidates if is_guarded(tensor))
     return targets
+
+
+def _name_edit(written: List[torch.Tensor], name: str, args: Sequence[Any],
+               kwargs: Dict[str, Any]) -> "tuple[Optional[Edit], str]":
+    """The recognized edit of a write to one whole weight and the state it computes; for any
+    other write, every written weight gets a state of its own (None, "")."""
+    if name == "__set__" and _same_memory(written[0], args[1] if len(args) > 1 else None):
+        return None, ""  # nothing changes
+    if len(written) == 1 and name != "__set__" and args and written[0] is args[0]:
+        target = written[0]
+        guard_ = target._ddo_guard
+        with _DISABLED():
+            edit = recognize(name, args, kwargs)
+        if edit is not None and _covers(target, guard_.tensor):
+            return edit, guard_.lineage.named(edit)
+    for target in written:
+        target._ddo_guard.lineage.unknown()
+    return None, ""
+
+
+def _reuse(target: torch.Tensor, edit: Edit) -> bool:
+    """Binds the weight to ddod's bytes of the state ``edit`` leads to, when they are at hand
+    (an undo, or an edit this session stored before): nothing is computed."""
+    started = time.perf_counter()
+    guard_ = target._ddo_guard
+    lineage = guard_.lineage
+    for state in (lineage.undone_state(edit), lineage.named(edit)):
+        if state is None:
+            continue
+        view = guard_.known_bytes(state)
+        if view is not None:
+            guard_.rebind(target, view)
+            lineage.moved(edit, state)
+            _SECONDS["reused"] += time.perf_counter() - started
+            return True
+    _SECONDS["reused"] += time.perf_counter() - started
+    return False
 
 
 def _training_refusal(tensor: torch.Tensor) -> WeightEditError:
@@ -282,10 +361,7 @@ def _assign_data(target: torch.Tensor, value: Any) -> None:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{guard_.where}: .data must be a tensor, not {type(value).__name__}")
     with _DISABLED():
-        same_memory = (value.data_ptr() == target.data_ptr() and value.shape == target.shape
-                       and value.dtype == target.dtype and value.device == target.device
-                       and value.stride() == target.stride())
-        if same_memory:
+        if _same_memory(target, value):
             return None
         if value.dtype != target.dtype or value.device not in (target.device, _HOST):
             raise guard_.refusal(
@@ -307,6 +383,15 @@ def _assign_data(target: torch.Tensor, value: Any) -> None:
         torch.Tensor.data.__set__(target, value)
     guard_.written()
     return None
+
+
+def _same_memory(target: torch.Tensor, value: Any) -> bool:
+    """Whether ``value`` is ``target``'s memory as it is (``w.data += d`` assigns the result
+    back to ``.data``)."""
+    with _DISABLED():
+        return (isinstance(value, torch.Tensor) and value.data_ptr() == target.data_ptr()
+                and value.shape == target.shape and value.dtype == target.dtype
+                and value.device == target.device and value.stride() == target.stride())
 
 
 def _write_out_of_place(target: torch.Tensor, name: str, args: Sequence[Any],

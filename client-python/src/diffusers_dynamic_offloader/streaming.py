@@ -62,9 +62,12 @@ from ._closeable import Closeable
 from ._proto import components_pb2, sessions_pb2
 from . import dtypes
 from .device_memory import DeviceMemory
+from .compile_support import eager_only, refuse_capture
 from .control_block import DEFAULT_STALL_TIMEOUT_S, ControlBlock, Doorbell
 from .errors import BindError, ConfigurationError, DaemonError, DdoError, describe_names
+from .edit_lineage import root_state
 from .edit_sync import EditSync, same_bytes, store_edits
+from .edit_versions import EditVersions
 from .module_tensors import (
     ModuleTensor,
     alias_groups,
@@ -73,10 +76,11 @@ from .module_tensors import (
 )
 from .quantized import is_plain_tensor
 from .ring_consumer import RingConsumer, RingEvents, RingViews
+from .runner_log import log_pass
 from .shared_weights import EditListener, WeightGuard, guard, is_guarded, plain
 from .shm import SegmentMapping
 from .streamed_linear import streamed_forward
-from .weight_watch import WeightWatch, move_runner_owned
+from .weight_watch import WeightWatch, move_runner_owned, place_adapters_around
 
 if TYPE_CHECKING:
     from .client import DdoClient
@@ -288,6 +292,10 @@ class StreamingSession(Closeable, EditListener):
         #: opened the session (the seed's hook had both).
         self.state: Any = None
         self.config: Any = None
+        #: ``verbose``: log one line per finished forward pass (runner_log.log_pass), under
+        #: ``log_name`` (enable_offload sets both: the component and DDO_VERBOSE).
+        self.verbose = False
+        self.log_name = response.component.ref.cache_key
         self.device = device
         self.module = module
         self._client: Optional["DdoClient"] = client
@@ -314,9 +322,15 @@ class StreamingSession(Closeable, EditListener):
         self._requires_grad: Dict[str, bool] = {}
         # Edited tensors not yet stored in ddod, by component name.
         self._dirty: Dict[str, torch.Tensor] = {}
+        # The versions of the component this session has streamed, and what they hold.
+        self._versions = EditVersions(self._open_client, self._base_cache_key)
         self._watch: Optional[WeightWatch] = None
+        self._adapter_methods: List[str] = []  # wrapped by _watch_root
         self._edit_syncs = 0
         self._uploaded_edit_bytes = 0
+        # Verbose runs: passes finished, and the clock and counters when this one began.
+        self._passes = 0
+        self._pass_began: Optional[Tuple[float, int, int, int]] = None
         self._patched: List[nn.Module] = []
         self._hooks: List[torch.utils.hooks.RemovableHandle] = []
         # Non-persistent buffers moved to the device: (owner, attribute, original).
@@ -599,16 +613,18 @@ class StreamingSession(Closeable, EditListener):
     def _bind_group(self, source: str, group: List[ModuleTensor], view: torch.Tensor) -> None:
         """Binds every name of one tensor to a guarded tensor over ``view``."""
         where = f"{group[0].name} ({type(self.module).__name__})"
+        state = self._versions.state(self.cache_key, source)
         parameter = buffer = None
         for entry in group:
             if entry.is_buffer:
                 if buffer is None:
-                    buffer = guard(view, name=source, where=where, parameter=False, listener=self)
+                    buffer = guard(view, name=source, where=where, parameter=False,
+                                   listener=self, state=state)
                 entry.owner._buffers[entry.attribute] = buffer
             else:
                 if parameter is None:
                     parameter = guard(view, name=source, where=where, parameter=True,
-                                      listener=self)
+                                      listener=self, state=state)
                 entry.owner._parameters[entry.attribute] = parameter
         self._bound_tensors[source] = parameter if parameter is not None else buffer
         self._bound_views[source] = view
@@ -616,8 +632,10 @@ class StreamingSession(Closeable, EditListener):
     def _watch_root(self) -> None:
         """Hooks the root module's forward (edits are stored, then the cycle begins and ends
         with it) and its ``_apply`` (``module.to``/``half``/``cuda``: refused before anything
-        converts when they would change a weight ddod serves). Once per session: syncs reopen
-        the session beneath these hooks."""
+        converts when they would change a weight ddod serves) and its adapter methods
+        (``load_lora_adapter``, ``fuse_lora``...: adapters go to the execution device at once,
+        :func:`.weight_watch.place_adapters_around`). Once per session: syncs reopen the
+        session beneath these hooks."""
         session = weakref.ref(self)  # the module must not keep its session alive
 
         def before(_module: nn.Module, _inputs: Any) -> None:
@@ -629,9 +647,12 @@ class StreamingSession(Closeable, EditListener):
             live = session()
             if live is not None and live._consumer is not None:
                 live._consumer.end_forward()
+                if live._pass_began is not None:
+                    live._log_pass()
 
-        self._hooks.append(self.module.register_forward_pre_hook(before))
-        self._hooks.append(self.module.register_forward_hook(after))
+        # Under torch.compile, graph breaks: they wait on ddod and store edits.
+        self._hooks.append(self.module.register_forward_pre_hook(eager_only(before)))
+        self._hooks.append(self.module.register_forward_hook(eager_only(after)))
         original_apply = self.module._apply
 
         def guarded_apply(fn: Callable[[torch.Tensor], torch.Tensor], *args: Any, **kwargs: Any):
@@ -642,10 +663,35 @@ class StreamingSession(Closeable, EditListener):
 
         self.module.__dict__["_apply"] = guarded_apply
 
+        def place_adapters() -> None:
+            live = session()
+            if live is not None and not live._closed:
+                move_runner_owned(live.module, live.device, strict=False)
+
+        self._adapter_methods = place_adapters_around(self.module, place_adapters)
+
     def _before_forward(self) -> None:
+        if self.device.type == "cuda":
+            refuse_capture(f"{type(self.module).__name__} ({self.log_name})")
         self.sync_edits()  # what changed since the last forward reaches what streams
         if self._consumer is not None:
             self._consumer.begin_forward()
+            if self.verbose:
+                consumer = self._consumer
+                self._pass_began = (time.perf_counter(), consumer.bytes_used, consumer.wait_ns,
+                                    consumer.sync_uses)
+
+    def _log_pass(self) -> None:
+        """Logs the pass that just ended (verbose runs), after the device finished it."""
+        began, used, waited, sync_uses = self._pass_began
+        self._pass_began = None
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        consumer = self._consumer
+        self._passes += 1
+        log_pass(self.log_name, self._passes, consumer.bytes_used - used,
+                 time.perf_counter() - began, (consumer.wait_ns - waited) / 1e9,
+                 consumer.sync_uses - sync_uses)
 
     def _check_conversion(self, convert: Callable[[torch.Tensor], torch.Tensor]) -> bool:
         """Refuses a ``module._apply(convert)`` that would give a weight ddod serves another
@@ -692,6 +738,13 @@ class StreamingSession(Closeable, EditListener):
         if tensor is not None and self._bound_tensors.get(written.name) is tensor:
             self._dirty[written.name] = tensor
 
+    def known_bytes(self, name: str, state: str) -> Optional[torch.Tensor]:
+        """ddod's bytes of ``name`` in lineage ``state``, if a version at hand has them
+        (EditListener)."""
+        if self._closed or self._client is None:
+            return None
+        return self._versions.view(name, state, self.cache_key, self._pool_views)
+
     @property
     def base_cache_key(self) -> str:
         """The key of the component the session started from (before any edit)."""
@@ -714,48 +767,103 @@ class StreamingSession(Closeable, EditListener):
         started = time.perf_counter()
         client = self._open_client()
         dirty, self._dirty = self._dirty, {}
-        changed = {}
-        for name, tensor in dirty.items():
-            if same_bytes(tensor, self._pool_views[name]):
-                group = next(group for source, group in self._groups if source == name)
-                self._bind_group(name, group, self._bound_views[name])  # ddod's copy again
-            else:
-                changed[name] = tensor
+        current = self._versions.states(self.cache_key)
+        states = {name: self._state_of(name, tensor) for name, tensor in dirty.items()}
+        wanted = self._stored_version(self._with(current, states))
+        changed: Dict[str, torch.Tensor] = {}
+        if wanted is None:
+            for name, tensor in dirty.items():
+                if states[name] != self._versions.state(self.cache_key, name) and not same_bytes(
+                        tensor, self._pool_views[name]):
+                    changed[name] = tensor
+                else:
+                    states[name] = self._versions.state(self.cache_key, name)
+            wanted = self._stored_version(self._with(current, states))
+        for name in dirty:
+            if states[name] == self._versions.state(self.cache_key, name):
+                self._bind_unedited(name)
         compared = time.perf_counter()
-        if not changed:
+        if wanted == self.cache_key:
             result = EditSync(0, 0, False, compared - started, self.cache_key,
                               {"compare": compared - started})
+        elif wanted is not None:
+            # A version this session stored before holds these weights: nothing to upload.
+            previous = self.cache_key
+            steps = self._reattach(wanted)
+            done = time.perf_counter()
+            moved = sum(1 for name in states
+                        if states[name] != self._versions.state(previous, name))
+            result = EditSync(moved, 0, True, done - started, wanted,
+                              {"compare": compared - started, "reattach": done - compared,
+                               **{f"reattach_{step}": value for step, value in steps.items()}})
+            self._edit_syncs += 1
         else:
             try:
                 stored = store_edits(client, self.cache_key, self._response.component.tensors,
                                      changed)
             except BaseException:
-                self._dirty = {**changed, **self._dirty}  # nothing lost: tried again later
+                self._dirty = {**dirty, **self._dirty}  # nothing lost: tried again later
                 raise
+            self._versions.add(stored.cache_key, self._with(current, states))
             attaching = time.perf_counter()
-            self._reattach(stored.cache_key)
+            steps = self._reattach(stored.cache_key)
             done = time.perf_counter()
             result = EditSync(stored.changed_tensors, stored.uploaded_bytes, stored.warm_hit,
                               done - started, stored.cache_key,
                               {"compare": compared - started, **stored.parts,
-                               "attach": done - attaching})
+                               "reattach": done - attaching,
+                               **{f"reattach_{step}": value for step, value in steps.items()}})
             self._edit_syncs += 1
             self._uploaded_edit_bytes += stored.uploaded_bytes
         self.last_sync = result.as_dict()
         return self.last_sync
 
-    def _reattach(self, cache_key: str) -> None:
+    def _stored_version(self, states: Mapping[str, str]) -> Optional[str]:
+        """The key of a version ddod holds with exactly ``states`` (kept attached from now on,
+        so that it stays), or None."""
+        wanted = self._versions.find(states)
+        if wanted is None or wanted == self.cache_key or self._versions.hold(wanted):
+            return wanted
+        return None  # evicted meanwhile: stored anew
+
+    def _bind_unedited(self, name: str) -> None:
+        """Binds ``name``, whose bytes are this version's after all, to its view of them."""
+        group = next(group for source, group in self._groups if source == name)
+        self._bind_group(name, group, self._bound_views[name])  # ddod's copy again
+
+    def _state_of(self, name: str, tensor: torch.Tensor) -> str:
+        """The lineage state of an edited tensor (a replaced one has a state of its own)."""
+        if is_guarded(tensor) and self._bound_tensors.get(name) is tensor:
+            return tensor._ddo_guard.lineage.state
+        return f"replaced:{id(tensor):x}:{time.monotonic_ns():x}"
+
+    def _with(self, current: Mapping[str, str], states: Mapping[str, str]) -> Dict[str, str]:
+        """The states of a version: ``current``'s with ``states`` applied (root states are
+        not listed)."""
+        merged = dict(current)
+        for name, state in states.items():
+            if state == root_state(self._base_cache_key, name):
+                merged.pop(name, None)
+            else:
+                merged[name] = state
+        return merged
+
+    def _reattach(self, cache_key: str) -> Dict[str, float]:
         """Moves the session to the component ``cache_key`` (a derived version of this one):
         the old session ends, the module is bound and patched anew. If that fails, the module
-        is left on host views (and its private edits), and the session closed."""
+        is left on host views (and its private edits), and the session closed. Returns the
+        seconds of each step (``detach``, ``attach``: ddod opens the new session, ``bind``)."""
         client = self._open_client()
+        started = time.perf_counter()
         self._end_session(restore_for_release=False)
         request = sessions_pb2.AttachRequest()
         request.CopyFrom(self._request)
         request.cache_key = cache_key
         request.lease_id = client.lease_id
         try:
+            detached = time.perf_counter()
             response = client._unary("Attach", request)
+            attached = time.perf_counter()
             self._response = response
             self.session_id = response.session_id
             self._finalizer = weakref.finalize(self, _detach_quietly, client,
@@ -765,6 +873,8 @@ class StreamingSession(Closeable, EditListener):
         except BaseException:
             self.close()
             raise
+        return {"detach": detached - started, "attach": attached - detached,
+                "bind": time.perf_counter() - attached}
 
     # Reading.
 
@@ -816,7 +926,8 @@ class StreamingSession(Closeable, EditListener):
         """The session's counters and sizes.
 
         ``uses``: units acquired (``streamed_uses`` from the schedule + ``sync_uses`` out of
-        schedule); ``skipped_uses``: uses of the schedule passed over; ``wait_seconds``: time
+        schedule); ``skipped_uses``: uses of the schedule passed over; ``bytes_used``: bytes
+        of the units acquired; ``wait_seconds``: time
         blocked on ddod; ``overhead_us_per_unit``: mean CPU time of the acquire and release
         bookkeeping per acquired unit, waits excluded; ``units``; ``ring_slots`` (units in
         flight at most), ``ring_slot_bytes`` (the largest unit: the out-of-schedule slot),
@@ -832,6 +943,7 @@ class StreamingSession(Closeable, EditListener):
             learning = self._consumer.learning
         else:
             counters = {"uses": 0, "streamed_uses": 0, "sync_uses": 0, "skipped_uses": 0,
+                        "bytes_used": 0,
                         "wait_seconds": 0.0, "overhead_us_per_unit": 0.0}
             learning = False
         return dict(
@@ -868,11 +980,15 @@ class StreamingSession(Closeable, EditListener):
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
-        self.module.__dict__.pop("_apply", None)
+        for name in ("_apply", *self._adapter_methods):
+            self.module.__dict__.pop(name, None)
         try:
             self._end_session(restore_for_release=True)
         finally:
-            self._client = None
+            try:
+                self._versions.close()
+            finally:
+                self._client = None
 
     def _end_session(self, restore_for_release: bool) -> None:
         """Stops streaming and detaches; the module is left on host views (given back for
@@ -902,7 +1018,8 @@ class StreamingSession(Closeable, EditListener):
         for group in alias_groups(module_tensors(self.module)):
             current = group[0].tensor
             source = next((entry.name for entry in group if entry.name in self._pool_views), None)
-            if source is not None and is_guarded(current) and current._ddo_guard.shared:
+            if (source is not None and is_guarded(current) and current._ddo_guard.shared
+                    and plain(current).data_ptr() == self._bound_views[source].data_ptr()):
                 data = self._pool_views[source]
             else:
                 data = plain(current).detach()

@@ -21,7 +21,8 @@ torch, the walk runs every forward.
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+import functools
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -29,7 +30,15 @@ from torch import nn
 from .errors import WeightEditError, describe_names
 from .module_tensors import ModuleTensor, alias_groups, module_tensors, runner_owned_tensors
 
-__all__ = ["WeightWatch", "move_runner_owned", "structure_version"]
+__all__ = ["ADAPTER_METHODS", "WeightWatch", "move_runner_owned", "place_adapters_around",
+           "structure_version"]
+
+#: The adapter API of Diffusers' and PEFT's models (``pipe.load_lora_weights`` and
+#: ``pipe.fuse_lora`` call the transformer's), with when the adapters are placed: after a load,
+#: before a fuse or unfuse (see :func:`place_adapters_around`). ``set_adapters`` and the like
+#: compute nothing: the next forward places what they changed.
+ADAPTER_METHODS = {"load_lora_adapter": "after", "add_adapter": "after", "load_adapter": "after",
+                   "fuse_lora": "before", "unfuse_lora": "before"}
 
 _version = [0]
 _hooks_installed: List[bool] = []
@@ -154,6 +163,39 @@ class WeightWatch:
                 "call remove_dynamic_offload() / result.release() before changing the "
                 "architecture, then enable_offload again")
         return found
+
+
+def place_adapters_around(module: nn.Module, place: Callable[[], None]) -> List[str]:
+    """Makes ``module``'s adapter methods (:data:`ADAPTER_METHODS`, where it has them) call
+    ``place`` after a load and before a fuse or unfuse; returns the names wrapped (instance
+    attributes: pop them from ``module.__dict__`` to unwrap).
+
+    PEFT creates adapters beside their base layer's weight, which for a streamed Linear is a
+    host view of ddod's copy, and the forward moves them to the execution device only later.
+    A ``fuse_lora`` before any forward would then compute every delta on the CPU (in float32:
+    slow), and an ``unfuse_lora`` after a forward on the GPU: a delta of other rounding, which
+    no longer undoes the first exactly (:mod:`.edit_lineage`). Placing them as they are loaded
+    and before each fuse keeps every delta on the execution device.
+    """
+    wrapped = []
+    for name, when in ADAPTER_METHODS.items():
+        method = getattr(module, name, None)
+        if not callable(method) or name in module.__dict__:
+            continue
+
+        def placing(*args: Any, _method: Callable[..., Any] = method,
+                    _after: bool = when == "after", **kwargs: Any) -> Any:
+            if not _after:
+                place()
+            result = _method(*args, **kwargs)
+            if _after:
+                place()
+            return result
+
+        functools.update_wrapper(placing, method)
+        module.__dict__[name] = placing
+        wrapped.append(name)
+    return wrapped
 
 
 def move_runner_owned(module: nn.Module, device: torch.device, strict: bool = True) -> None:
