@@ -244,7 +244,9 @@ def test_plan_mode_keeps_a_state_with_ddods_decisions(client):
                                 environ={"DDO_PLAN": "1"}, execution_device="cpu",
                                 execution_mode="plan",
                                 record_event=lambda name, *args, **kwargs: events.append(name))
-    assert result.hook is None and result.should_move_to_execution_device
+    # The seed's plan-only hook: the plan is recorded, nothing streams.
+    assert isinstance(result.hook, ddo.DynamicOffloadHook) and result.hook.session is None
+    assert result.should_move_to_execution_device
     state = ddo.get_dynamic_offload_state(model)
     assert state is not None and state.session is None
     assert "stream_unit" in state.planner_decisions

@@ -13,6 +13,14 @@ ddod's own cleanup (it removes its socket and then rmdir()s the empty directory)
 trace even when this process is SIGKILLed. While ddod runs, its log is also readable as
 ``/proc/<ddod pid>/fd/2``.
 
+The private ddod does not get the runner's per-call settings (``DDO_PRESET`` and every other
+``DDO_*`` variable that is not one of ddod's own process options): the runner's environment
+travels with each request instead, read at every call as in the seed, so that changing or
+deleting a variable later, ``environ={}`` and ``use_environment=False`` all take effect, and an
+invalid value is the call's ``ValueError`` rather than a daemon that does not start.
+``DDO_EMBEDDED_INHERIT_SETTINGS=1`` asks for the old behaviour: the private ddod inherits them
+all and applies them as its own layer (source ``daemon``).
+
 Environment:
     DDO_DDOD_BINARY: the ddod executable (default: ``ddod`` on PATH).
     DDO_EMBEDDED_START_TIMEOUT: seconds to wait for the daemon to serve (default 15).
@@ -30,7 +38,7 @@ import tempfile
 import time
 import weakref
 from collections import deque
-from typing import BinaryIO, List, Optional
+from typing import BinaryIO, Dict, List, Mapping, Optional
 
 import grpc
 
@@ -42,6 +50,14 @@ from .identity import identity_socket_path
 BINARY_ENV_VAR = "DDO_DDOD_BINARY"
 START_TIMEOUT_ENV_VAR = "DDO_EMBEDDED_START_TIMEOUT"
 LOG_LEVEL_ENV_VAR = "DDO_LOG_LEVEL"
+INHERIT_SETTINGS_ENV_VAR = "DDO_EMBEDDED_INHERIT_SETTINGS"
+#: ddod's own process options (docs/configuration.md §1) that are no per-call setting: the
+#: private ddod keeps them. Every other DDO_* variable is a per-call setting (or the client's).
+DAEMON_ONLY_VARIABLES = frozenset({
+    "DDO_RAM_BUDGET_GB", "DDO_STATE_DIR", "DDO_PLATFORM", "DDO_HOST_DEVICES", "DDO_LISTEN",
+    "DDO_SOCKET_GROUP", "DDO_LOG_LEVEL", "DDO_MAX_LEASES_PER_USER", "DDO_MAX_UPLOADS_PER_USER",
+    "DDO_MAX_SESSIONS_PER_USER", "DDO_MAX_USER_POOL_GB",
+})
 DEFAULT_START_TIMEOUT_S = 15.0
 
 LOG_FILE_NAME = "ddod.log"
@@ -118,6 +134,7 @@ class EmbeddedDaemon:
             with open(log_path, "wb") as log_writer:
                 process = subprocess.Popen(
                     command,
+                    env=child_environment(),
                     stdin=subprocess.DEVNULL,
                     stdout=log_writer,
                     stderr=subprocess.STDOUT,
@@ -196,6 +213,16 @@ def _command(binary: str, socket_path: str) -> List[str]:
     if log_level:
         command += ["--log-level", log_level]
     return command
+
+
+def child_environment(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The private ddod's environment: ``environ`` (default this process's) without the
+    per-call ``DDO_*`` settings, unless DDO_EMBEDDED_INHERIT_SETTINGS asks to keep them."""
+    source = dict(os.environ if environ is None else environ)
+    if source.get(INHERIT_SETTINGS_ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
+        return source
+    return {name: value for name, value in source.items()
+            if not name.startswith("DDO_") or name in DAEMON_ONLY_VARIABLES}
 
 
 def _start_timeout() -> float:

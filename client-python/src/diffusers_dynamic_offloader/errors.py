@@ -144,6 +144,11 @@ class StreamingError(DdoError):
     holds another use than the one expected), ddod stopped producing, or the session ended."""
 
 
+class GraphCaptureError(StreamingError):
+    """A CUDA graph capture reached a module on the DDO route: its weights come from a ring
+    that ddod refills while the forward runs, which a replayed graph cannot follow."""
+
+
 class SessionClosedError(StreamingError):
     """ddod closed the streaming session (detached, or ddod is stopping) or marked it failed."""
 

@@ -13,6 +13,7 @@ with the resolved arguments; ``none`` moves the module to the execution device.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
@@ -111,8 +112,9 @@ EventCallback = Callable[..., Any]
 class DynamicOffloadApplyResult:
     """What ``enable_offload`` did to one component (the seed's result object).
 
-    ``hook`` is the :class:`StreamingSession` on the DDO route (close it, or call
-    :func:`remove_dynamic_offload`, to give the device memory back), else None. The fields
+    ``hook`` is the :class:`DynamicOffloadHook` on the DDO route: holding the streaming session
+    (close it, or call :func:`remove_dynamic_offload`, to give the device memory back), or the
+    seed's plan-only hook in plan mode; else None. The fields
     come in the seed's order with its defaults; ``component`` is DDO's addition.
     """
 
@@ -208,8 +210,8 @@ def enable_offload(
     record_stream: Optional[bool] = None,
     group_low_cpu_mem_usage: Optional[bool] = None,
     num_blocks_per_group: Optional[int] = None,
-    execution_device: Union[str, torch.device] = "cuda:0",
-    offload_device: Union[str, torch.device] = "cpu",
+    execution_device: Union[None, str, torch.device] = None,
+    offload_device: Union[None, str, torch.device] = None,
     low_cpu_mem_usage: bool = True,
     running_on_wsl: Optional[bool] = None,
     environ: Optional[Mapping[str, str]] = None,
@@ -230,6 +232,11 @@ def enable_offload(
     ``cache_key``: the key the component is stored under in ddod; by default the module's class
     and the component name, with a content hash so that different weights never share a key's
     warm copy (hashing reads every byte once per process; pass your own key to skip it).
+
+    ``execution_device`` and ``offload_device`` default to those of ``settings`` (or
+    ``config``), else ``cuda:0`` and ``cpu``. With ``settings`` given, its library settings are
+    the ones it was resolved with; the component's ``DDO_<C>_*`` variables are read now, from
+    ``environ`` (default ``os.environ``; none with ``use_environment=False``), as in the seed.
 
     Raises:
         ValueError: an invalid route ("Valid values: auto, dynamic_offload, ...").
@@ -256,8 +263,6 @@ def enable_offload(
                           ("NUM_BLOCKS_PER_GROUP", num_blocks_per_group)):
         if value is not None:
             overrides[prefix + suffix] = value
-    if not low_cpu_mem_usage and group_low_cpu_mem_usage is None:
-        overrides[prefix + "OFFLOAD_LOW_CPU_MEM_USAGE"] = False
     if route is not None and route.strip().lower() not in {
             "auto", "dynamic_offload", "diffusers_group_offload", "none", "diffusers",
             "diffusers_group", "group", "group_offload", "dynamic", "ddo", "cuda", "standard", "off"}:
@@ -265,19 +270,42 @@ def enable_offload(
     client = _client(client)
     given = settings
     settings = _resolved_of(settings)
+    seed_config = getattr(given, "config", None) if given is not None else config
+    if execution_device is None:
+        execution_device = getattr(seed_config, "execution_device", None) or "cuda:0"
+    if offload_device is None:
+        offload_device = getattr(seed_config, "offload_device", None) or "cpu"
+    call_environ: Mapping[str, str] = (
+        (os.environ if environ is None else environ) if use_environment else (environ or {}))
+    component_environ = _component_variables(call_environ, prefix)
     if settings is None and isinstance(given, DynamicOffloadSettings):
-        preset = given.requested_preset or preset
-    if settings is None:
+        # Settings built by hand are used as given (the seed did): their preset, even "", their
+        # plan switch and every config field; of the environment only the component's variables.
+        overrides.setdefault("DDO_PLAN", given.plan)
+        settings = resolve_offload_settings(
+            components=[component], preset=given.effective_preset, environ=component_environ,
+            overrides=overrides, component_policies=component_policies or given.component_policies,
+            client=client)
+    elif settings is None:
         settings = resolve_offload_settings(
             components=[component], preset=preset, environ=environ,
             use_environment=use_environment, overrides=overrides,
             component_policies=component_policies, client=client)
     elif (_adds_to(settings, overrides) or component_policies
-          or component not in settings.components):
+          or component not in settings.components
+          or component_environ != _component_variables(settings.inputs.environ, prefix)):
         # Pre-resolved settings (the seed's from_env) serve as they are unless this call adds
-        # overrides, policies or a component they lack: then ddod resolves again from what
-        # they were resolved from (their preset, environment and policies), plus the additions.
-        settings = _resolve_again(settings, component, overrides, component_policies, client)
+        # overrides, policies, a component they lack, or the component's variables changed
+        # since: then ddod resolves again from what they were resolved from (their preset,
+        # library environment and policies), with the component's variables read now.
+        library_environ = {name: value for name, value in settings.inputs.environ.items()
+                           if name not in _component_variables(settings.inputs.environ, prefix)}
+        settings = _resolve_again(settings, component, overrides, component_policies, client,
+                                  environ={**library_environ, **component_environ})
+    quantized = detect_quantized_backend_modules(module)
+    chosen = _chosen_route(settings, component, prefix, quantized, explicit_route)
+    if explicit.get("build_profile") and chosen.value != "dynamic_offload":
+        raise ValueError("Profile calibration requires the dynamic_offload route.")
     profile = None
     if explicit.get("profile_name") or explicit.get("build_profile"):
         # A named profile: calibration keeps nothing resident, a later run applies the
@@ -297,9 +325,9 @@ def enable_offload(
             explicit = prepared
             settings = _resolve_again(settings, component, _setting_overrides(explicit),
                                       component_policies, client)
+            chosen = _chosen_route(settings, component, prefix, quantized, explicit_route)
     values = settings.components[component]
 
-    chosen = values[prefix + "ROUTE"]
     payload: Dict[str, Any] = {
         "component": component,
         "preset": settings.effective_preset,
@@ -307,18 +335,16 @@ def enable_offload(
         "pin_cpu_memory": settings.value("DDO_PIN_CPU_MEMORY") == "1",
     }
     payload.update({name: value for name, value in explicit.items() if name in _PYTHON_ONLY_FIELDS})
-    quantized = detect_quantized_backend_modules(module)
     if quantized:
         payload["quantized_backend"] = quantized
-        route_left_to_policy = chosen.source in ("default", "preset") and not explicit_route
-        if chosen.value == "dynamic_offload" and route_left_to_policy:
-            chosen = type(chosen)("diffusers_group_offload", "quantized_backend")
+        if chosen.source == "quantized_backend":
             payload["route_reason"] = "quantized weights are moved whole by Diffusers group offload"
-    if profile is not None and profile.build and chosen.value != "dynamic_offload":
-        raise ValueError("Profile calibration requires the dynamic_offload route.")
     payload["route"] = chosen.value
-    if isinstance(given, DynamicOffloadSettings) and given.resolved is settings:
-        seed_settings = given  # shared, as the seed's pipeline helper shares one object
+    warm_hit: Optional[bool] = None  # whether ddod had the weights (the DDO route)
+    if isinstance(given, DynamicOffloadSettings) and given.resolved in (settings, None):
+        # Shared, as the seed's pipeline helper shares one object; settings built by hand are
+        # the caller's own, used as given.
+        seed_settings = given
     else:
         seed_settings = DynamicOffloadSettings.from_resolved(
             settings, execution_device=_device_text(execution_device),
@@ -342,10 +368,20 @@ def enable_offload(
         from .offload_state import build_state
         from .streaming import streamable_weights
 
+        from .offload_hook import DynamicOffloadHook
+        from .plan_tools import PLAN_CACHE, plan_cache_key
+        from .runner_log import log_dynamic_setup
+
         session_settings = {name: settings.value(name) for name in SESSION_SETTINGS
                             if settings.values.get(name) and settings.value(name) != ""}
         if profile is not None and profile.build:
             session_settings["DDO_PROFILE_CALIBRATION"] = "1"
+        if streaming and apply_hook and enabled:
+            _refuse_swap(settings.value("DDO_LINEAR_RUNTIME_STRATEGY"))
+        cache_plan = settings.value("DDO_CACHE_PLAN") == "1"
+        plan_key = plan_cache_key(module, seed_settings.config, _device_text(execution_device),
+                                  session_settings, streaming)
+        cached_plan = PLAN_CACHE.get(plan_key) if cache_plan else None
         if apply_hook and enabled and streaming:
             key = cache_key or default_cache_key(module, component)
             registered = time.perf_counter()
@@ -357,35 +393,63 @@ def enable_offload(
             else:
                 stored = client.register_module(key, module, content_hash=cache_key is None)
             opened = time.perf_counter()
-            result.hook = client.stream(module, key, device=_device_text(execution_device),
-                                        settings=session_settings,
-                                        keep_resident=_kept_resident(seed_settings.config))
-            _attach_to(module, _SESSION_ATTRIBUTE, result.hook)
+            session = client.stream(module, key, device=_device_text(execution_device),
+                                    settings=session_settings,
+                                    keep_resident=_kept_resident(seed_settings.config))
             state = build_state(
-                module, streamed=[p.name for unit in result.hook.resources.units for p in unit.tensors],
+                module, streamed=[p.name for unit in session.resources.units for p in unit.tensors],
                 streamable=streamable_weights(module),
-                decisions={d.key: d.value for d in result.hook.plan.decisions},
+                decisions={d.key: d.value for d in session.plan.decisions},
                 device=_device_text(execution_device),
-                pinned=seed_settings.effective_pin_cpu_memory, session=result.hook)
+                pinned=seed_settings.effective_pin_cpu_memory, session=session)
             state.add_setup("register_module", opened - registered, stored.total_bytes)
             state.add_setup("open_session", time.perf_counter() - opened,
-                            result.hook.resources.resident_slab_bytes)
-            result.hook.state = state
-            result.hook.config = seed_settings.config
-            payload.update({"cache_key": key, "session": result.hook.stats()})
+                            session.resources.resident_slab_bytes)
+            session.state = state
+            session.config = seed_settings.config
+            session.verbose = bool(seed_settings.config.verbose)
+            session.log_name = component
+            warm_hit = bool(getattr(stored, "warm_hit", True))
+            # ddod plans every session itself; the process's plan cache only records that
+            # this structure was planned with these settings before.
+            if cache_plan and cached_plan is None:
+                PLAN_CACHE.put(plan_key, dict(state.planner_decisions))
+            result.hook = DynamicOffloadHook.for_session(seed_settings.config, session, state)
+            _attach_to(module, _SESSION_ATTRIBUTE, result.hook)
+            payload.update({"cache_key": key, "session": session.stats()})
         else:
             result.should_move_to_execution_device = True
-            # Plan mode: ddod's decisions for the module, without a session.
-            plan = client.explain_plan(module, component=component,
-                                       device=_device_text(execution_device),
-                                       settings=session_settings)
+            # Plan mode: ddod's decisions for the module, without a session; the process's
+            # plan cache answers a structure planned before with the same settings.
+            if cached_plan is None:
+                plan = client.explain_plan(module, component=component,
+                                           device=_device_text(execution_device),
+                                           settings=session_settings)
+                cached_plan = {"decisions": {d.key: d.value for d in plan.decisions},
+                               "resident_bytes": int(plan.resident_bytes),
+                               "streamed_bytes": int(plan.streamed_bytes)}
+                if cache_plan:
+                    PLAN_CACHE.put(plan_key, cached_plan)
+                cache_answer = "miss"
+            else:
+                cache_answer = "hit"
             state = build_state(module, streamed=[], streamable=[],
-                                decisions={d.key: d.value for d in plan.decisions},
+                                decisions=cached_plan["decisions"],
                                 device=_device_text(offload_device), pinned=False)
             state.entries = []  # placements are known only once a session plans them
-            state.bytes_by_placement = {"resident_module": int(plan.resident_bytes),
-                                        "streamed_large": int(plan.streamed_bytes)}
+            state.bytes_by_placement = {"resident_module": cached_plan["resident_bytes"],
+                                        "streamed_large": cached_plan["streamed_bytes"]}
+            state.planner_decisions["plan_cache"] = cache_answer if cache_plan else "disabled"
+            if apply_hook and enabled:
+                # The seed's plan-only hook: the plan is recorded, execution is unchanged.
+                result.hook = DynamicOffloadHook.for_session(seed_settings.config, None, state)
+                _attach_to(module, _SESSION_ATTRIBUTE, result.hook)
+        if streaming and apply_hook and enabled:
+            state.planner_decisions["plan_cache"] = (
+                "disabled" if not cache_plan else "hit" if cached_plan is not None else "miss")
         _attach_to(module, _STATE_ATTRIBUTE, state)
+        if seed_settings.config.verbose and result.hook is not None:
+            log_dynamic_setup(component, state, seed_settings.config, time.perf_counter() - started)
         payload.update(build_dynamic_offload_event_payload(seed_settings, state))
         payload["execution_mode"] = settings.value("DDO_EXECUTION_MODE")
         # Explicit fields without a DDO_* variable are reported as given.
@@ -407,7 +471,11 @@ def enable_offload(
             offload_type=values[prefix + "OFFLOAD_TYPE"].value,
             use_stream=use_group_stream,
             record_stream=record_group_stream,
-            low_cpu_mem_usage=values[prefix + "OFFLOAD_LOW_CPU_MEM_USAGE"].value == "1",
+            # The low_cpu_mem_usage argument is only the default: any layer that sets the
+            # component's variable (policy, environment, preset, override) wins, as in the seed.
+            low_cpu_mem_usage=(values[prefix + "OFFLOAD_LOW_CPU_MEM_USAGE"].value == "1"
+                               if values[prefix + "OFFLOAD_LOW_CPU_MEM_USAGE"].source != "default"
+                               else low_cpu_mem_usage),
             num_blocks_per_group=int(values[prefix + "NUM_BLOCKS_PER_GROUP"].value or 1),
             apply_hook=apply_hook,
         )
@@ -421,7 +489,28 @@ def enable_offload(
         else:
             result.should_move_to_execution_device = True
     result.event_payload = payload
+    _log_setup(result, component, chosen.value, execution_device, offload_device, apply_hook,
+               time.perf_counter() - started, warm_hit)
     return result
+
+
+def _log_setup(result: DynamicOffloadApplyResult, component: str, route: str,
+               execution_device: Union[str, torch.device],
+               offload_device: Union[str, torch.device], applied: bool, seconds: float,
+               warm_hit: Optional[bool]) -> None:
+    """The component's setup line (runner_log.log_component_setup)."""
+    from .runner_log import log_component_setup
+
+    session = getattr(result.hook, "session", None)
+    if route == "dynamic_offload":
+        where = _device_text(execution_device) if session is not None else "plan only"
+    elif route == "diffusers_group_offload":
+        where = f"{_device_text(execution_device)} from {_device_text(offload_device)}"
+    else:
+        where = _device_text(execution_device) if applied else "where it was (not moved)"
+    log_component_setup(component, route, where, seconds,
+                        verbose=bool(getattr(result.settings.config, "verbose", False)),
+                        session=session, warm_hit=warm_hit)
 
 
 def enable_dynamic_offload(module: nn.Module, *, event_name: str = "setup_dynamic_offload",
@@ -437,9 +526,9 @@ def apply_dynamic_offload(module: nn.Module, config: Any = None, *, client=None,
     """The seed's low-level entry point: the DDO route for ``module`` as ``config`` (a
     DynamicOffloadConfig; the seed's defaults when None) says, on its execution device.
 
-    Returns the streaming session (the seed's DynamicOffloadHook: ``config``, ``state``,
-    ``print_profile_summary``), or None in plan mode, where no session opens and the plan is
-    ``get_dynamic_offload_state(module)``.
+    Returns the seed's DynamicOffloadHook (``config``, ``state``, ``print_profile_summary``):
+    holding the streaming session, or plan-only in plan mode (no session opens; the plan is
+    its ``state``, also ``get_dynamic_offload_state(module)``).
     """
     from .offload_settings import DynamicOffloadConfig
 
@@ -450,9 +539,11 @@ def apply_dynamic_offload(module: nn.Module, config: Any = None, *, client=None,
 
 
 def clear_dynamic_offload_plan_cache() -> None:
-    """The seed's process-wide plan cache has no counterpart here: ddod plans each session
-    when it opens (and remembers a component's learned schedule, which a new registration of
-    the component replaces). Kept so that a seed runner that calls it runs unchanged."""
+    """Empties the process-wide plan cache (``DDO_CACHE_PLAN``): the next plan-mode setup of
+    a structure asks ddod again, and every plan reports ``plan_cache: miss``."""
+    from .plan_tools import PLAN_CACHE
+
+    PLAN_CACHE.clear()
 
 
 def enable_diffusers_group_offload(
@@ -532,6 +623,11 @@ def enable_pipeline_offload(
     skipped). Settings are resolved once, for all components, and shared."""
     found = _pipeline_components(pipeline, components)
     client = _client(client)
+    # The devices default to the settings' (or config's) own, as in enable_offload.
+    source_config = getattr(settings, "config", None) or kwargs.get("config")
+    for name, fallback in (("execution_device", "cuda:0"), ("offload_device", "cpu")):
+        if kwargs.get(name) is None:
+            kwargs[name] = getattr(source_config, name, None) or fallback
     resolved = _resolved_of(settings)
     policies = kwargs.pop("component_policies", None)
     # Config fields given for the whole pipeline are resolved once, with the rest, so that
@@ -539,7 +635,10 @@ def enable_pipeline_offload(
     explicit = dict(_config_fields(kwargs["config"])) if kwargs.get("config") is not None else {}
     explicit.update({name: value for name, value in kwargs.items() if name in CONFIG_FIELDS})
     overrides = _setting_overrides({k: v for k, v in explicit.items() if v is not None})
-    if resolved is None:
+    hand_built = isinstance(settings, DynamicOffloadSettings) and settings.resolved is None
+    if hand_built:
+        pass  # used as given by every component (enable_offload resolves each from its fields)
+    elif resolved is None:
         resolved = resolve_offload_settings(
             components=list(found), preset=preset, environ=environ,
             use_environment=use_environment, overrides=overrides, component_policies=policies,
@@ -634,16 +733,54 @@ def _edited_config_fields(settings: Any) -> Dict[str, Any]:
             if value != getattr(settings.resolved_config, name)}
 
 
+#: The per-component variables (DDO_<C>_<NAME> and DDO_RUNNER_<C>_<NAME>).
+_COMPONENT_SUFFIXES = ("ROUTE", "GROUP_OFFLOAD", "DYNAMIC_OFFLOAD", "OFFLOAD_STREAM",
+                       "OFFLOAD_RECORD_STREAM", "OFFLOAD_TYPE", "OFFLOAD_LOW_CPU_MEM_USAGE",
+                       "NUM_BLOCKS_PER_GROUP")
+
+
+def _component_variables(environ: Mapping[str, str], prefix: str) -> Dict[str, str]:
+    """The component's own variables in ``environ`` (``prefix`` is its ``DDO_<C>_``)."""
+    names = {f"{head}{suffix}" for suffix in _COMPONENT_SUFFIXES
+             for head in (prefix, "DDO_RUNNER_" + prefix[len("DDO_"):])}
+    return {name: value for name, value in environ.items() if name in names}
+
+
+def _chosen_route(settings: ResolvedSettings, component: str, prefix: str,
+                  quantized: Mapping[str, Any], explicit_route: bool):
+    """ddod's route for the component; a quantized component whose route was left to the
+    policy goes to Diffusers group offload instead of DDO (source ``quantized_backend``)."""
+    chosen = settings.components[component][prefix + "ROUTE"]
+    if (quantized and chosen.value == "dynamic_offload" and not explicit_route
+            and chosen.source in ("default", "preset")):
+        chosen = type(chosen)("diffusers_group_offload", "quantized_backend")
+    return chosen
+
+
+def _refuse_swap(strategy: str) -> None:
+    """The seed's experimental ``swap`` strategy (device copies assigned into ``weight.data``
+    around the original forward) has no counterpart: a streamed Linear takes its weight from
+    ddod's ring. Refused rather than ignored."""
+    if strategy == "swap":
+        raise ValueError(
+            "DDO_LINEAR_RUNTIME_STRATEGY='swap' is not supported: ddod streams each Linear's "
+            "weight through its device ring and the Linear computes with it (the seed's "
+            "'functional' strategy). Unset DDO_LINEAR_RUNTIME_STRATEGY or set it to "
+            "'functional'.")
+
+
 def _resolve_again(settings: ResolvedSettings, component: str, overrides: Mapping[str, object],
                    component_policies: Optional[Mapping[str, Mapping[str, object]]],
-                   client, components: Iterable[str] = ()) -> ResolvedSettings:
+                   client, components: Iterable[str] = (),
+                   environ: Optional[Mapping[str, str]] = None) -> ResolvedSettings:
     inputs = settings.inputs
     policies: Dict[str, Dict[str, object]] = {
         name: dict(values) for name, values in inputs.component_policies.items()}
     for name, values in (component_policies or {}).items():
         policies.setdefault(name, {}).update(values)
     return client.resolve_settings(
-        inputs.preset, environ=inputs.environ, overrides={**inputs.overrides, **overrides},
+        inputs.preset, environ=inputs.environ if environ is None else environ,
+        overrides={**inputs.overrides, **overrides},
         components=sorted((set(settings.components) | {component} | set(components)) - {""}),
         component_policies=policies)
 

@@ -138,7 +138,7 @@ def build_state(module: nn.Module, *, streamed: Iterable[str], streamable: Itera
     could stream (``streamable``: the others of them were kept resident by the planner)."""
     streamed = set(streamed)
     streamable = set(streamable)
-    state = DynamicOffloadState(session=session, planner_decisions=dict(decisions))
+    state = DynamicOffloadState(session=session, planner_decisions=seed_decisions(decisions))
     tensors = list(module.named_parameters()) + list(module.named_buffers())
     modules = dict(module.named_modules())
     for name, tensor in tensors:
@@ -173,8 +173,33 @@ def build_state(module: nn.Module, *, streamed: Iterable[str], streamable: Itera
     # The seed's count of nn.Linear modules it could not patch (their weight is no plain 2-D
     # (out_features, in_features) tensor): they run their own forward.
     state.planner_decisions.setdefault(
-        "unsupported_linear_module_count", str(_unsupported_linear_count(module)))
+        "unsupported_linear_module_count", _unsupported_linear_count(module))
     return state
+
+
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?) (B|KiB|MiB|GiB|TiB)$")
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def seed_decisions(decisions: Mapping[str, str]) -> Dict[str, Any]:
+    """ddod's decisions (text) with the seed's value types: numbers as numbers (``'4.0000'``
+    is 4.0, ``'2'`` is 2), ``true``/``false`` as booleans, and a bare size (``'12.0 MiB'``) as
+    its bytes (an int). Explanations with words (``'2 (2.0 MiB)'``) stay text."""
+    converted: Dict[str, Any] = {}
+    for key, text in decisions.items():
+        value: Any = text
+        if isinstance(text, str):
+            stripped = text.strip()
+            size = _SIZE.match(stripped)
+            if _NUMBER.match(stripped):
+                value = float(stripped) if any(c in stripped for c in ".eE") else int(stripped)
+            elif size:
+                value = int(round(float(size.group(1)) * _UNITS[size.group(2)]))
+            elif stripped in ("true", "false"):
+                value = stripped == "true"
+        converted[key] = value
+    return converted
 
 
 def _unsupported_linear_count(module: nn.Module) -> int:

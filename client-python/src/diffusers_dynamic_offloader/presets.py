@@ -1,16 +1,15 @@
 """The seed's preset functions, answered by ddod (its preset table is the one truth).
 
-``DDO_PRESETS`` behaves as the seed's dict of preset name -> {DDO_* variable: value}; it is
-read from ddod on first use. The functions take an optional ``client``; without one they use
+``DDO_PRESETS`` is the seed's plain dict of preset name -> {DDO_* variable: value}; it is
+read from ddod on first access. The functions take an optional ``client``; without one they use
 the process's shared connection (:mod:`diffusers_dynamic_offloader.default_client`).
 """
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Dict, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from ._proto import settings_pb2
 
@@ -30,31 +29,21 @@ def get_dynamic_offload_presets(client: Optional["DdoClient"] = None) -> Dict[st
     return {preset.name: dict(preset.values) for preset in listing.presets}
 
 
-class _DaemonPresets(Mapping):
-    """``DDO_PRESETS``: read-only, loaded from ddod on first access."""
-
-    def __init__(self) -> None:
-        self._presets: Optional[Dict[str, Dict[str, str]]] = None
-
-    def _load(self) -> Dict[str, Dict[str, str]]:
-        if self._presets is None:
-            self._presets = get_dynamic_offload_presets()
-        return self._presets
-
-    def __getitem__(self, name: str) -> Dict[str, str]:
-        return copy.deepcopy(self._load()[name])
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._load())
-
-    def __len__(self) -> int:
-        return len(self._load())
-
-    def __repr__(self) -> str:
-        return f"DDO_PRESETS({sorted(self._load())})" if self._presets else "DDO_PRESETS(<not loaded>)"
+def _load_ddo_presets() -> Dict[str, Dict[str, str]]:
+    """``DDO_PRESETS`` as the seed had it: a plain dict (``copy()``, ``json.dumps``), read
+    from the process's daemon."""
+    return get_dynamic_offload_presets()
 
 
-DDO_PRESETS: Mapping = _DaemonPresets()
+def __getattr__(name: str) -> Any:
+    # DDO_PRESETS is read from ddod on first access (PEP 562), then kept: a plain dict, as the
+    # seed's module constant. Changing it changes nothing in ddod (the seed's table was its
+    # own; ddod's is every client's).
+    if name == "DDO_PRESETS":
+        presets = _load_ddo_presets()
+        globals()["DDO_PRESETS"] = presets
+        return presets
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def resolve_dynamic_offload_preset(

@@ -117,8 +117,9 @@ def resolve_settings(
     """
     request = settings_pb2.ResolveSettingsRequest(
         preset=preset or "",
-        environment=environment_settings(environ),
-        overrides={name: setting_text(value) for name, value in (overrides or {}).items()},
+        environment=_seed_clamped(environment_settings(environ)),
+        overrides=_seed_clamped({name: setting_text(value)
+                                 for name, value in (overrides or {}).items()}),
         components=list(components),
     )
     for component, policy in (component_policies or {}).items():
@@ -138,6 +139,25 @@ def resolve_settings(
         component_policies={name: dict(policy.values)
                             for name, policy in request.component_policies.items()},
     ))
+
+
+#: Settings the seed clamps instead of refusing: ``max(1, int(value))``.
+_CLAMPED_TO_ONE = ("DDO_PIN_CPU_WORKERS",)
+
+
+def _seed_clamped(values: Dict[str, str]) -> Dict[str, str]:
+    """``values`` with the seed's clamps applied: a whole number below 1 of
+    DDO_PIN_CPU_WORKERS is 1 (the seed's resolver did ``max(1, int(value))``); anything that is
+    no whole number is left for ddod to refuse with a message naming it."""
+    for name in _CLAMPED_TO_ONE:
+        text = values.get(name, "").strip()
+        try:
+            number = int(text)
+        except ValueError:
+            continue
+        if number < 1:
+            values[name] = "1"
+    return values
 
 
 def setting_text(value: object) -> str:

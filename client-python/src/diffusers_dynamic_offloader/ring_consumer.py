@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from .compile_support import refuse_capture
 from .control_block import ControlBlock, Doorbell
 from .errors import StreamingError
 
@@ -98,6 +99,10 @@ class RingViews:
     def unit_count(self) -> int:
         return len(self._units)
 
+    def span(self, unit: int) -> int:
+        """The bytes ``unit`` occupies in the ring."""
+        return self._units[unit][0]
+
     def views(self, unit: int, offset: int) -> UnitViews:
         """The views of ``unit``'s tensors with the unit at ``offset`` in the ring."""
         key = (unit, offset)
@@ -149,7 +154,8 @@ class RingConsumer:
     """Serves patched Linear modules their weights from the ring (see the module documentation).
 
     Statistics (plain attributes, read by :meth:`StreamingSession.stats`):
-    ``uses``, ``streamed_uses``, ``sync_uses``, ``skipped_uses``, ``wait_ns`` (blocked in
+    ``uses``, ``streamed_uses``, ``sync_uses``, ``skipped_uses``, ``bytes_used`` (of the units
+    acquired), ``wait_ns`` (blocked in
     waits) and ``overhead_ns`` (time in acquire and release bookkeeping, waits excluded).
     """
 
@@ -197,6 +203,7 @@ class RingConsumer:
         self.streamed_uses = 0
         self.sync_uses = 0
         self.skipped_uses = 0
+        self.bytes_used = 0
         self.wait_ns = 0
         self.overhead_ns = 0
 
@@ -233,6 +240,8 @@ class RingConsumer:
 
     def _switch(self, unit: int) -> UnitViews:
         started = time.perf_counter_ns()
+        if self._events is not None:
+            refuse_capture("a streamed Linear")  # before anything of the ring is captured
         if self._held_unit != _NOTHING_HELD:
             self._release()
         if self._learning:
@@ -250,6 +259,7 @@ class RingConsumer:
             else:
                 waited = self._acquire_out_of_schedule(unit)
         self.uses += 1
+        self.bytes_used += self._ring_views.span(unit)
         self.wait_ns += waited
         self.overhead_ns += time.perf_counter_ns() - started - waited
         return self._held_views
@@ -369,6 +379,7 @@ class RingConsumer:
             "streamed_uses": self.streamed_uses,
             "sync_uses": self.sync_uses,
             "skipped_uses": self.skipped_uses,
+            "bytes_used": self.bytes_used,
             "wait_seconds": self.wait_ns / 1e9,
             "overhead_us_per_unit": (self.overhead_ns / self.uses / 1e3) if self.uses else 0.0,
         }

@@ -4,7 +4,8 @@ A streaming session replaces the ``forward`` of every streamed ``nn.Linear`` (an
 attribute) with :func:`streamed_forward`. The weight is the ring's view of the unit that holds
 it, acquired through the session's consumer at each call; weight and bias are cast to the
 input's dtype when they differ. A backward pass through it raises (see
-:class:`_NoBackwardThroughStream`).
+:class:`_NoBackwardThroughStream`). Under ``torch.compile`` it is a graph break
+(:mod:`.compile_support`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from .compile_support import compiling, eager_only
 from .ring_consumer import UnitViews
 from .shared_weights import plain
 
@@ -31,6 +33,8 @@ def streamed_forward(
     bias = plain(bias) if bias is not None else None
 
     def forward(input: torch.Tensor) -> torch.Tensor:
+        if is_compiling():  # traced by torch.compile: a graph break, the call runs eagerly
+            return traced(input)
         weight = tensors(unit)[index]
         dtype = input.dtype
         if weight.dtype != dtype:
@@ -40,6 +44,8 @@ def streamed_forward(
             return _NoBackwardThroughStream.apply(input, weight, used_bias, module_path)
         return linear(input, weight, used_bias)
 
+    is_compiling = compiling
+    traced = eager_only(forward)
     return forward
 
 
