@@ -49,10 +49,13 @@ pageable RAM, and the DDO part's derived versions need RAM of their own).
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import math
 import os
 import platform
+import pstats
 import statistics
 import sys
 import tempfile
@@ -342,11 +345,25 @@ def ddo_part(model, inputs, loras, cap: float, reserve: float, total: int, args,
             # Switching back and forth between the two fused LoRAs, as between generations:
             # each was fused and stored once above.
             fused["switches_back"] = []
-            for adapter in ("a", "b", "a"):
+            for number, adapter in enumerate(("a", "b", "a", "b")):
                 back: Dict[str, Any] = {"to": adapter}
+                # The last one runs under cProfile (slower: not in the figures), to show
+                # where a switch back spends its time.
+                profiler = cProfile.Profile() if number == 3 else None
+                if profiler is not None:
+                    profiler.enable()
                 back["unfuse_s"] = synced(model.unfuse_lora)
                 back["fuse_s"] = synced(lambda: model.fuse_lora(adapter_names=[adapter]))
                 back["sync_s"] = synced(hook.sync_edits)
+                if profiler is not None:
+                    profiler.disable()
+                    text = io.StringIO()
+                    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+                    fused["switch_back_profile"] = text.getvalue()
+                    log("DDO: switch back under cProfile (not timed), by own time:\n"
+                        + text.getvalue())
+                    edit_seconds(reset=True)
+                    continue
                 back["edit_seconds"] = edit_seconds(reset=True)
                 back["sync"] = dict(hook.last_sync or {})
                 back["switch_s"] = back["unfuse_s"] + back["fuse_s"] + back["sync_s"]

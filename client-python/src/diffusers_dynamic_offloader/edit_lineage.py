@@ -24,9 +24,10 @@ states ddod holds):
   before), the weight is bound to them and nothing is computed.
 
 A fingerprint is three 64-bit sums of the operand's 32-bit words, two of them weighted by fixed
-pseudo-random factors, computed where the operand is (a LoRA delta on the GPU costs a pass over
-its memory there): not a proof against someone crafting operands, but the runner only ever
-reuses its own results, and an accidental match of all three sums is as unlikely as 2**-62.
+pseudo-random factors (each product taken modulo 2**32), computed where the operand is (a LoRA
+delta on the GPU costs two passes over its memory there): not a proof against someone crafting
+operands, but the runner only ever reuses its own results, and an accidental match of all
+three sums is very unlikely (each weighted sum alone leaves about one chance in 2**32).
 """
 
 from __future__ import annotations
@@ -43,10 +44,12 @@ __all__ = ["Edit", "Lineage", "fingerprint", "recognize", "root_state"]
 
 #: Larger copies from host memory are not named (see :func:`recognize`).
 CPU_FINGERPRINT_BYTES = 2 << 20
-# Words summed per step: bounds the temporary int64 memory (32 MiB per tensor of them).
+# Words per chunk (each chunk's weighted sums are scaled by its own step), and chunks per
+# batch: bounds the temporary products (8 bytes per word of a batch: 256 MiB).
 _CHUNK_WORDS = 1 << 22
+_BATCH_CHUNKS = 8
 # Pseudo-random factors of the weighted sums, per device.
-_FACTORS: Dict[Tuple[str, int], torch.Tensor] = {}
+_FACTORS: Dict[str, torch.Tensor] = {}
 _SEEDS = (0x5EED_0001, 0x5EED_0002)
 
 #: In-place operations whose result follows from the weight and the operand alone, by name
@@ -121,15 +124,25 @@ def fingerprint(operand: Any) -> str:
     with torch.no_grad():
         words = _words(operand.detach())
         device = words.device
-        total = torch.zeros(3, dtype=torch.int64, device=device)
-        for index, start in enumerate(range(0, words.numel(), _CHUNK_WORDS)):
-            chunk = words[start:start + _CHUNK_WORDS].to(torch.int64)
-            step = 2 * index + 1  # chunks in another order give other sums
-            total[0] += chunk.sum()
-            for row, seed in enumerate(_SEEDS, start=1):
-                factors = _factors(device, seed)[: chunk.numel()]
-                total[row] += (chunk * factors).sum() * step
-        sums = [value & 0xFFFFFFFFFFFFFFFF for value in total.tolist()]
+        factors = _factors(device)
+        # Per chunk c (step 2c + 1, so that chunks in another order give other sums): the
+        # products of its words and the factors wrap in int32, their sums accumulate in int64.
+        # Whole chunks go a batch at a time (a few kernels per tensor, not per chunk).
+        weighted = torch.zeros(2, dtype=torch.int64, device=device)
+        whole = words.numel() // _CHUNK_WORDS
+        for first in range(0, whole, _BATCH_CHUNKS):
+            count = min(_BATCH_CHUNKS, whole - first)
+            batch = words[first * _CHUNK_WORDS:(first + count) * _CHUNK_WORDS]
+            per_chunk = (batch.view(count, 1, _CHUNK_WORDS) * factors).sum(dim=2)
+            steps = torch.arange(2 * first + 1, 2 * (first + count), 2, dtype=torch.int64,
+                                 device=device)
+            weighted += (per_chunk * steps.unsqueeze(1)).sum(dim=0)
+        tail = words[whole * _CHUNK_WORDS:]
+        if tail.numel():
+            weighted += (tail.unsqueeze(0) * factors[:, : tail.numel()]).sum(dim=1) * (
+                2 * whole + 1)
+        sums = [value & 0xFFFFFFFFFFFFFFFF
+                for value in torch.cat([words.sum().reshape(1), weighted]).tolist()]
     shape = "x".join(str(size) for size in operand.shape)
     return f"{str(operand.dtype)[6:]}[{shape}]:" + ":".join(f"{value:016x}" for value in sums)
 
@@ -146,13 +159,15 @@ def _words(tensor: torch.Tensor) -> torch.Tensor:
     return raw.view(torch.int32)
 
 
-def _factors(device: torch.device, seed: int) -> torch.Tensor:
-    key = (str(device), seed)
+def _factors(device: torch.device) -> torch.Tensor:
+    """The two rows of pseudo-random int32 factors of the weighted sums, on ``device``."""
+    key = str(device)
     factors = _FACTORS.get(key)
     if factors is None:
-        generator = torch.Generator().manual_seed(seed)
-        factors = torch.randint(1, 1 << 31, (_CHUNK_WORDS,), generator=generator,
-                                dtype=torch.int64).to(device)
+        rows = [torch.randint(1, 1 << 31, (_CHUNK_WORDS,), dtype=torch.int64,
+                              generator=torch.Generator().manual_seed(seed)).to(torch.int32)
+                for seed in _SEEDS]
+        factors = torch.stack(rows).to(device)
         _FACTORS[key] = factors
     return factors
 

@@ -80,7 +80,8 @@ from .runner_log import log_pass
 from .shared_weights import EditListener, WeightGuard, guard, is_guarded, plain
 from .shm import SegmentMapping
 from .streamed_linear import streamed_forward
-from .weight_watch import WeightWatch, move_runner_owned, place_adapters_around
+from .weight_watch import (WeightWatch, move_runner_owned, place_adapters_around,
+                           structure_version)
 
 if TYPE_CHECKING:
     from .client import DdoClient
@@ -326,6 +327,7 @@ class StreamingSession(Closeable, EditListener):
         self._versions = EditVersions(self._open_client, self._base_cache_key)
         self._watch: Optional[WeightWatch] = None
         self._adapter_methods: List[str] = []  # wrapped by _watch_root
+        self._adapters_placed_at: Optional[int] = None  # structure_version() then
         self._edit_syncs = 0
         self._uploaded_edit_bytes = 0
         # Verbose runs: passes finished, and the clock and counters when this one began.
@@ -666,9 +668,18 @@ class StreamingSession(Closeable, EditListener):
         def place_adapters() -> None:
             live = session()
             if live is not None and not live._closed:
-                move_runner_owned(live.module, live.device, strict=False)
+                live._place_adapters()
 
         self._adapter_methods = place_adapters_around(self.module, place_adapters)
+
+    def _place_adapters(self) -> None:
+        """Moves adapters to the execution device, unless no module registered anything since
+        the last time (a walk of a FLUX transformer's modules costs tens of milliseconds)."""
+        version = structure_version()
+        if version is not None and version == self._adapters_placed_at:
+            return
+        move_runner_owned(self.module, self.device, strict=False)
+        self._adapters_placed_at = version
 
     def _before_forward(self) -> None:
         if self.device.type == "cuda":
