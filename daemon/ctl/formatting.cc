@@ -116,28 +116,37 @@ std::string FormatPresetList(const ddo::v1::ListPresetsResponse& presets) {
   return out;
 }
 
-std::string FormatPreset(const ddo::v1::ListPresetsResponse& presets, const std::string& name,
-                         bool* found) {
+const ddo::v1::Preset* FindPreset(const ddo::v1::ListPresetsResponse& presets,
+                                  const std::string& name) {
   std::string wanted = absl::AsciiStrToLower(name);
   if (auto alias = presets.aliases().find(wanted); alias != presets.aliases().end()) {
     wanted = alias->second;
   }
   for (const auto& preset : presets.presets()) {
-    if (preset.name() != wanted) continue;
-    *found = true;
-    std::string out = absl::StrCat(preset.name(), ": ", preset.description(), "\n");
-    std::map<std::string, std::string> values(preset.values().begin(), preset.values().end());
-    size_t width = 0;
-    for (const auto& [variable, value] : values) width = std::max(width, variable.size());
-    for (const auto& [variable, value] : values) {
-      out += absl::StrFormat("  %-*s  %s\n", static_cast<int>(width), variable, value);
-    }
-    return out;
+    if (preset.name() == wanted) return &preset;
   }
-  *found = false;
+  return nullptr;
+}
+
+std::string NoSuchPreset(const ddo::v1::ListPresetsResponse& presets, const std::string& name) {
   std::string names;
   for (const auto& preset : presets.presets()) absl::StrAppend(&names, " ", preset.name());
-  return absl::StrCat("no preset named '", name, "'; presets:", names, "\n");
+  return absl::StrCat("no preset named '", ddo::EscapeForDisplay(name), "'; presets:", names, "\n");
+}
+
+std::string FormatPreset(const ddo::v1::ListPresetsResponse& presets, const std::string& name,
+                         bool* found) {
+  const ddo::v1::Preset* preset = FindPreset(presets, name);
+  *found = preset != nullptr;
+  if (preset == nullptr) return NoSuchPreset(presets, name);
+  std::string out = absl::StrCat(preset->name(), ": ", preset->description(), "\n");
+  std::map<std::string, std::string> values(preset->values().begin(), preset->values().end());
+  size_t width = 0;
+  for (const auto& [variable, value] : values) width = std::max(width, variable.size());
+  for (const auto& [variable, value] : values) {
+    out += absl::StrFormat("  %-*s  %s\n", static_cast<int>(width), variable, value);
+  }
+  return out;
 }
 
 std::string FormatStats(const ddo::v1::Stats& stats) {

@@ -23,6 +23,11 @@ std::string FormatDuration(double seconds);
 
 std::string FormatStatus(const ddo::v1::DaemonInfo& info, const std::string& health);
 std::string FormatPresetList(const ddo::v1::ListPresetsResponse& presets);
+// The preset `name` names (any case, or an alias of one); nullptr when none.
+const ddo::v1::Preset* FindPreset(const ddo::v1::ListPresetsResponse& presets,
+                                  const std::string& name);
+// The text for a `name` that is neither a preset nor an alias: the names there are.
+std::string NoSuchPreset(const ddo::v1::ListPresetsResponse& presets, const std::string& name);
 // One preset's variables; NotFound text when `name` is neither a preset nor an alias.
 std::string FormatPreset(const ddo::v1::ListPresetsResponse& presets, const std::string& name,
                          bool* found);

@@ -74,6 +74,10 @@ TEST(FormattingTest, PresetsListAndDetail) {
   EXPECT_THAT(FormatPreset(presets, "WARM_PROCESS", &found), HasSubstr("DDO_PIN_CPU_MEMORY  1"));
   EXPECT_TRUE(found);
   EXPECT_THAT(FormatPreset(presets, "nope", &found), HasSubstr("no preset named 'nope'"));
+  ASSERT_NE(FindPreset(presets, "Warm_Process"), nullptr);
+  EXPECT_EQ(FindPreset(presets, "Warm_Process")->name(), "warm_process");
+  EXPECT_EQ(FindPreset(presets, "nope"), nullptr);
+  EXPECT_THAT(NoSuchPreset(presets, "a\x1b[2Jb"), Not(HasSubstr("\x1b")));  // escaped
   EXPECT_FALSE(found);
 }
 

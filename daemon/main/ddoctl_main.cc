@@ -51,7 +51,9 @@ constexpr char kUsage[] =
     "  --daemon ADDR    unix:/path, /path or host:port (default: DDO_DAEMON, else the\n"
     "                   user's socket, then /run/ddo/ddod.sock)\n"
     "  --timeout S      seconds to wait for each answer (default 5)\n"
-    "  --json           print the daemon's answer as JSON\n\n"
+    "  --json           print the daemon's answer as JSON\n"
+    "  --version        ddoctl's version and protocol\n"
+    "  -h, --help       this text\n\n"
     "exit status: 0 ok, 1 the daemon refused the request, 2 bad command line, 3 no daemon.\n";
 
 struct CtlArgs {
@@ -62,8 +64,9 @@ struct CtlArgs {
   std::vector<std::string> operands;
 };
 
+// A bad command line: what was wrong and where the help is, not the whole help.
 int Usage(const std::string& problem) {
-  std::fprintf(stderr, "ddoctl: %s\n\n%s", problem.c_str(), kUsage);
+  std::fprintf(stderr, "ddoctl: %s (see `ddoctl --help`)\n", problem.c_str());
   return kExitUsage;
 }
 
@@ -167,8 +170,17 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
         !status.ok()) {
       return RpcFailed("ListPresets", status);
     }
+    if (args.operands.size() > 1) return Usage("presets takes at most one NAME");
     if (args.json) {
-      std::fputs(ToJson(presets).c_str(), stdout);
+      const google::protobuf::Message* answer = &presets;
+      if (!args.operands.empty()) {
+        answer = ddo::FindPreset(presets, args.operands.front());
+        if (answer == nullptr) {
+          std::fputs(ddo::NoSuchPreset(presets, args.operands.front()).c_str(), stderr);
+          return kExitUsage;
+        }
+      }
+      std::fputs(ToJson(*answer).c_str(), stdout);
       std::fputs("\n", stdout);
       return kExitOk;
     }
@@ -325,7 +337,8 @@ int main(int argc, char** argv) {
     }
   }
   if (args.command.empty()) {
-    return Usage("no command given");
+    std::fputs(kUsage, stderr);  // nothing asked: the whole help
+    return kExitUsage;
   }
   static const std::set<std::string> kCommands = {"status",   "presets",    "settings", "plan",
                                                   "stats",    "sessions",   "components", "evict",

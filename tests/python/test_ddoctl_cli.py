@@ -1,0 +1,44 @@
+"""ddoctl's command line against a real ddod: `--json presets NAME` answers that one preset,
+a usage error is one line that names the problem and points to the help, `--version` is in
+the help (issue 16, item 3)."""
+
+import json
+import subprocess
+
+from test_explain_plan import ddoctl_binary
+
+
+def ddoctl(daemon, *words: str) -> subprocess.CompletedProcess:
+    return subprocess.run([ddoctl_binary(), "--daemon", daemon.address, *words],
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_json_presets_name_answers_that_preset(daemon):
+    every = json.loads(ddoctl(daemon, "--json", "presets").stdout)
+    assert len(every["presets"]) > 1
+    done = ddoctl(daemon, "--json", "presets", "WARM_PROCESS")
+    assert done.returncode == 0, done.stderr
+    one = json.loads(done.stdout)
+    assert one["name"] == "warm_process" and one["values"]["DDO_PIN_CPU_MEMORY"] == "1", one
+    alias = json.loads(ddoctl(daemon, "--json", "presets", "auto").stdout)
+    assert alias["name"] in {preset["name"] for preset in every["presets"]}
+    missing = ddoctl(daemon, "--json", "presets", "bogus")
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert "no preset named 'bogus'" in missing.stderr
+
+
+def test_a_usage_error_is_one_line(daemon):
+    for words in (["--bogus", "status"], ["frobnicate"], ["evict"], ["presets", "a", "b"]):
+        done = ddoctl(daemon, *words)
+        assert done.returncode == 2, (words, done)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "ddoctl --help" in lines[0], (words, done.stderr)
+
+
+def test_the_help_names_version_and_nothing_asked_shows_it(daemon):
+    help_text = ddoctl(daemon, "--help")
+    assert help_text.returncode == 0 and "--version" in help_text.stdout
+    version = ddoctl(daemon, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("ddoctl ")
+    nothing = subprocess.run([ddoctl_binary()], capture_output=True, text=True, timeout=30)
+    assert nothing.returncode == 2 and "usage: ddoctl" in nothing.stderr
