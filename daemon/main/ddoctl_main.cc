@@ -1,6 +1,5 @@
 // ddoctl: look at and manage a running ddod. See `ddoctl --help`.
 #include <grpcpp/client_context.h>
-#include <google/protobuf/util/json_util.h>
 
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include "daemon/ctl/ctl_connection.h"
 #include "daemon/ctl/daemon_address.h"
 #include "daemon/ctl/formatting.h"
+#include "daemon/ctl/json_output.h"
 #include "daemon/profiles/profile_store.h"
 #include "daemon/ctl/layout_file.h"
 
@@ -71,13 +71,7 @@ int Usage(const std::string& problem) {
 }
 
 std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  std::string json;
-  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  return json;
+  return ddo::MessageToPlainJson(message).dump(2);
 }
 
 int RpcFailed(const char* method, const grpc::Status& status) {
@@ -156,8 +150,9 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
       return RpcFailed("GetInfo", status);
     }
     if (args.json) {
-      std::printf("{\"health\": \"%s\", \"info\": %s}\n", connection.health().c_str(),
-                  ToJson(info).c_str());
+      const nlohmann::json answer = {{"health", connection.health()},
+                                     {"info", ddo::MessageToPlainJson(info)}};
+      std::printf("%s\n", answer.dump(2).c_str());
     } else {
       std::fputs(ddo::FormatStatus(info, connection.health()).c_str(), stdout);
     }

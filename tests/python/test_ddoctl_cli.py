@@ -42,3 +42,23 @@ def test_the_help_names_version_and_nothing_asked_shows_it(daemon):
     assert version.returncode == 0 and version.stdout.startswith("ddoctl ")
     nothing = subprocess.run([ddoctl_binary()], capture_output=True, text=True, timeout=30)
     assert nothing.returncode == 2 and "usage: ddoctl" in nothing.stderr
+
+
+def test_json_numbers_are_numbers_and_enums_short_names(daemon):
+    import torch
+
+    from diffusers_dynamic_offloader import DdoClient
+
+    with DdoClient.connect(daemon.address) as client:
+        client.register_state_dict("cli/json", {"w": torch.ones(256, 256)})
+        status = ddoctl(daemon, "--json", "status")
+        assert status.returncode == 0, status.stderr
+        info = json.loads(status.stdout)
+        assert info["health"] and info["info"]["backend"] == "host", info
+        components = json.loads(ddoctl(daemon, "--json", "components").stdout)
+        (component,) = [c for c in components["components"]
+                        if c["ref"]["cache_key"] == "cli/json"]
+        assert component["state"] == "ready"
+        assert component["ref"]["total_bytes"] == 256 * 256 * 4  # a number, not "262144"
+        stats = json.loads(ddoctl(daemon, "--json", "stats").stdout)
+        assert isinstance(stats["pool"]["reserved_bytes"], int), stats["pool"]
