@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 
 namespace ddo {
 namespace {
@@ -78,7 +79,13 @@ std::string MapKey(const Message& entry) {
 }  // namespace
 
 std::string ShortEnumName(const google::protobuf::EnumValueDescriptor& value) {
-  const std::string prefix = EnumPrefix(value.type()->name());
+  // The zero value names the prefix where it is <PREFIX>UNSPECIFIED (DTYPE_UNSPECIFIED of
+  // DType); else the type's name gives it.
+  constexpr absl::string_view kUnspecified = "UNSPECIFIED";
+  const auto* zero = value.type()->FindValueByNumber(0);
+  const std::string prefix = zero != nullptr && absl::EndsWith(zero->name(), kUnspecified)
+                                 ? zero->name().substr(0, zero->name().size() - kUnspecified.size())
+                                 : EnumPrefix(value.type()->name());
   std::string name = value.name();
   if (absl::StartsWith(name, prefix) && name.size() > prefix.size()) {
     name = name.substr(prefix.size());

@@ -18,8 +18,9 @@ namespace ddo {
 
 nlohmann::json MessageToPlainJson(const google::protobuf::Message& message);
 
-// The short name of an enum value: its name without the prefix its type's name gives
-// (UPPER_SNAKE of the type plus '_'), in lower case; the whole name when it has no such prefix.
+// The short name of an enum value, in lower case: its name without its type's prefix (the
+// zero value's name less UNSPECIFIED, else UPPER_SNAKE of the type's name plus '_'); the whole
+// name when it has no such prefix.
 std::string ShortEnumName(const google::protobuf::EnumValueDescriptor& value);
 
 }  // namespace ddo

@@ -43,6 +43,8 @@ TEST(JsonOutputTest, UnsetMessagesAreLeftOutAndMapsAreObjects) {
 TEST(JsonOutputTest, ShortEnumNames) {
   const auto* backend = ddo::v1::Backend_descriptor();
   EXPECT_EQ(ShortEnumName(*backend->FindValueByNumber(ddo::v1::BACKEND_HOST)), "host");
+  const auto* dtype = ddo::v1::DType_descriptor();  // DTYPE_*, not D_TYPE_*
+  EXPECT_EQ(ShortEnumName(*dtype->FindValueByNumber(ddo::v1::DTYPE_BF16)), "bf16");
   const auto* state = ddo::v1::ComponentState_descriptor();
   EXPECT_EQ(ShortEnumName(*state->FindValueByNumber(ddo::v1::COMPONENT_STATE_UPLOADING)),
             "uploading");

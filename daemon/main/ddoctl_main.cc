@@ -70,8 +70,14 @@ int Usage(const std::string& problem) {
   return kExitUsage;
 }
 
+// Non-ASCII escaped (\uXXXX: no raw control or bidi characters reach the terminal), invalid
+// UTF-8 in a daemon's strings replaced instead of throwing.
+std::string Dump(const nlohmann::json& json) {
+  return json.dump(2, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
+}
+
 std::string ToJson(const google::protobuf::Message& message) {
-  return ddo::MessageToPlainJson(message).dump(2);
+  return Dump(ddo::MessageToPlainJson(message));
 }
 
 int RpcFailed(const char* method, const grpc::Status& status) {
@@ -152,7 +158,7 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
     if (args.json) {
       const nlohmann::json answer = {{"health", connection.health()},
                                      {"info", ddo::MessageToPlainJson(info)}};
-      std::printf("%s\n", answer.dump(2).c_str());
+      std::printf("%s\n", Dump(answer).c_str());
     } else {
       std::fputs(ddo::FormatStatus(info, connection.health()).c_str(), stdout);
     }
@@ -165,7 +171,6 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
         !status.ok()) {
       return RpcFailed("ListPresets", status);
     }
-    if (args.operands.size() > 1) return Usage("presets takes at most one NAME");
     if (args.json) {
       const google::protobuf::Message* answer = &presets;
       if (!args.operands.empty()) {
@@ -340,6 +345,9 @@ int main(int argc, char** argv) {
                                                   "profiles"};
   if (kCommands.count(args.command) == 0) {
     return Usage(absl::StrCat("unknown command '", args.command, "'"));
+  }
+  if (args.command == "presets" && args.operands.size() > 1) {
+    return Usage("presets takes at most one NAME");
   }
 
   const ddo::Environment env = ddo::ProcessEnvironment();

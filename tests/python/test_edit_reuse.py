@@ -214,6 +214,19 @@ def test_a_fingerprint_names_the_value_wherever_it_is():
     assert fingerprint(2) != fingerprint(2.0) and fingerprint(1.5) == fingerprint(1.5)
 
 
+def test_a_fingerprint_sees_sign_flips():
+    """Differences confined to the high bit of words (float signs) change it too: the
+    products are exact in int64, not taken modulo 2**32."""
+    values = torch.randn(4096, generator=torch.Generator().manual_seed(5))
+    base = fingerprint(values)
+    for first in range(0, 64, 7):
+        for second in range(first + 1, 64, 5):
+            flipped = values.clone()
+            flipped[first] = -flipped[first]
+            flipped[second] = -flipped[second]
+            assert fingerprint(flipped) != base, (first, second)
+
+
 def test_a_fingerprint_sees_chunks_swapped(monkeypatch):
     monkeypatch.setattr(edit_lineage, "_CHUNK_WORDS", 16)
     monkeypatch.setattr(edit_lineage, "_FACTORS", {})

@@ -7,16 +7,19 @@ the pass it captured).
 
 - ``torch.compile``: the streamed forwards and the root module's hooks run eagerly
   (:func:`eager_only`, a graph break around each); everything between them compiles as usual.
-  An eager call of the streamed forward pays nothing for it (:data:`compiling` is checked
-  first, and the disabled twin is called only under tracing).
-- CUDA graphs (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")`` where a capture
-  would reach a streamed weight): :func:`refuse_capture` raises :class:`GraphCaptureError`
-  before anything of the session is captured, so the runner can fall back to eager calls.
+  An eager call of a streamed forward pays one :data:`compiling` call for it (the disabled
+  twin is called only under tracing), and each unit switch on a CUDA session one
+  ``torch.cuda.is_current_stream_capturing()``: well under a microsecond each.
+- CUDA graphs: a capture that reaches a streamed module (``torch.cuda.graph`` around its
+  forward, or around a part of it that switches units): :func:`refuse_capture` raises
+  :class:`GraphCaptureError` before anything of the ring is captured, so the runner can fall
+  back to eager calls. ``torch.compile(mode="reduce-overhead")`` captures only the compiled
+  regions between graph breaks, which hold no streamed weight (not tested on the device yet).
 """
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from typing import Callable, Optional, TypeVar
 
 import torch
 
@@ -27,17 +30,30 @@ __all__ = ["compiling", "eager_only", "refuse_capture"]
 _Function = TypeVar("_Function", bound=Callable)
 
 
+def _dynamo_disable() -> Optional[Callable[[_Function], _Function]]:
+    """torch.compiler.disable (torch 2.1 on), torch._dynamo.disable (torch 2.0), or None
+    (torch 1.x has no compiler: everything runs eagerly anyway)."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    if disable is None:
+        try:
+            import torch._dynamo as dynamo  # noqa: PLC0415 - only torch 2.0 lands here
+        except ImportError:
+            return None
+        disable = getattr(dynamo, "disable", None)
+    return disable
+
+
 def eager_only(function: _Function) -> _Function:
-    """``function``, excluded from TorchDynamo's tracing (torch 2.1 and later; older torch
-    has no compiler and runs everything eagerly anyway)."""
-    compiler = getattr(torch, "compiler", None)
-    disable = getattr(compiler, "disable", None)
+    """``function``, excluded from TorchDynamo's tracing (a graph break around it)."""
+    disable = _DISABLE
     return disable(function) if disable is not None else function
 
 
 def _never() -> bool:
     return False
 
+
+_DISABLE = _dynamo_disable()
 
 #: True while TorchDynamo traces the caller (a constant in its trace, a cheap call in eager
 #: runs): the hot path branches to an :func:`eager_only` twin only then.

@@ -24,10 +24,12 @@ states ddod holds):
   before), the weight is bound to them and nothing is computed.
 
 A fingerprint is three 64-bit sums of the operand's 32-bit words, two of them weighted by fixed
-pseudo-random factors (each product taken modulo 2**32), computed where the operand is (a LoRA
-delta on the GPU costs two passes over its memory there): not a proof against someone crafting
-operands, but the runner only ever reuses its own results, and an accidental match of all
-three sums is very unlikely (each weighted sum alone leaves about one chance in 2**32).
+pseudo-random odd factors below 2**31 (exact products, summed modulo 2**64), computed where the
+operand is (a LoRA delta on the GPU costs a few passes over its memory there): not a proof
+against someone crafting operands, but the runner only ever reuses its own results. Two
+operands that differ in one word give different weighted sums (an odd factor times a nonzero
+difference below 2**32 is never 0 modulo 2**64); operands that differ in several words match
+in both weighted sums by accident about once in 2**60.
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ __all__ = ["Edit", "Lineage", "fingerprint", "recognize", "root_state"]
 #: Larger copies from host memory are not named (see :func:`recognize`).
 CPU_FINGERPRINT_BYTES = 2 << 20
 # Words per chunk (each chunk's weighted sums are scaled by its own step), and chunks per
-# batch: bounds the temporary products (8 bytes per word of a batch: 256 MiB).
+# batch: bounds the temporary products (24 bytes per word of a batch: 384 MiB).
 _CHUNK_WORDS = 1 << 22
-_BATCH_CHUNKS = 8
+_BATCH_CHUNKS = 4
 # Pseudo-random factors of the weighted sums, per device.
 _FACTORS: Dict[str, torch.Tensor] = {}
 _SEEDS = (0x5EED_0001, 0x5EED_0002)
@@ -126,21 +128,22 @@ def fingerprint(operand: Any) -> str:
         device = words.device
         factors = _factors(device)
         # Per chunk c (step 2c + 1, so that chunks in another order give other sums): the
-        # products of its words and the factors wrap in int32, their sums accumulate in int64.
-        # Whole chunks go a batch at a time (a few kernels per tensor, not per chunk).
+        # products of its words and the factors, exact in int64, summed modulo 2**64. Whole
+        # chunks go a batch at a time (a few kernels per tensor, not per chunk).
         weighted = torch.zeros(2, dtype=torch.int64, device=device)
         whole = words.numel() // _CHUNK_WORDS
         for first in range(0, whole, _BATCH_CHUNKS):
             count = min(_BATCH_CHUNKS, whole - first)
             batch = words[first * _CHUNK_WORDS:(first + count) * _CHUNK_WORDS]
-            per_chunk = (batch.view(count, 1, _CHUNK_WORDS) * factors).sum(dim=2)
+            words64 = batch.view(count, 1, _CHUNK_WORDS).to(torch.int64)
+            per_chunk = (words64 * factors).sum(dim=2)
             steps = torch.arange(2 * first + 1, 2 * (first + count), 2, dtype=torch.int64,
                                  device=device)
             weighted += (per_chunk * steps.unsqueeze(1)).sum(dim=0)
         tail = words[whole * _CHUNK_WORDS:]
         if tail.numel():
-            weighted += (tail.unsqueeze(0) * factors[:, : tail.numel()]).sum(dim=1) * (
-                2 * whole + 1)
+            tail64 = tail.to(torch.int64).unsqueeze(0)
+            weighted += (tail64 * factors[:, : tail.numel()]).sum(dim=1) * (2 * whole + 1)
         sums = [value & 0xFFFFFFFFFFFFFFFF
                 for value in torch.cat([words.sum().reshape(1), weighted]).tolist()]
     shape = "x".join(str(size) for size in operand.shape)
@@ -160,12 +163,13 @@ def _words(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _factors(device: torch.device) -> torch.Tensor:
-    """The two rows of pseudo-random int32 factors of the weighted sums, on ``device``."""
+    """The two rows of pseudo-random factors (odd, below 2**31) of the weighted sums, on
+    ``device``."""
     key = str(device)
     factors = _FACTORS.get(key)
     if factors is None:
-        rows = [torch.randint(1, 1 << 31, (_CHUNK_WORDS,), dtype=torch.int64,
-                              generator=torch.Generator().manual_seed(seed)).to(torch.int32)
+        rows = [torch.randint(0, 1 << 30, (_CHUNK_WORDS,), dtype=torch.int64,
+                              generator=torch.Generator().manual_seed(seed)) * 2 + 1
                 for seed in _SEEDS]
         factors = torch.stack(rows).to(device)
         _FACTORS[key] = factors

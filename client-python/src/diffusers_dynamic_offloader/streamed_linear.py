@@ -32,9 +32,7 @@ def streamed_forward(
     linear = F.linear
     bias = plain(bias) if bias is not None else None
 
-    def forward(input: torch.Tensor) -> torch.Tensor:
-        if is_compiling():  # traced by torch.compile: a graph break, the call runs eagerly
-            return traced(input)
+    def run(input: torch.Tensor) -> torch.Tensor:
         weight = tensors(unit)[index]
         dtype = input.dtype
         if weight.dtype != dtype:
@@ -44,8 +42,15 @@ def streamed_forward(
             return _NoBackwardThroughStream.apply(input, weight, used_bias, module_path)
         return linear(input, weight, used_bias)
 
+    # Under torch.compile, ``run`` is a graph break (TorchDynamo calls it eagerly). ``run``
+    # does not refer to ``forward``: no reference cycle keeps the session's ring alive after
+    # the forward is dropped.
+    traced = eager_only(run)
     is_compiling = compiling
-    traced = eager_only(forward)
+
+    def forward(input: torch.Tensor) -> torch.Tensor:
+        return traced(input) if is_compiling() else run(input)
+
     return forward
 
 

@@ -754,7 +754,10 @@ class StreamingSession(Closeable, EditListener):
         (EditListener)."""
         if self._closed or self._client is None:
             return None
-        return self._versions.view(name, state, self.cache_key, self._pool_views)
+        try:
+            return self._versions.view(name, state, self.cache_key, self._pool_views)
+        except (DaemonError, OSError):
+            return None  # not at hand after all: the edit is computed (called mid-fuse)
 
     @property
     def base_cache_key(self) -> str:
@@ -778,54 +781,56 @@ class StreamingSession(Closeable, EditListener):
         started = time.perf_counter()
         client = self._open_client()
         dirty, self._dirty = self._dirty, {}
-        current = self._versions.states(self.cache_key)
-        states = {name: self._state_of(name, tensor) for name, tensor in dirty.items()}
-        wanted = self._stored_version(self._with(current, states))
-        changed: Dict[str, torch.Tensor] = {}
-        if wanted is None:
-            for name, tensor in dirty.items():
-                if states[name] != self._versions.state(self.cache_key, name) and not same_bytes(
-                        tensor, self._pool_views[name]):
-                    changed[name] = tensor
-                else:
-                    states[name] = self._versions.state(self.cache_key, name)
+        try:
+            current = self._versions.states(self.cache_key)
+            states = {name: self._state_of(name, tensor) for name, tensor in dirty.items()}
             wanted = self._stored_version(self._with(current, states))
-        for name in dirty:
-            if states[name] == self._versions.state(self.cache_key, name):
-                self._bind_unedited(name)
-        compared = time.perf_counter()
-        if wanted == self.cache_key:
-            result = EditSync(0, 0, False, compared - started, self.cache_key,
-                              {"compare": compared - started})
-        elif wanted is not None:
-            # A version this session stored before holds these weights: nothing to upload.
-            previous = self.cache_key
-            steps = self._reattach(wanted)
-            done = time.perf_counter()
-            moved = sum(1 for name in states
-                        if states[name] != self._versions.state(previous, name))
-            result = EditSync(moved, 0, True, done - started, wanted,
-                              {"compare": compared - started, "reattach": done - compared,
-                               **{f"reattach_{step}": value for step, value in steps.items()}})
-            self._edit_syncs += 1
-        else:
-            try:
+            changed: Dict[str, torch.Tensor] = {}
+            if wanted is None:
+                for name, tensor in dirty.items():
+                    if (states[name] != self._versions.state(self.cache_key, name)
+                            and not same_bytes(tensor, self._pool_views[name])):
+                        changed[name] = tensor
+                    else:
+                        states[name] = self._versions.state(self.cache_key, name)
+                wanted = self._stored_version(self._with(current, states))
+            for name in dirty:
+                if states[name] == self._versions.state(self.cache_key, name):
+                    self._bind_unedited(name)
+            compared = time.perf_counter()
+            if wanted == self.cache_key:
+                result = EditSync(0, 0, False, compared - started, self.cache_key,
+                                  {"compare": compared - started})
+            elif wanted is not None:
+                # A version this session stored before holds these weights: nothing to upload.
+                previous = self.cache_key
+                steps = self._reattach(wanted)
+                done = time.perf_counter()
+                moved = sum(1 for name in states
+                            if states[name] != self._versions.state(previous, name))
+                result = EditSync(moved, 0, True, done - started, wanted,
+                                  {"compare": compared - started, "reattach": done - compared,
+                                   **{f"reattach_{step}": value for step, value in steps.items()}})
+                self._edit_syncs += 1
+            else:
                 stored = store_edits(client, self.cache_key, self._response.component.tensors,
                                      changed)
-            except BaseException:
-                self._dirty = {**dirty, **self._dirty}  # nothing lost: tried again later
-                raise
-            self._versions.add(stored.cache_key, self._with(current, states))
-            attaching = time.perf_counter()
-            steps = self._reattach(stored.cache_key)
-            done = time.perf_counter()
-            result = EditSync(stored.changed_tensors, stored.uploaded_bytes, stored.warm_hit,
-                              done - started, stored.cache_key,
-                              {"compare": compared - started, **stored.parts,
-                               "reattach": done - attaching,
-                               **{f"reattach_{step}": value for step, value in steps.items()}})
-            self._edit_syncs += 1
-            self._uploaded_edit_bytes += stored.uploaded_bytes
+                self._versions.add(stored.cache_key, self._with(current, states))
+                attaching = time.perf_counter()
+                steps = self._reattach(stored.cache_key)
+                done = time.perf_counter()
+                result = EditSync(stored.changed_tensors, stored.uploaded_bytes, stored.warm_hit,
+                                  done - started, stored.cache_key,
+                                  {"compare": compared - started, **stored.parts,
+                                   "reattach": done - attaching,
+                                   **{f"reattach_{step}": value for step, value in steps.items()}})
+                self._edit_syncs += 1
+                self._uploaded_edit_bytes += stored.uploaded_bytes
+        except BaseException:
+            # Nothing lost: every edit is looked at again at the next sync (ddod unreachable,
+            # no room in its pool, a version it no longer has...).
+            self._dirty = {**dirty, **self._dirty}
+            raise
         self.last_sync = result.as_dict()
         return self.last_sync
 
