@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict
 
+import grpc
 import pytest
 import torch
 
@@ -148,6 +149,54 @@ def check_a_session_keeps_a_bounded_number_of_versions(client) -> Dict[str, Any]
     return {"kept": KEPT_VERSIONS}
 
 
+class _Unavailable(grpc.RpcError):
+    """A gRPC failure as a call raises it (UNAVAILABLE: ddod restarting)."""
+
+    def code(self):
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self):
+        return "connection reset"
+
+
+def check_a_failed_sync_keeps_every_edit(client) -> Dict[str, Any]:
+    """A sync that fails while it looks up a stored version (ddod unreachable for a moment)
+    keeps the edits: the next forward stores or finds them, and computes with them."""
+    from diffusers_dynamic_offloader.edit_versions import EditVersions
+    from diffusers_dynamic_offloader.errors import DaemonError
+
+    model = make_model()
+    _adapters(model, ("a",))
+    reference = reference_of(model)
+    key = "edit-reuse/failed-sync"
+    result = offload(model, client, key)
+    base = {name: tensor.clone() for name, tensor in reference.state_dict().items()}
+    _switch(model, reference, base, "a")
+    assert_same_outputs(model, reference, "fused a")
+    fused_key = result.hook.cache_key
+    for target in (model, reference):
+        lora.unmerge_all(target)
+    reference.load_state_dict(base)
+    assert_same_outputs(model, reference, "unfused")
+    for target in (model, reference):
+        lora.merge_all(target, ["a"])  # the version stored above holds these weights
+    original = EditVersions.hold
+
+    def unreachable(self, wanted):
+        raise DaemonError("Attach", _Unavailable())
+
+    EditVersions.hold = unreachable
+    try:
+        with pytest.raises(DaemonError):
+            result.hook.sync_edits()
+    finally:
+        EditVersions.hold = original
+    assert_same_outputs(model, reference, "fused a after a failed sync")
+    assert result.hook.cache_key == fused_key, result.hook.cache_key
+    result.release()
+    return {}
+
+
 def check_adapter_methods_place_adapters_while_streaming(client) -> Dict[str, Any]:
     """Diffusers' adapter methods (here a stand-in ``fuse_lora`` on the model's class) place
     the adapters on the execution device before a fuse runs while the module streams,
@@ -190,6 +239,7 @@ def check_adapter_methods_place_adapters_while_streaming(client) -> Dict[str, An
     "check_an_evicted_version_is_stored_again",
     "check_a_session_keeps_a_bounded_number_of_versions",
     "check_adapter_methods_place_adapters_while_streaming",
+    "check_a_failed_sync_keeps_every_edit",
 ])
 def test_fused_lora_switches(daemon, check):
     run_isolated(daemon, check, module=MODULE)
