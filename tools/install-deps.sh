@@ -12,6 +12,7 @@ packages=(
   libabsl-dev libspdlog-dev nlohmann-json3-dev libxxhash-dev libre2-dev libssl-dev libgtest-dev
   libgmock-dev
   python3 python3-grpcio python3-protobuf python3-torch python3-pytest python3-tqdm python3-xxhash
+  python3-pip python3-setuptools python3-wheel
 )
 
 missing=()
