@@ -26,7 +26,7 @@ import argparse
 import json
 import statistics
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 import matplotlib
 
@@ -39,6 +39,26 @@ DDO_COLOR, BLOCK_COLOR, LEAF_COLOR, BOUND_COLOR = "#1f77b4", "#ff7f0e", "#d62728
 def load(path: Path) -> Dict[str, Any]:
     with path.open() as handle:
         return json.load(handle)
+
+
+def bar_chart(bars: List[Tuple[str, float, str]], path: Path, value_format: str, *,
+              ylabel: str, title: str, log: bool = False) -> Path:
+    """One bar per (label, seconds, color), each labelled with its value, saved as ``path``."""
+    figure, axes = plt.subplots(figsize=(6.4, 3.8))
+    positions = range(len(bars))
+    drawn = axes.bar(positions, [seconds for _, seconds, _ in bars],
+                     color=[color for _, _, color in bars])
+    axes.bar_label(drawn, fmt=value_format, fontsize=8)
+    axes.set_xticks(list(positions), [label for label, _, _ in bars], fontsize=8)
+    if log:
+        axes.set_yscale("log")
+    axes.set_ylabel(ylabel)
+    axes.set_title(title, fontsize=10)
+    axes.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
 
 
 def step_vs_cap(flux: Dict[str, Any], out: Path) -> Path:
@@ -78,21 +98,10 @@ def start_bars(flux: Dict[str, Any], out: Path) -> Path:
         ("group offload\nblock_level", cold["diffusers block_level"]["seconds"], BLOCK_COLOR),
         ("group offload\nleaf_level", cold["diffusers leaf_level"]["seconds"], LEAF_COLOR),
     ]
-    figure, axes = plt.subplots(figsize=(6.4, 3.8))
-    positions = range(len(bars))
-    drawn = axes.bar(positions, [seconds for _, seconds, _ in bars],
-                     color=[color for _, _, color in bars])
-    axes.bar_label(drawn, fmt="%.1f s", fontsize=9)
-    axes.set_xticks(list(positions), [label for label, _, _ in bars], fontsize=8)
-    axes.set_ylabel("seconds to the first step, after imports")
-    axes.set_title(f"{flux['model']['label']} transformer at {flux['warm']['cap_gib']:g} GiB",
-                   fontsize=10)
-    axes.grid(axis="y", alpha=0.3)
-    path = out / "flux-start.png"
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return bar_chart(bars, out / "flux-start.png", "%.1f s",
+                     ylabel="seconds to the first step, after imports",
+                     title=f"{flux['model']['label']} transformer at "
+                           f"{flux['warm']['cap_gib']:g} GiB")
 
 
 def lora_bars(lora: Dict[str, Any], back: Dict[str, Any], out: Path) -> Path:
@@ -107,22 +116,10 @@ def lora_bars(lora: Dict[str, Any], back: Dict[str, Any], out: Path) -> Path:
         ("DDO fused,\nback (median)", statistics.median(switches_back), DDO_COLOR),
         ("group\nfused", group["fused"]["switch_s"], BLOCK_COLOR),
     ]
-    figure, axes = plt.subplots(figsize=(6.4, 3.8))
-    positions = range(len(bars))
-    drawn = axes.bar(positions, [seconds for _, seconds, _ in bars],
-                     color=[color for _, _, color in bars])
-    axes.bar_label(drawn, fmt="%.2f s", fontsize=8)
-    axes.set_xticks(list(positions), [label for label, _, _ in bars], fontsize=8)
-    axes.set_yscale("log")
-    axes.set_ylabel("seconds per switch (log scale)")
-    axes.set_title(f"LoRA switch, rank {lora['args']['rank']} on every Linear, "
-                   f"{lora['args']['cap']:g} GiB cap", fontsize=10)
-    axes.grid(axis="y", alpha=0.3)
-    path = out / "lora-switch.png"
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return bar_chart(bars, out / "lora-switch.png", "%.2f s", log=True,
+                     ylabel="seconds per switch (log scale)",
+                     title=f"LoRA switch, rank {lora['args']['rank']} on every Linear, "
+                           f"{lora['args']['cap']:g} GiB cap")
 
 
 def main() -> int:

@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import copy
 import gc
-import json
-import os
 import time
-from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 import pytest
 import torch
@@ -32,22 +29,14 @@ pytestmark = [
 ]
 diffusers = pytest.importorskip("diffusers")
 
-import small_flux  # noqa: E402  (tests/gpu is on sys.path: conftest.py)
+import gpu_report  # noqa: E402  (tests/gpu is on sys.path: conftest.py)
+import small_flux  # noqa: E402
 import streaming_models  # noqa: E402
 
 DEVICE = small_flux.DEVICE
 # Most of the transformer streams; the rest is resident in ddod's slab.
 ROUTING = dict(environ={}, small_tensor_threshold_kb=0, resident_module_budget_gb=0.25)
-FIGURES: Dict[str, Any] = {}
-
-
-def report(name: str, value: Any) -> None:
-    FIGURES[name] = value
-    print(f"[compile-gpu] {name}: {value}", flush=True)
-    folder = os.environ.get("DDO_GPU_REPORT_DIR")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        (Path(folder) / "compile.json").write_text(json.dumps(FIGURES, indent=1, default=str))
+report = gpu_report.reporter("compile")
 
 
 def offload(model: nn.Module, client, key: str, **routing: Any):

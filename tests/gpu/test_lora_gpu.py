@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import json
-import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
@@ -47,7 +45,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 diffusers = pytest.importorskip("diffusers")
 pytest.importorskip("peft")
 
-import small_flux  # noqa: E402  (tests/gpu is on sys.path: conftest.py)
+import gpu_report  # noqa: E402  (tests/gpu is on sys.path: conftest.py)
+import small_flux  # noqa: E402
 
 DEVICE = small_flux.DEVICE
 RANK = 8
@@ -61,16 +60,7 @@ ROUTING = dict(environ={}, small_tensor_threshold_kb=0, resident_module_budget_g
 # Fused LoRA only (see the module docstring): bf16 outputs of magnitude ~1.
 FUSED_TOLERANCE = dict(rtol=2e-2, atol=2e-2)
 STREAMED_WEIGHT = "transformer_blocks.0.attn.to_q.weight"
-FIGURES: Dict[str, Any] = {}
-
-
-def report(name: str, value: Any) -> None:
-    FIGURES[name] = value
-    print(f"[lora-gpu] {name}: {value}", flush=True)
-    folder = os.environ.get("DDO_GPU_REPORT_DIR")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        (Path(folder) / "lora.json").write_text(json.dumps(FIGURES, indent=1, default=str))
+report = gpu_report.reporter("lora")
 
 
 def settle() -> None:

@@ -32,7 +32,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 diffusers = pytest.importorskip("diffusers")
 pytest.importorskip("transformers")
 
-import small_flux  # noqa: E402  (tests/gpu is on sys.path: conftest.py)
+import gpu_report  # noqa: E402  (tests/gpu is on sys.path: conftest.py)
+import small_flux  # noqa: E402
 
 DEVICE = small_flux.DEVICE
 # The resident budget of each streamed component: most of the 1.2 GB transformer streams.
@@ -41,7 +42,7 @@ ROUTING = dict(environ={}, small_tensor_threshold_kb=0, resident_module_budget_g
 # bf16 images in [0, 1]: routes compute the same function; kernels may differ in a last bit.
 TOLERANCE = dict(rtol=0, atol=2e-2)
 GIB = 1024 ** 3
-FIGURES: dict = {}
+report = gpu_report.reporter("pipeline")
 
 
 class DevicePeak:
@@ -69,15 +70,6 @@ def settle() -> int:
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info()
     return total - free
-
-
-def report(name: str, value) -> None:
-    FIGURES[name] = value
-    print(f"[pipeline-gpu] {name}: {value}", flush=True)
-    folder = os.environ.get("DDO_GPU_REPORT_DIR")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        (Path(folder) / "pipeline.json").write_text(json.dumps(FIGURES, indent=1))
 
 
 def release_all(results) -> None:

@@ -43,6 +43,26 @@ def _switch(model, reference, base: Dict[str, torch.Tensor], adapter: str) -> No
         lora.merge_all(target, [adapter])
 
 
+def _fused_once_then_unfused(client, key: str):
+    """A model streamed under ``key`` that fused LoRA ``a`` (stored as a derived version) and
+    unfused it again (back on ``key``), with its plain reference: (model, reference, base state,
+    offload result, the fused version's key)."""
+    model = make_model()
+    _adapters(model, ("a",))
+    reference = reference_of(model)
+    result = offload(model, client, key)
+    base = {name: tensor.clone() for name, tensor in reference.state_dict().items()}
+    _switch(model, reference, base, "a")
+    assert_same_outputs(model, reference, "fused a")
+    fused_key = result.hook.cache_key
+    for target in (model, reference):
+        lora.unmerge_all(target)
+    reference.load_state_dict(base)
+    assert_same_outputs(model, reference, "unfused")
+    assert result.hook.cache_key == key
+    return model, reference, base, result, fused_key
+
+
 # ---------------------------------------------------------------------------------------------
 # Checks run in a child interpreter (run_isolated).
 
@@ -109,20 +129,8 @@ def check_an_edit_that_only_looks_like_an_undo_is_computed(client) -> Dict[str, 
 
 
 def check_an_evicted_version_is_stored_again(client) -> Dict[str, Any]:
-    model = make_model()
-    _adapters(model, ("a",))
-    reference = reference_of(model)
-    key = "edit-reuse/evicted"
-    result = offload(model, client, key)
-    base = {name: tensor.clone() for name, tensor in reference.state_dict().items()}
-    _switch(model, reference, base, "a")
-    assert_same_outputs(model, reference, "fused a")
-    fused_key = result.hook.cache_key
-    for target in (model, reference):
-        lora.unmerge_all(target)
-    reference.load_state_dict(base)
-    assert_same_outputs(model, reference, "unfused")
-    assert result.hook.cache_key == key
+    model, reference, base, result, fused_key = _fused_once_then_unfused(
+        client, "edit-reuse/evicted")
     assert client.evict(fused_key) > 0, "the fused version was still held"
     _switch(model, reference, base, "a")
     assert_same_outputs(model, reference, "fused a again")
@@ -165,19 +173,8 @@ def check_a_failed_sync_keeps_every_edit(client) -> Dict[str, Any]:
     from diffusers_dynamic_offloader.edit_versions import EditVersions
     from diffusers_dynamic_offloader.errors import DaemonError
 
-    model = make_model()
-    _adapters(model, ("a",))
-    reference = reference_of(model)
-    key = "edit-reuse/failed-sync"
-    result = offload(model, client, key)
-    base = {name: tensor.clone() for name, tensor in reference.state_dict().items()}
-    _switch(model, reference, base, "a")
-    assert_same_outputs(model, reference, "fused a")
-    fused_key = result.hook.cache_key
-    for target in (model, reference):
-        lora.unmerge_all(target)
-    reference.load_state_dict(base)
-    assert_same_outputs(model, reference, "unfused")
+    model, reference, _, result, fused_key = _fused_once_then_unfused(
+        client, "edit-reuse/failed-sync")
     for target in (model, reference):
         lora.merge_all(target, ["a"])  # the version stored above holds these weights
     original = EditVersions.hold
