@@ -22,12 +22,14 @@ and 512 text tokens, one forward per step, under a VRAM cap (12 GiB by default):
           the base-weight bytes uploaded meanwhile (ddod's pool reserved bytes, derived
           components and res.hook.last_sync: must be 0);
       (b) fused switch: unfuse_lora() of a, fuse_lora(adapter_names=["b"]), then
-          res.hook.sync_edits() (ddod stores a derived version with the changed tensors), wall
-          time, split into its parts, against the time of copying the changed bytes once on
-          the host (a torch copy of a --copy-gib chunk in this run, scaled to the changed
-          bytes), and the ratio; then switches back and forth (to a, b, a: unfuse, fuse,
-          sync), each LoRA having been fused once before (edit_lineage.py: the unfuse gives
-          the base back, the fuse binds the version ddod stored), with the same ratio;
+          res.hook.sync_edits(), wall time, split into its parts, against the time of copying
+          the changed bytes once on the host (a torch copy of a --copy-gib chunk in this run,
+          scaled to the bytes of every weight the LoRA changes), and the ratio; then switches
+          back and forth (to a, b, a: unfuse, fuse, sync), with the same ratio, and the step
+          time with a fused LoRA. --fused-lora on_arrival (DDO_FUSED_LORA, the default): the
+          fuse records the adapter and each weight gets its delta on the GPU as it arrives
+          (fused_on_arrival.py); stored: ddod stores a derived version with the changed
+          tensors (edit_sync.py; a switch back binds the version stored before);
       (c) step time with adapter a active (unfused) against the step without adapters;
   * diffusers group offloading (--parts group): apply_group_offloading (--group-kind,
     block_level: 1 block per group, use_stream, record_stream, as bench_flux_stream's anchor;
@@ -190,6 +192,16 @@ def unfused_switches(model, args, after_switch: Callable[[], None]) -> Dict[str,
     return {kind: {"median_s": median(values), "all_s": values} for kind, values in times.items()}
 
 
+def fused_weight_bytes(model, adapter: str) -> int:
+    """Bytes of the base weights of every LoRA layer that has ``adapter``."""
+    total = 0
+    for module in model.modules():
+        if adapter in getattr(module, "lora_A", {}) and hasattr(module, "base_layer"):
+            weight = module.base_layer.weight
+            total += weight.numel() * weight.element_size()
+    return total
+
+
 def host_copy_gbps(chunk_bytes: int, repeats: int = 3) -> Dict[str, Any]:
     """A host-to-host torch copy (pageable memory, pages touched first), bytes per second."""
     import torch
@@ -226,7 +238,7 @@ def ddo_part(model, inputs, loras, cap: float, reserve: float, total: int, args,
             flux.fail(f"ddod runs the {info_pb2.Backend.Name(info.backend)} backend "
                       f"({info.backend_detail}); the benchmark needs CUDA")
         settings = {"DDO_VRAM_BUDGET_GB": f"{cap:g}", "DDO_ACTIVATION_RESERVE_GB": f"{reserve:g}",
-                    "DDO_STREAM_UNIT": args.stream_unit}
+                    "DDO_STREAM_UNIT": args.stream_unit, "DDO_FUSED_LORA": args.fused_lora}
         result_figures["settings"] = settings
         flux.set_fraction(1.0)
         log(f"DDO: enable_offload at a {cap:g} GiB cap ({settings})...")
@@ -324,10 +336,12 @@ def ddo_part(model, inputs, loras, cap: float, reserve: float, total: int, args,
             fused["switch_s"] = sum(parts.values())
             fused["switch_sync"] = dict(hook.last_sync or {})
             fused["fused_b_step_s"] = flux.time_step(step)
-            changed = int(fused["switch_sync"].get("uploaded_bytes", 0))
-            if changed == 0:  # warm (the same version was stored before): count its bytes
-                changed = sum(c.own_bytes for c in client.components()
-                              if c.cache_key == hook.cache_key)
+            fused["fused_b_steps"] = steps_with(step, args)
+            fused["session_stats"] = flux.numeric(hook.stats())
+            # The bytes a fused switch changes: every weight with adapter b (the copy a
+            # stored switch makes, and what an on-arrival one avoids).
+            changed = fused_weight_bytes(model, "b")
+            fused["uploaded_bytes"] = int(fused["switch_sync"].get("uploaded_bytes", 0))
             fused["changed_bytes"] = changed
             copy = host_copy_gbps(int(min(changed, args.copy_gib * GIB)) or GIB)
             fused["host_copy"] = copy
@@ -547,6 +561,15 @@ def report(figures: Dict[str, Any]) -> None:
             print(f"DDO fused switch back to {back['to']}: {fmt(back.get('switch_s'), '.3f')} s; "
                   f"uploaded {back.get('sync', {}).get('uploaded_bytes')} B; ratio "
                   f"{fmt(back.get('ratio'), '.2f')}")
+        fused_step = fused.get("fused_b_steps", {}).get("step_s")
+        without = d.get("no_adapter", {}).get("step_s")
+        print(f"DDO step with LoRA b fused ({d.get('settings', {}).get('DDO_FUSED_LORA')}): "
+              f"{fmt(fused_step)} s, {fmt(fused_step / without if fused_step and without else None, '.2f')}x "
+              f"the step without adapters")
+    group_fused = g.get("fused", {})
+    if group_fused:
+        print(f"group fused switch a -> b: {fmt(group_fused.get('switch_s'), '.2f')} s "
+              f"({ {k: round(v, 2) for k, v in group_fused.get('switch_parts', {}).items()} })")
     for name, entry in (("DDO", d), ("group", g)):
         if entry.get("error"):
             print(f"{name}: {entry['error']}")
@@ -617,6 +640,8 @@ def main() -> int:
                         help="host copy measured for the copy-once figure, scaled (2 GiB)")
     parser.add_argument("--h2d-gib", type=float, default=1.0, help="pinned copy size (1 GiB)")
     parser.add_argument("--skip-fused", action="store_true", help="no fused switch (DDO part)")
+    parser.add_argument("--fused-lora", choices=("on_arrival", "stored"), default="on_arrival",
+                        help="DDO_FUSED_LORA of the DDO part (on_arrival)")
     parser.add_argument("--ddod-arg", action="append", default=[], metavar="ARG",
                         help="an extra ddod argument (repeatable)")
     parser.add_argument("--json-out", default="",

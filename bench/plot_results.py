@@ -4,8 +4,8 @@
     apt-get install python3-matplotlib
     /usr/bin/python3 bench/plot_results.py \\
         --flux bench/results/2026-12-03/run11-flux-arena.json \\
-        --lora bench/results/2026-12-04/run24-lora-swap.json \\
-        --lora-back bench/results/2026-12-04/run26-lora-swap.json --out docs/images
+        --lora bench/results/2026-12-04/run29-lora-swap.json \\
+        --lora-stored bench/results/2026-12-04/run27-lora-swap.json --out docs/images
 
 Writes, from the JSON the benchmarks recorded (nothing is measured here):
 
@@ -17,7 +17,8 @@ Writes, from the JSON the benchmarks recorded (nothing is measured here):
   ddod's pool, open the session, the learning forward), DDO warm (a second runner attaching
   what ddod holds), diffusers' group offloading (setup pins a copy, then the first step);
 - ``lora-switch.png``: LoRA switches on the same transformer (bench_lora_swap.py): unfused,
-  fused to a LoRA never fused before, fused back to one fused before, against diffusers'.
+  fused to a LoRA never fused before, fused back to one fused before (DDO_FUSED_LORA=on_arrival,
+  and, from another run, stored), against diffusers'.
 """
 
 from __future__ import annotations
@@ -104,16 +105,21 @@ def start_bars(flux: Dict[str, Any], out: Path) -> Path:
                            f"{flux['warm']['cap_gib']:g} GiB")
 
 
-def lora_bars(lora: Dict[str, Any], back: Dict[str, Any], out: Path) -> Path:
+def lora_bars(lora: Dict[str, Any], stored: Dict[str, Any], out: Path) -> Path:
     ddo, group = lora["ddo"], lora["group"]
     unfused = max(entry["median_s"] for entry in ddo["unfused_switch"].values())
     group_unfused = max(entry["median_s"] for entry in group["unfused_switch"].values())
-    switches_back = [entry["switch_s"] for entry in back["ddo"]["fused"]["switches_back"]]
+
+    def back(run: Dict[str, Any]) -> float:
+        return statistics.median(entry["switch_s"] for entry in run["ddo"]["fused"]["switches_back"])
+
     bars = [
         ("DDO\nunfused", unfused, DDO_COLOR),
         ("group\nunfused", group_unfused, BLOCK_COLOR),
-        ("DDO fused,\nfirst time", ddo["fused"]["switch_s"], DDO_COLOR),
-        ("DDO fused,\nback (median)", statistics.median(switches_back), DDO_COLOR),
+        ("DDO fused\non arrival,\nfirst time", ddo["fused"]["switch_s"], DDO_COLOR),
+        ("DDO fused\non arrival,\nback", back(lora), DDO_COLOR),
+        ("DDO fused\nstored,\nfirst time", stored["ddo"]["fused"]["switch_s"], DDO_COLOR),
+        ("DDO fused\nstored,\nback", back(stored), DDO_COLOR),
         ("group\nfused", group["fused"]["switch_s"], BLOCK_COLOR),
     ]
     return bar_chart(bars, out / "lora-switch.png", "%.2f s", log=True,
@@ -128,16 +134,15 @@ def main() -> int:
                         help="bench_flux_stream.py's --json-out of a run with DDO and diffusers")
     parser.add_argument("--lora", type=Path, required=True,
                         help="bench_lora_swap.py's --json-out of a run with --parts group,ddo")
-    parser.add_argument("--lora-back", type=Path,
-                        help="a bench_lora_swap.py run whose switches back to plot (default "
-                             "--lora's)")
+    parser.add_argument("--lora-stored", type=Path, required=True,
+                        help="a bench_lora_swap.py run with --fused-lora stored (its DDO part)")
     parser.add_argument("--out", type=Path, default=Path("docs/images"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     flux, lora = load(args.flux), load(args.lora)
-    back = load(args.lora_back) if args.lora_back else lora
+    stored = load(args.lora_stored)
     for path in (step_vs_cap(flux, args.out), start_bars(flux, args.out),
-                 lora_bars(lora, back, args.out)):
+                 lora_bars(lora, stored, args.out)):
         print(f"wrote {path}")
     return 0
 

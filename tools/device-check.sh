@@ -85,7 +85,7 @@ stage_release() {
 stage_lora() {
   echo "LoRA hot-swap bench: $(left) s left"
   timeout "$(left)" python3 bench/bench_lora_swap.py --ddod .bundle/bin/ddod \
-    --parts "${LORA_PARTS:-group,ddo}" --json-out "$OUT/lora_swap.json" > "$OUT/lora_swap.log" 2>&1
+    --parts "${LORA_PARTS:-group,ddo}" ${LORA_ARGS:-} --json-out "$OUT/lora_swap.json" > "$OUT/lora_swap.log" 2>&1
   echo "LoRA bench: rc=$?"; tail -45 "$OUT/lora_swap.log"
 }
 

@@ -98,6 +98,8 @@ std::vector<SettingSpec> BuildLibrarySettings() {
       Bool("DDO_PURGE_WINDOWS_STANDBY_<PHASE>", false,
            "purge the Windows standby list at a phase (BEFORE_RUN, AFTER_TEXT_ENCODER, BEFORE_TRANSFORMER, ...)"),
       Choice("DDO_STREAM_UNIT", "linear", {"linear", "block"}, "streaming unit: one Linear weight or a whole block"),
+      Choice("DDO_FUSED_LORA", "on_arrival", {"on_arrival", "stored"},
+             "how fuse_lora reaches a streamed Linear: added to its weight on the device as the weight arrives (switching LoRAs uploads nothing), or stored in ddod as a derived version (no work per step)"),
       Int("DDO_RING_SLOTS", "", "streaming ring size in largest units (2-64); smaller units pack in; unset: 8 for linear units, 3 for blocks",
           kMinRingSlots, kMaxRingSlots),
       Number("DDO_VRAM_BUDGET_GB", "", "everything a streaming session may use on its device; unset: no session cap"),

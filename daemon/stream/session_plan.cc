@@ -111,15 +111,20 @@ absl::StatusOr<std::vector<std::string>> ParseRegexList(const std::string& name,
   return patterns;
 }
 
-// A numeric library setting that ParseStreamSettings does not read itself (the resident policy
-// reads several): refused when outside the catalog's range, so that no later conversion to
-// bytes overflows.
-absl::Status CheckCatalogNumber(const std::string& name, const std::string& text) {
+// A numeric or choice library setting that ParseStreamSettings does not read itself (the
+// resident policy reads several numbers; DDO_FUSED_LORA is the client's): refused when outside
+// the catalog's range or choices, so that no later conversion to bytes overflows and the client
+// never meets a value it does not know.
+absl::Status CheckCatalogValue(const std::string& name, const std::string& text) {
   const SettingSpec* spec = FindLibrarySetting(name);
-  if (spec == nullptr || (spec->type != SettingType::kInt && spec->type != SettingType::kNumber)) {
+  if (spec == nullptr || (spec->type != SettingType::kInt && spec->type != SettingType::kNumber &&
+                          spec->type != SettingType::kChoice)) {
     return absl::OkStatus();
   }
-  if (text.empty() || absl::AsciiStrToLower(text) == "auto") return absl::OkStatus();
+  if (spec->type != SettingType::kChoice &&
+      (text.empty() || absl::AsciiStrToLower(text) == "auto")) {
+    return absl::OkStatus();
+  }
   return NormalizeSetting(*spec, name, text).status();
 }
 
@@ -296,7 +301,7 @@ absl::StatusOr<StreamSettings> ParseStreamSettings(
       DDO_ASSIGN_OR_RETURN(settings.always_resident_patterns,
                            ParseRegexList(name, text, /*auto_allowed=*/false));
     } else {
-      DDO_RETURN_IF_ERROR(CheckCatalogNumber(name, text));
+      DDO_RETURN_IF_ERROR(CheckCatalogValue(name, text));
     }
   }
   return settings;

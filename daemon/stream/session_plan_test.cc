@@ -208,6 +208,17 @@ TEST(StreamSettingsTest, SizesAndOtherCatalogNumbersAreBounded) {
                   .ok());
 }
 
+TEST(StreamSettingsTest, CatalogChoicesAreChecked) {
+  EXPECT_TRUE(ParseStreamSettings({{"DDO_FUSED_LORA", "stored"}}).ok());
+  EXPECT_TRUE(ParseStreamSettings({{"DDO_FUSED_LORA", "On_Arrival"}}).ok());
+  for (const char* bad : {"", "sometimes", "stored;"}) {
+    absl::StatusOr<StreamSettings> settings = ParseStreamSettings({{"DDO_FUSED_LORA", bad}});
+    ASSERT_FALSE(settings.ok()) << bad;
+    EXPECT_THAT(settings.status().message(), HasSubstr("DDO_FUSED_LORA='"));
+    EXPECT_THAT(settings.status().message(), HasSubstr("must be one of on_arrival, stored"));
+  }
+}
+
 TEST(StreamSettingsTest, PatternListsAreBounded) {
   for (const char* name : {"DDO_ALWAYS_RESIDENT_MODULE_PATTERNS", "DDO_RESIDENT_MODULE_PATTERNS"}) {
     // Too long.

@@ -13,7 +13,13 @@ is compared with the same transformer all on the GPU with the same adapters (the
   the same weight bytes as the reference (from the ring instead of a parameter), and PEFT's
   adapter branch runs the same kernels on the same device, so nothing changes the order of
   operations. No derived component appears and ddod's pool does not grow;
-- ``fuse_lora`` / ``unfuse_lora``: a derived version streams; equal within
+- ``fuse_lora`` / ``unfuse_lora`` with DDO_FUSED_LORA=on_arrival (the default): the adapters
+  are added to each weight on the GPU as it arrives (fused_on_arrival.py), with PEFT's own
+  operations: bitwise equal to the reference after each fuse; ``unfuse_lora`` gives the base
+  back bit for bit (the reference's subtraction leaves rounding: within FUSED_TOLERANCE);
+  nothing is stored in ddod, nothing uploaded; ``unload_lora`` after a fuse keeps the fused
+  weights, and the released module holds them;
+- ``fuse_lora`` / ``unfuse_lora`` with DDO_FUSED_LORA=stored: a derived version streams; equal within
   FUSED_TOLERANCE, because the fused weight of a streamed Linear is computed where its host
   copy lives (the delta, made on the GPU by PEFT, is added into the runner's host copy of the
   bf16 weight) while the reference adds it on the GPU: the same arithmetic in principle, but
@@ -115,11 +121,12 @@ def load_adapters(model: nn.Module, files: Dict[str, Path], names=("a", "b")) ->
                                 prefix="transformer", adapter_name=name)
 
 
-def offload(model: nn.Module, client, key: str):
+def offload(model: nn.Module, client, key: str, fused_lora: str = "on_arrival"):
     from diffusers_dynamic_offloader import enable_offload
 
+    routing = dict(ROUTING, environ={"DDO_FUSED_LORA": fused_lora})
     result = enable_offload(model, route="dynamic_offload", execution_device=DEVICE,
-                            cache_key=key, client=client, **ROUTING)
+                            cache_key=key, client=client, **routing)
     assert result.route == "dynamic_offload" and result.hook is not None
     return result
 
@@ -186,12 +193,77 @@ def test_unfused_adapters_are_bitwise_the_all_gpu_models(client, base, lora_file
         settle()
 
 
-def test_fused_lora_streams_a_derived_version(client, base, lora_files):
-    key = "test/lora-fused"
+def test_fused_lora_is_added_on_arrival(client, base, lora_files):
+    key = "test/lora-on-arrival"
     reference = copy.deepcopy(base).to(DEVICE)
     load_adapters(reference, lora_files)
     model = copy.deepcopy(base)
     result = offload(model, client, key)
+    try:
+        load_adapters(model, lora_files)
+        reserved = client.stats().pool.reserved_bytes
+        unfused = run(reference)
+        # The reference's unfuse subtracts its delta again (rounding stays behind): it gets
+        # its saved weights back after each, so that every fuse starts from the same base.
+        saved = {name: value.clone() for name, value in reference.state_dict().items()}
+        layers = lora_layer_count(model)
+        figures = {}
+        steps = (("fuse_lora(a)", lambda m: m.fuse_lora(adapter_names=["a"])),
+                 ("unfuse_lora()", lambda m: m.unfuse_lora()),
+                 ("fuse_lora(b)", lambda m: m.fuse_lora(adapter_names=["b"])),
+                 ("unfuse_lora() again", lambda m: m.unfuse_lora()),
+                 ("fuse_lora(a, lora_scale=0.5)",
+                  lambda m: m.fuse_lora(adapter_names=["a"], lora_scale=0.5)))
+        for step, apply in steps:
+            apply(model)
+            apply(reference)
+            ours, expected = run(model), run(reference)
+            stats = result.hook.stats()
+            figures[step] = {"max_abs_difference": (ours - expected).abs().max().item(),
+                             "bitwise": torch.equal(ours, expected),
+                             "linears_fused_on_arrival": stats["linears_fused_on_arrival"]}
+            if step.startswith("fuse"):
+                assert torch.equal(ours, expected), (step, figures[step])
+                assert not torch.equal(ours, unfused), f"{step} changed nothing"
+                assert stats["linears_fused_on_arrival"] == layers, (step, stats, layers)
+            else:
+                # Back to the base bit for bit; the reference subtracted its delta again.
+                assert torch.equal(ours, unfused), (step, figures[step])
+                torch.testing.assert_close(ours, expected, **FUSED_TOLERANCE)
+                assert stats["linears_fused_on_arrival"] == 0, stats
+                reference.load_state_dict(saved)
+            assert result.hook.cache_key == key and derived_of(client, key) == []
+        stats = result.hook.stats()
+        assert stats["edit_syncs"] == 0 and stats["uploaded_edit_bytes"] == 0, stats
+        assert client.stats().pool.reserved_bytes == reserved, "ddod's pool grew"
+        # diffusers' unload after a fuse: the LoRA layers go, the fused weights stay.
+        fused_output = run(model)
+        model.unload_lora()
+        reference.unload_lora()
+        assert torch.equal(run(model), fused_output)
+        assert torch.equal(run(model), run(reference))
+        state = {name: value for name, value in model.state_dict().items()
+                 if name == STREAMED_WEIGHT}
+        assert torch.equal(state[STREAMED_WEIGHT].to(DEVICE),
+                           reference.state_dict()[STREAMED_WEIGHT]), "state_dict() is not fused"
+        result.release()
+        result = None
+        model.to(DEVICE)
+        assert torch.equal(run(model), run(reference)), "the released module lost the fuse"
+        report("fused_on_arrival", figures)
+    finally:
+        if result is not None:
+            result.release()
+        del reference, model
+        settle()
+
+
+def test_fused_lora_stored_streams_a_derived_version(client, base, lora_files):
+    key = "test/lora-fused"
+    reference = copy.deepcopy(base).to(DEVICE)
+    load_adapters(reference, lora_files)
+    model = copy.deepcopy(base)
+    result = offload(model, client, key, fused_lora="stored")
     try:
         load_adapters(model, lora_files)
         unfused = run(reference)

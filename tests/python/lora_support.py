@@ -108,7 +108,8 @@ class LoraLinear(nn.Module):
         weight_b = self.lora_B[adapter].weight
         return (weight_b @ weight_a) * self.scaling[adapter]
 
-    def merge(self, adapter_names: Optional[Iterable[str]] = None) -> None:
+    def merge(self, safe_merge: bool = False,
+              adapter_names: Optional[Iterable[str]] = None) -> None:
         names = list(self.active_adapters if adapter_names is None else adapter_names)
         for adapter in names:
             if adapter in self.lora_A and adapter not in self.merged_adapters:
@@ -216,7 +217,7 @@ def delete_adapter(model: nn.Module, name: str) -> None:
 def merge_all(model: nn.Module, adapter_names: Optional[Iterable[str]] = None) -> None:
     """PEFT's ``merge_adapter`` / diffusers' ``fuse_lora``: merge into every base weight."""
     for layer in lora_layers(model):
-        layer.merge(adapter_names)
+        layer.merge(adapter_names=adapter_names)
 
 
 def unmerge_all(model: nn.Module) -> None:

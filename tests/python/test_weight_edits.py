@@ -117,10 +117,13 @@ def fresh(like: torch.Tensor, seed: int) -> torch.Tensor:
     return values.to(like.dtype)
 
 
-def offload(model: nn.Module, client, key: str = BASE_KEY):
-    """The model on the DDO route on the host backend; the big Linears must stream."""
+def offload(model: nn.Module, client, key: str = BASE_KEY, fused_lora: str = "stored"):
+    """The model on the DDO route on the host backend; the big Linears must stream. A LoRA
+    fused into a streamed Linear is stored in ddod (``fused_lora``: DDO_FUSED_LORA; these tests
+    are about stored edits, test_fused_on_arrival.py about the default)."""
     result = ddo.enable_offload(model, route="dynamic_offload", execution_device="cpu",
-                                cache_key=key, client=client, environ={},
+                                cache_key=key, client=client,
+                                environ={"DDO_FUSED_LORA": fused_lora},
                                 resident_module_budget_gb=0)
     assert result.route == "dynamic_offload" and result.hook is not None, result
     streamed = streamed_names(result)

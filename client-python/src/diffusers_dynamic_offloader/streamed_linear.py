@@ -2,8 +2,9 @@
 
 A streaming session replaces the ``forward`` of every streamed ``nn.Linear`` (an instance
 attribute) with :func:`streamed_forward`. The weight is the ring's view of the unit that holds
-it, acquired through the session's consumer at each call; weight and bias are cast to the
-input's dtype when they differ. A backward pass through it raises (see
+it, acquired through the session's consumer at each call, with the LoRA adapters fused into the
+Linear added to it (:mod:`.fused_on_arrival`); weight and bias are cast to the input's dtype
+when they differ. A backward pass through it raises (see
 :class:`_NoBackwardThroughStream`). Under ``torch.compile`` it is a graph break
 (:mod:`.compile_support`).
 """
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .compile_support import compiling, eager_only
+from .fused_on_arrival import ArrivalDeltas
 from .ring_consumer import UnitViews
 from .shared_weights import plain
 
@@ -24,16 +26,19 @@ __all__ = ["streamed_forward"]
 
 def streamed_forward(
     tensors: Callable[[int], UnitViews], unit: int, index: int, bias: Optional[torch.Tensor],
-    module_path: str,
+    module_path: str, fused: Optional[ArrivalDeltas] = None,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The forward of a streamed Linear: its weight from the ring, cast (like its bias) to the
-    input's dtype when they differ. The bias is read through a plain alias (no guard on the
-    hot path): an edit of it is stored, and the forward rebuilt, before the next forward."""
+    """The forward of a streamed Linear: its weight from the ring, plus the adapters in
+    ``fused`` (when any), cast (like its bias) to the input's dtype when they differ. The bias
+    is read through a plain alias (no guard on the hot path): an edit of it is stored, and the
+    forward rebuilt, before the next forward."""
     linear = F.linear
     bias = plain(bias) if bias is not None else None
 
     def run(input: torch.Tensor) -> torch.Tensor:
         weight = tensors(unit)[index]
+        if fused:
+            weight = fused.fused(weight)
         dtype = input.dtype
         if weight.dtype != dtype:
             weight = weight.to(dtype)

@@ -68,6 +68,8 @@ from .errors import BindError, ConfigurationError, DaemonError, DdoError, descri
 from .edit_lineage import root_state
 from .edit_sync import EditSync, same_bytes, store_edits
 from .edit_versions import EditVersions
+from .fused_on_arrival import (FUSED_MODES, arrival_deltas, streamed_deltas, take_over_merges,
+                               write_back_fused)
 from .module_tensors import (
     ModuleTensor,
     alias_groups,
@@ -305,6 +307,9 @@ class StreamingSession(Closeable, EditListener):
         self._base_cache_key = (getattr(response.component, "base_cache_key", "")
                                 or response.component.ref.cache_key)
         self._stall_timeout = stall_timeout
+        #: DDO_FUSED_LORA: "on_arrival" (LoRAs fused into streamed Linears are added as the
+        #: weight arrives, :mod:`.fused_on_arrival`) or "stored" (a derived version in ddod).
+        self.fused_lora = _fused_lora_mode(request)
         self._closed = False
         self._pool_mappings: List[SegmentMapping] = []
         self._pool_views: Dict[str, torch.Tensor] = {}
@@ -388,6 +393,7 @@ class StreamingSession(Closeable, EditListener):
             {spec.name: (_dtype(spec), tuple(spec.shape)) for spec in info.tensors},
             self.device)
         if not resources.units:
+            self._take_over_merges()
             return  # everything is resident: nothing streams, the module runs as it is
 
         self._block = ControlBlock(
@@ -593,6 +599,8 @@ class StreamingSession(Closeable, EditListener):
                 linear = entry.owner
                 if id(linear) in patched:
                     continue  # one module under several names: patched once
+                # (Gives back the forward of a Linear that was resident with fused adapters.)
+                fused = streamed_deltas(linear) if self.fused_lora == "on_arrival" else None
                 if "forward" in linear.__dict__:
                     raise ConfigurationError(
                         f"the forward of {entry.module_path!r} is already replaced on the "
@@ -600,10 +608,17 @@ class StreamingSession(Closeable, EditListener):
                         f"hook before streaming"
                     )
                 linear.forward = streamed_forward(
-                    consumer.tensors, where.unit, where.index, linear.bias, entry.module_path
-                )
+                    consumer.tensors, where.unit, where.index, linear.bias, entry.module_path,
+                    fused)
                 patched.add(id(linear))
                 self._patched.append(linear)
+        self._take_over_merges()
+
+    def _take_over_merges(self) -> None:
+        """DDO_FUSED_LORA=on_arrival: fused LoRAs are added as weights arrive
+        (:func:`.fused_on_arrival.take_over_merges`)."""
+        if self.fused_lora == "on_arrival":
+            take_over_merges(self.module, self.device, self._patched)
 
     def _send_schedule(self, order: List[int]) -> int:
         response = self._open_client()._unary(
@@ -679,6 +694,8 @@ class StreamingSession(Closeable, EditListener):
         if version is not None and version == self._adapters_placed_at:
             return
         move_runner_owned(self.module, self.device, strict=False)
+        if self._bound:
+            self._take_over_merges()  # LoRA layers made since
         self._adapters_placed_at = version
 
     def _before_forward(self) -> None:
@@ -947,9 +964,12 @@ class StreamingSession(Closeable, EditListener):
         blocked on ddod; ``overhead_us_per_unit``: mean CPU time of the acquire and release
         bookkeeping per acquired unit, waits excluded; ``units``; ``ring_slots`` (units in
         flight at most), ``ring_slot_bytes`` (the largest unit: the out-of-schedule slot),
-        ``ring_arena_bytes`` (where the schedule's units pack); ``resident_bytes``; ``streamed_bytes_per_cycle``: the bytes of
-        the units of one schedule cycle; ``schedule_length``; ``learning``: True until the
-        schedule is known.
+        ``ring_arena_bytes`` (where the schedule's units pack); ``resident_bytes``;
+        ``streamed_bytes_per_cycle``: the bytes of the units of one schedule cycle;
+        ``schedule_length``; ``learning``: True until the schedule is known;
+        ``edit_syncs`` and ``uploaded_edit_bytes``: edits stored in ddod; ``fused_lora``:
+        DDO_FUSED_LORA; ``linears_fused_on_arrival``: Linears with fused adapters added on
+        arrival (:mod:`.fused_on_arrival`).
         """
         resources = self._response.device
         schedule = self.schedule
@@ -976,6 +996,9 @@ class StreamingSession(Closeable, EditListener):
             learning=learning,
             edit_syncs=self._edit_syncs,
             uploaded_edit_bytes=self._uploaded_edit_bytes,
+            fused_lora=self.fused_lora,
+            linears_fused_on_arrival=sum(
+                1 for linear in self.module.modules() if arrival_deltas(linear)),
         )
 
     # Closing.
@@ -1022,6 +1045,8 @@ class StreamingSession(Closeable, EditListener):
             # Bound now, or bound before a sync that failed to bind anew.
             if self._bound or (restore_for_release and self._requires_grad):
                 self._restore(release=restore_for_release)
+            if restore_for_release:
+                write_back_fused(self.module)
             if consumer is not None:
                 consumer.drop_views()
             self._release_memory()
@@ -1086,6 +1111,16 @@ class StreamingSession(Closeable, EditListener):
             f"StreamingSession({self.cache_key!r}, session {self.session_id!r}, "
             f"device {self.device}, {state})"
         )
+
+
+def _fused_lora_mode(request: Optional[sessions_pb2.AttachRequest]) -> str:
+    """The session's DDO_FUSED_LORA (ddod checked the value at Attach); on_arrival by default."""
+    value = request.settings.get("DDO_FUSED_LORA", "") if request is not None else ""
+    value = value.strip().lower() or FUSED_MODES[0]
+    if value not in FUSED_MODES:
+        raise ConfigurationError(
+            f"DDO_FUSED_LORA={value!r} must be one of {', '.join(FUSED_MODES)}")
+    return value
 
 
 def _detach_quietly(client: "DdoClient", session_id: str) -> None:
