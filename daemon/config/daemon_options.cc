@@ -11,8 +11,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/config/config_file.h"
 #include "daemon/config/paths.h"
 #include "daemon/config/values.h"
 
@@ -191,10 +193,19 @@ absl::Status ApplyMaxUserPool(absl::string_view what, absl::string_view value, D
   return absl::OkStatus();
 }
 
+// --config: the file whose DDO_* lines sit between the preset and the environment.
+absl::Status ApplyConfig(absl::string_view, absl::string_view value, DaemonOptions& o) {
+  o.config_path = std::string(value);
+  return absl::OkStatus();
+}
+
 // In the order --help lists them. The preset comes first: later settings may read it.
 constexpr OptionSpec kOptions[] = {
     {"--preset", "DDO_PRESET", "NAME", "policy preset (default auto; see `ddoctl presets`)",
      ApplyPreset},
+    {"--config", "", "FILE",
+     "read DDO_* variables from FILE (NAME=VALUE lines; the environment and flags win over "
+     "them), again on SIGHUP", ApplyConfig},
     {"--socket", "DDO_SOCKET", "PATH", "Unix socket to serve on", ApplySocket},
     {"--listen", "DDO_LISTEN", "HOST:PORT", "also serve on loopback TCP (off by default)",
      ApplyListen},
@@ -250,13 +261,25 @@ const OptionSpec* FindFlag(absl::string_view flag) {
   return nullptr;
 }
 
+bool IsOptionVariable(absl::string_view name) {
+  for (const auto& spec : kOptions) {
+    if (!spec.variable.empty() && spec.variable == name) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+bool IsDaemonVariable(absl::string_view name) {
+  if (IsOptionVariable(name)) return true;
+  const std::string text(name);
+  return !SettingVariables({{text, "1"}}).empty();
+}
 
 absl::StatusOr<DaemonOptions> ResolveDaemonOptions(const std::vector<std::string>& args,
                                                    const Environment& env,
                                                    const UserContext& user) {
   DaemonOptions options;
-  options.setting_environment = SettingVariables(env);
 
   // Pass 1: collect flag values ("--flag value" or "--flag=value"; the last one wins).
   std::map<absl::string_view, std::string> flag_values;
@@ -296,7 +319,21 @@ absl::StatusOr<DaemonOptions> ResolveDaemonOptions(const std::vector<std::string
     return options;
   }
 
-  // Pass 2: defaults < preset < environment < flags, setting by setting.
+  // The configuration file: under the environment (a variable set in both comes from the
+  // environment), above the preset.
+  Environment file_values;
+  if (auto it = flag_values.find("--config"); it != flag_values.end()) {
+    if (it->second.empty()) return absl::InvalidArgumentError("--config needs a file name");
+    options.config_path = it->second;
+    DDO_ASSIGN_OR_RETURN(file_values, ReadConfigFile(it->second, IsDaemonVariable));
+  }
+  Environment layered = file_values;
+  for (const auto& [name, value] : env) layered[name] = value;
+  options.setting_environment = SettingVariables(layered);
+  options.config_values = std::map<std::string, std::string>(file_values.begin(),
+                                                             file_values.end());
+
+  // Pass 2: defaults < preset < configuration file < environment < flags, setting by setting.
   DDO_RETURN_IF_ERROR(ApplyPreset("the default preset", kDefaultDaemonPreset, options));
   options.socket_path = DefaultSocketPath(user);
   options.state_dir = DefaultStateDir(user);
@@ -309,6 +346,10 @@ absl::StatusOr<DaemonOptions> ResolveDaemonOptions(const std::vector<std::string
     } else if (!spec.variable.empty()) {
       value = Lookup(env, spec.variable);
       what = absl::StrCat(spec.variable, " (environment)");
+      if (!value.has_value()) {
+        value = Lookup(file_values, spec.variable);
+        what = absl::StrCat(spec.variable, " (", EscapeForDisplay(options.config_path), ")");
+      }
       if (!value.has_value() && options.preset != nullptr) {
         value = options.preset->Find(spec.variable);
         what = absl::StrCat(spec.variable, " (preset ", options.preset->name, ")");
@@ -356,8 +397,12 @@ std::string DaemonUsage(const UserContext& user) {
                   "presets: ",
                   ValidPresetNames(),
                   "\n\n"
-                  "exit status: 0 after a clean shutdown (SIGTERM, SIGINT, SIGHUP), 2 for a bad command\n"
-                  "line, 3 when another ddod already serves the socket, 1 for other failures.\n");
+                  "signals: SIGTERM and SIGINT stop ddod cleanly; SIGHUP reads --config again and\n"
+                  "applies what can change while running (the log level, the DDO_* settings\n"
+                  "layer); under systemd, ddod reports READY, STATUS, RELOADING and the watchdog.\n\n"
+                  "exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 2 for a bad command\n"
+                  "line or configuration file, 3 when another ddod already serves the socket, 1 for\n"
+                  "other failures.\n");
   return text;
 }
 

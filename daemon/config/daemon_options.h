@@ -68,12 +68,19 @@ struct DaemonOptions {
   // DDO_PIN_CPU_WORKERS: threads that pre-touch segments before pinning.
   int pin_workers = 4;
 
-  // The DDO_* settings in ddod's environment (SettingVariables): a layer of ResolveSettings.
+  // The DDO_* settings in ddod's environment and configuration file (SettingVariables): a
+  // layer of ResolveSettings.
   std::map<std::string, std::string> setting_environment;
+  // --config: the file read (empty: none) and what it set.
+  std::string config_path;
+  std::map<std::string, std::string> config_values;
 
   bool show_help = false;
   bool show_version = false;
 };
+
+// Whether ddod reads the variable `name` (a process option's DDO_* variable or a setting).
+bool IsDaemonVariable(absl::string_view name);
 
 // Resolves ddod's options. `args` excludes the program name. Errors are InvalidArgument and
 // name the flag or variable, the value and what was expected.

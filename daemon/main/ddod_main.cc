@@ -6,11 +6,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/version.h"
 #include "daemon/config/daemon_options.h"
 #include "daemon/config/environment.h"
 #include "daemon/server/daemon_server.h"
+#include "daemon/server/service_notifier.h"
 #include "daemon/server/stop_waiter.h"
 
 namespace {
@@ -26,6 +29,29 @@ int Fail(int code, const absl::Status& status) {
   return code;
 }
 
+// SIGHUP: the options resolved again (the --config file read anew, with the start's command
+// line and environment); what can change while running changes. A file that does not parse
+// changes nothing: ddod goes on with what it had and says why.
+void Reload(const std::vector<std::string>& args, const ddo::Environment& env,
+            const ddo::UserContext& user, ddo::DaemonServer& server,
+            ddo::ServiceNotifier& notifier) {
+  auto log = ddo::Logger("server");
+  notifier.Reloading();
+  auto fresh = ddo::ResolveDaemonOptions(args, env, user);
+  if (!fresh.ok()) {
+    log->error("reload refused, the configuration stays as it was: {}", fresh.status().message());
+    notifier.Ready(absl::StrCat("reload refused (", fresh.status().message(), "); ",
+                                server.StatusLine()));
+    return;
+  }
+  const std::vector<std::string> pending = server.Reload(*fresh);
+  log->info("configuration reloaded{}", pending.empty() ? "" : " (some changes need a restart)");
+  notifier.Ready(pending.empty()
+                     ? server.StatusLine()
+                     : absl::StrCat("reloaded; needs a restart for ", absl::StrJoin(pending, ", "),
+                                    "; ", server.StatusLine()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -35,8 +61,8 @@ int main(int argc, char** argv) {
   }
   const ddo::Environment env = ddo::ProcessEnvironment();
   const ddo::UserContext user = ddo::UserContext::FromProcess(env);
-  auto options = ddo::ResolveDaemonOptions(std::vector<std::string>(argv + 1, argv + argc), env,
-                                           user);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  auto options = ddo::ResolveDaemonOptions(args, env, user);
   if (!options.ok()) {
     return Fail(kExitUsage, options.status());
   }
@@ -64,7 +90,16 @@ int main(int argc, char** argv) {
     return Fail(absl::IsAlreadyExists(server.status()) ? kExitAlreadyRunning : kExitFailure,
                 server.status());
   }
-  const ddo::StopReason reason = waiter->Wait();
-  (*server)->Shutdown(reason.description);
-  return kExitOk;
+  ddo::ServiceNotifier notifier((*server)->context().listen_addresses.front());
+  notifier.Ready((*server)->StatusLine());
+  for (;;) {
+    const ddo::StopReason reason = waiter->Wait();
+    if (reason.kind == ddo::StopReason::Kind::kReload) {
+      Reload(args, env, user, **server, notifier);
+      continue;
+    }
+    notifier.Stopping(absl::StrCat("stopping: ", reason.description));
+    (*server)->Shutdown(reason.description);
+    return kExitOk;
+  }
 }

@@ -12,8 +12,10 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/posix_error.h"
 #include "daemon/common/status_macros.h"
@@ -45,6 +47,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   DaemonContext& context = daemon->context_;
   context.options = std::move(options);
   context.started = absl::Now();
+  daemon->live_settings_ = std::make_unique<LiveSettings>(context.options.setting_environment);
+  context.live_settings = daemon->live_settings_.get();
   const std::string& socket_path = context.options.socket_path;
 
   if (!context.options.socket_group.empty() &&
@@ -252,6 +256,55 @@ absl::Status DaemonServer::SetSocketPermissions(bool created_socket_directory) c
         options.socket_group, directory);
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> DaemonServer::Reload(const DaemonOptions& fresh) {
+  auto log = Logger("server");
+  DaemonOptions& running = context_.options;
+  if (fresh.log_level != running.log_level) {
+    log->info("log level {} -> {}", spdlog::level::to_string_view(running.log_level),
+              spdlog::level::to_string_view(fresh.log_level));
+    InitLogging(fresh.log_level);
+    running.log_level = fresh.log_level;
+  }
+  if (fresh.setting_environment != *live_settings_->Snapshot()) {
+    log->info("DDO_* settings layer reloaded ({} setting(s))", fresh.setting_environment.size());
+    live_settings_->Replace(fresh.setting_environment);
+  }
+  // The rest shapes what ddod opened at start (sockets, pool, devices, limits).
+  std::vector<std::string> need_restart;
+  auto differs = [&need_restart](const char* name, bool changed) {
+    if (changed) need_restart.push_back(name);
+  };
+  differs("preset", fresh.preset != running.preset);
+  differs("socket", fresh.socket_path != running.socket_path);
+  differs("listen", fresh.listen_address != running.listen_address);
+  differs("socket-group", fresh.socket_group != running.socket_group);
+  differs("ram-budget-gb", fresh.ram_budget_gb != running.ram_budget_gb);
+  differs("vram-budget-gb", fresh.vram_budget_gb != running.vram_budget_gb);
+  differs("DDO_SYSTEM_RAM_HEADROOM_GB",
+          fresh.system_ram_headroom_gb != running.system_ram_headroom_gb);
+  differs("state-dir", fresh.state_dir != running.state_dir);
+  differs("host-devices", fresh.host_devices != running.host_devices);
+  differs("max-leases-per-user", fresh.max_leases_per_user != running.max_leases_per_user);
+  differs("max-uploads-per-user", fresh.max_uploads_per_user != running.max_uploads_per_user);
+  differs("max-sessions-per-user",
+          fresh.max_sessions_per_user != running.max_sessions_per_user);
+  differs("max-user-pool-gb", fresh.max_user_pool_gb != running.max_user_pool_gb);
+  differs("DDO_PIN_CPU_MEMORY", fresh.pin_cpu_memory != running.pin_cpu_memory);
+  differs("DDO_PIN_CPU_WORKERS", fresh.pin_workers != running.pin_workers);
+  for (const std::string& name : need_restart) {
+    log->warn("{} changed in the configuration; it takes effect at the next start", name);
+  }
+  return need_restart;
+}
+
+std::string DaemonServer::StatusLine() const {
+  const StoreStats stats = store_->Stats();
+  return absl::StrCat("serving on ", absl::StrJoin(context_.listen_addresses, ", "), "; pool ",
+                      FormatBytes(stats.used_bytes), " of ",
+                      FormatBytes(context_.ram_budget_bytes), " in ", stats.components,
+                      " component(s)");
 }
 
 void DaemonServer::Shutdown(const std::string& reason) {

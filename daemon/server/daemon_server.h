@@ -15,6 +15,7 @@
 #include <thread>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/config/daemon_options.h"
@@ -42,6 +43,14 @@ class DaemonServer {
   // Graceful shutdown; idempotent.
   void Shutdown(const std::string& reason);
 
+  // Applies what `fresh` (options resolved again, after a SIGHUP) changes that can change while
+  // ddod runs: the log level and the DDO_* settings layer requests resolve against. Returns the
+  // names of the other options that differ: they take effect at the next start (logged).
+  std::vector<std::string> Reload(const DaemonOptions& fresh);
+
+  // One line for `systemctl status`: where ddod serves, its pool, what it holds.
+  std::string StatusLine() const;
+
   const DaemonContext& context() const { return context_; }
   const DdoService& service() const { return *service_; }
   const ComponentStore& store() const { return *store_; }
@@ -59,6 +68,7 @@ class DaemonServer {
 
   // Destroyed in reverse order: the server, the service, the store, then the pool.
   DaemonContext context_;
+  std::unique_ptr<LiveSettings> live_settings_;
   std::unique_ptr<HostPool> pool_;
   std::unique_ptr<ComponentStore> store_;
   std::unique_ptr<StreamSessions> streams_;

@@ -103,7 +103,9 @@ StopReason StopWaiter::Wait() {
     if (fds[0].revents & POLLIN) {
       signalfd_siginfo info{};
       if (::read(signal_fd_.get(), &info, sizeof(info)) == sizeof(info)) {
-        return {StopReason::Kind::kSignal, SignalName(static_cast<int>(info.ssi_signo))};
+        const int number = static_cast<int>(info.ssi_signo);
+        return {number == SIGHUP ? StopReason::Kind::kReload : StopReason::Kind::kSignal,
+                SignalName(number)};
       }
     }
     if (fds[1].revents & POLLIN) {

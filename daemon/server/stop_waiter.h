@@ -1,7 +1,8 @@
 // File: daemon/server/stop_waiter.h
 //
 // Waits for the reason ddod should stop: SIGTERM or SIGINT, the death of the parent process
-// in embedded mode (--parent-pid), or a request from inside the process. Signals are taken
+// in embedded mode (--parent-pid), or a request from inside the process; or for SIGHUP, which
+// asks ddod to read its configuration again (Wait() returns kReload, and is called again). Signals are taken
 // synchronously through a signalfd, so no work ever runs inside a signal handler; parent death
 // is watched with a pidfd (Linux 5.3+), or by polling every 200 ms on older kernels.
 //
@@ -26,7 +27,7 @@ namespace ddo {
 absl::Status BlockTerminationSignals();
 
 struct StopReason {
-  enum class Kind { kSignal, kParentExited, kRequested };
+  enum class Kind { kSignal, kParentExited, kRequested, kReload };
   Kind kind;
   std::string description;  // "SIGTERM", "parent process 1234 exited", ...
 };
@@ -39,7 +40,7 @@ class StopWaiter {
   StopWaiter(StopWaiter&&) = default;
   StopWaiter& operator=(StopWaiter&&) = default;
 
-  // Blocks until a stop reason arrives.
+  // Blocks until a stop reason, or a SIGHUP (kReload), arrives.
   StopReason Wait();
 
   // Makes Wait() return kRequested. Async-signal-safe (a write to an eventfd).

@@ -36,6 +36,16 @@ TEST(StopWaiterTest, SigtermIsTakenSynchronously) {
   EXPECT_EQ(reason.description, "SIGTERM");
 }
 
+TEST(StopWaiterTest, SighupAsksForAReload) {
+  ASSERT_TRUE(BlockTerminationSignals().ok());
+  auto waiter = StopWaiter::Create(std::nullopt);
+  ASSERT_TRUE(waiter.ok()) << waiter.status();
+  ASSERT_EQ(::pthread_kill(::pthread_self(), SIGHUP), 0);
+  const StopReason reason = waiter->Wait();
+  EXPECT_EQ(reason.kind, StopReason::Kind::kReload);
+  EXPECT_EQ(reason.description, "SIGHUP");
+}
+
 TEST(StopWaiterTest, ParentDeathIsNoticedWithinASecond) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);

@@ -12,6 +12,7 @@
 
 #include "absl/time/time.h"
 #include "daemon/config/daemon_options.h"
+#include "daemon/config/live_settings.h"
 #include "daemon/platform/bandwidth_board.h"
 #include "daemon/platform/gpu_inventory.h"
 
@@ -31,6 +32,16 @@ struct DaemonContext {
   bool windows = false;
   // Where callers prove who they are (docs/security.md).
   std::string identity_socket;
+  // ddod's DDO_* settings layer as a SIGHUP reload leaves it (owned by the server); null:
+  // options.setting_environment, as at start.
+  const LiveSettings* live_settings = nullptr;
+
+  // The settings layer requests resolve against now.
+  std::shared_ptr<const LiveSettings::Layer> SettingLayer() const {
+    return live_settings != nullptr
+               ? live_settings->Snapshot()
+               : std::make_shared<const LiveSettings::Layer>(options.setting_environment);
+  }
 };
 
 }  // namespace ddo

@@ -219,7 +219,7 @@ grpc::Status DdoService::ResolveSettings(grpc::ServerContext* ctx,
   platform.wsl = context_.wsl;
   platform.windows = context_.windows;
   absl::StatusOr<ddo::v1::ResolvedSettings> resolved =
-      ddo::ResolveSettings(*request, context_.options.setting_environment, platform);
+      ddo::ResolveSettings(*request, *context_.SettingLayer(), platform);
   if (!resolved.ok()) return Finish(kMethod, resolved.status());
   *response = *std::move(resolved);
   return Finish(kMethod, absl::OkStatus());
@@ -255,7 +255,7 @@ grpc::Status DdoService::ExplainPlan(grpc::ServerContext* ctx,
   absl::StatusOr<Caller> caller = Admit(ctx, *request);
   if (!caller.ok()) return Finish(kMethod, caller.status());
   absl::StatusOr<ddo::v1::PlanExplanation> plan = ddo::ExplainPlan(
-      *request, context_.options.setting_environment, MachineFactsFor(request->device_uuid()));
+      *request, *context_.SettingLayer(), MachineFactsFor(request->device_uuid()));
   if (!plan.ok()) return Finish(kMethod, plan.status());
   *response = *std::move(plan);
   return Finish(kMethod, absl::OkStatus());
@@ -616,11 +616,9 @@ namespace {
 
 // ddod's default profile directory: its DDO_PROFILE_DIR, else ~/.ddo/profiles of its user.
 std::string ProfileDir(const DaemonContext& context, const std::string& requested) {
-  auto configured = context.options.setting_environment.find("DDO_PROFILE_DIR");
-  return ResolveProfileDir(requested,
-                           configured == context.options.setting_environment.end()
-                               ? ""
-                               : configured->second,
+  const auto layer = context.SettingLayer();
+  auto configured = layer->find("DDO_PROFILE_DIR");
+  return ResolveProfileDir(requested, configured == layer->end() ? "" : configured->second,
                            Lookup(ProcessEnvironment(), "HOME").value_or(""));
 }
 
