@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The README's main command: installs what is missing, builds, starts ddod with the
-# warm_process preset on a private socket, and runs the demo client against it.
+# The README's main command: installs what is missing, builds, packages and installs DDO
+# (ddo_<version>_amd64.deb: ddod and ddoctl in /usr/bin, the Python client for Debian's python3,
+# the systemd units, enabled), then, as the ordinary user who ran it (SUDO_USER under sudo),
+# starts ddod with the warm_process preset on a private socket and runs the demo client with
+# the installed programs and package: what the README's "Using it" does by hand.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DDO_BUILD_DIR:-$root/build}
@@ -9,9 +12,24 @@ cd "$root"
 tools/install-deps.sh
 tools/build.sh "$@"
 
-run_dir=$(mktemp -d /tmp/ddo-demo-XXXXXX)
+echo "== package and install"
+deb=$(tools/package.sh | tail -1)
+sudo=""
+[[ $(id -u) -ne 0 ]] && sudo="sudo"
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$deb" > /dev/null
+dpkg-query -W -f='installed ${Package} ${Version}\n' ddo
+
+# The demo runs as the ordinary user: the one behind sudo, else whoever runs this.
+as_user() {
+  if [[ $(id -u) -eq 0 && -n "${SUDO_USER:-}" && "${SUDO_USER}" != root ]]; then
+    sudo -u "$SUDO_USER" -- "$@"
+  else
+    "$@"
+  fi
+}
+run_dir=$(as_user mktemp -d /tmp/ddo-demo-XXXXXX)
 socket="$run_dir/ddod.sock"
-"$build/bin/ddod" --preset warm_process --discard --socket "$socket" --state-dir "$run_dir/state" &
+as_user ddod --preset warm_process --discard --socket "$socket" --state-dir "$run_dir/state" &
 ddod_pid=$!
 cleanup() {
   kill -TERM "$ddod_pid" 2>/dev/null && wait "$ddod_pid" || true
@@ -23,9 +41,8 @@ for _ in $(seq 100); do
   [[ -S "$socket" ]] && break
   sleep 0.05
 done
-echo "== ddoctl status"
-"$build/bin/ddoctl" --daemon "unix:$socket" status
+echo "== ddoctl status (as $(as_user id -un))"
+as_user ddoctl --daemon "unix:$socket" status
 echo
-echo "== demo client (Python)"
-PYTHONPATH="$root/client-python/src" DDO_DAEMON="unix:$socket" \
-  /usr/bin/python3 -m diffusers_dynamic_offloader.demo
+echo "== demo client (Debian's python3, the installed package)"
+as_user env DDO_DAEMON="unix:$socket" /usr/bin/python3 -m diffusers_dynamic_offloader.demo
