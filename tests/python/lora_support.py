@@ -12,7 +12,8 @@ What of PEFT (``peft.tuners.lora``, 0.1x-0.2x) it mirrors, so that DDO meets wha
   adapter ``result = result + lora_B(lora_A(x)) * scaling`` with ``x`` cast to the adapter's
   dtype, and ``result`` cast back to the base result's dtype. Disabled adapters unmerge first.
 - ``merge`` / ``unmerge`` write the base weight exactly as PEFT does:
-  ``base_layer.weight.data += delta_weight`` and ``-= delta_weight``, with
+  ``base_layer.weight.data += delta_weight`` (``safe_merge``: into a copy checked for NaN/inf)
+  and ``-= delta_weight``, with
   ``delta_weight = (lora_B.weight @ lora_A.weight) * scaling`` computed on the adapters' device.
 - ``set_adapter``, ``set_scale`` (``scale * lora_alpha / r``, as diffusers' ``set_adapters``
   with weights calls it), ``delete_adapter``.
@@ -92,9 +93,9 @@ class LoraLinear(nn.Module):
         self.disable_adapters = not enabled
 
     def delete_adapter(self, adapter_name: str) -> None:
-        """Removes an adapter (PEFT's ``delete_adapter``); the remaining ones stay active."""
-        if adapter_name in self.merged_adapters:
-            raise ValueError(f"adapter {adapter_name!r} is merged: unmerge it first")
+        """Removes an adapter (PEFT's ``delete_adapter``); the remaining ones stay active. As in
+        PEFT, a merged adapter may be deleted: its delta stays in the weight, and a later
+        unmerge pops its name without subtracting anything."""
         for table in (self.lora_A, self.lora_B):
             del table[adapter_name]
         for table in (self.r, self.lora_alpha, self.scaling):
@@ -115,7 +116,15 @@ class LoraLinear(nn.Module):
             if adapter in self.lora_A and adapter not in self.merged_adapters:
                 base_layer = self.base_layer
                 delta_weight = self.get_delta_weight(adapter)
-                base_layer.weight.data += delta_weight
+                if safe_merge:  # PEFT's: in a copy, checked for NaN/inf first
+                    merged = base_layer.weight.data.clone()
+                    merged += delta_weight.to(merged.dtype)
+                    if not torch.isfinite(merged).all():
+                        raise ValueError(f"NaNs detected in the merged weights. The adapter "
+                                         f"{adapter} seems to be broken")
+                    base_layer.weight.data = merged
+                else:
+                    base_layer.weight.data += delta_weight
                 self.merged_adapters.append(adapter)
 
     def unmerge(self) -> None:

@@ -45,7 +45,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import WeightEditError
 from .shared_weights import is_guarded, plain
 
 __all__ = ["ArrivalDeltas", "FusedAdapter", "FUSED_MODES", "arrival_deltas", "streamed_deltas",
@@ -63,8 +62,9 @@ _TAKEN_OVER = "_ddo_takes_over_merges"
 
 @dataclass(frozen=True)
 class FusedAdapter:
-    """One adapter fused into a streamed Linear: its factors as they were when it was fused
-    (aliases that share their version counters), its scaling then, and how PEFT added it."""
+    """One adapter fused into a Linear: copies of its factors as they were when it was fused
+    (PEFT's fused weight does not change when the adapter does: a hot swap into the adapter,
+    ``delete_adapters``), its scaling then, and how PEFT added it."""
 
     adapter: str
     weight_a: torch.Tensor
@@ -72,17 +72,10 @@ class FusedAdapter:
     scaling: float
     fan_in_fan_out: bool
     safe: bool
-    versions: tuple
     layer_path: str
 
     def delta(self) -> torch.Tensor:
         """PEFT's ``lora.Linear.get_delta_weight``, on the recorded factors."""
-        if (self.weight_a._version, self.weight_b._version) != self.versions:
-            raise WeightEditError(
-                f"{self.layer_path}: the weights of adapter {self.adapter!r} were changed in "
-                f"place after it was fused (a hot swap into a fused adapter?); the fused "
-                f"weight would change with them, which PEFT's would not. Call unfuse_lora() "
-                f"before changing a fused adapter, then fuse_lora() again")
         weight_a, weight_b = self.weight_a, self.weight_b
         cast = weight_b.device.type == "cpu" and weight_b.dtype in (torch.float16, torch.bfloat16)
         if cast:
@@ -100,8 +93,11 @@ class ArrivalDeltas:
 
     def __init__(self, streamed: bool) -> None:
         self.streamed = streamed
+        #: The Linear's weight is also another Linear's (tied): PEFT would add both Linears'
+        #: deltas into the one weight, so adapters are fused the ordinary way there.
+        self.tied = False
         self.adapters: List[FusedAdapter] = []
-        self._state_dict_hook: Optional[Any] = None
+        self._hooks: List[Any] = []
 
     def __bool__(self) -> bool:
         return bool(self.adapters)
@@ -126,10 +122,14 @@ class ArrivalDeltas:
 
     def watch_state_dict(self, linear: nn.Module) -> None:
         """Makes ``linear.state_dict()`` give the fused weight (save_pretrained after a fuse
-        saves what the Linear computes with)."""
-        if self._state_dict_hook is not None:
+        saves what the Linear computes with), and ``load_state_dict`` write the fused weight
+        into the Linear's own before it loads (so that a state dict saved after the fuse and
+        loaded again is not fused twice, and what it loads replaces the fused weight, as in
+        PEFT)."""
+        if self._hooks:
             return
         holder = self
+        owner = weakref.ref(linear)
 
         def fused_weight(_module: nn.Module, state: Dict[str, Any], prefix: str, *_: Any) -> None:
             name = prefix + "weight"
@@ -139,13 +139,19 @@ class ArrivalDeltas:
                 with torch.no_grad():
                     state[name] = holder.fused(stored.detach().to(device)).to(stored.device)
 
-        self._state_dict_hook = linear._register_state_dict_hook(fused_weight)
+        def write_before_load(state: Dict[str, Any], prefix: str, *_: Any) -> None:
+            module = owner()
+            if module is not None and holder and prefix + "weight" in state:
+                _write_fused(module, holder)
+
+        self._hooks = [linear._register_state_dict_hook(fused_weight),
+                       linear._register_load_state_dict_pre_hook(write_before_load)]
 
     def forget(self) -> None:
         self.adapters = []
-        if self._state_dict_hook is not None:
-            self._state_dict_hook.remove()
-            self._state_dict_hook = None
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
 
 
 def arrival_deltas(linear: nn.Module) -> Optional[ArrivalDeltas]:
@@ -178,6 +184,10 @@ def take_over_merges(module: nn.Module, device: torch.device,
 
     Returns how many LoRA layers it took over now."""
     streamed_ids = {id(linear) for linear in streamed}
+    users: Dict[int, int] = {}
+    for linear in module.modules():
+        if isinstance(linear, nn.Linear):
+            users[id(linear.weight)] = users.get(id(linear.weight), 0) + 1
     for linear in module.modules():
         holder = arrival_deltas(linear)
         if holder is not None and id(linear) not in streamed_ids:
@@ -194,6 +204,7 @@ def take_over_merges(module: nn.Module, device: torch.device,
             if not is_guarded(base.weight):
                 continue  # not bound by the session
             base.__dict__[_HOLDER] = ArrivalDeltas(streamed=False)
+        arrival_deltas(base).tied = users.get(id(base.weight), 0) > 1
         _wrap(layer, path, base, device)
         taken += 1
     return taken
@@ -208,16 +219,23 @@ def write_back_fused(module: nn.Module) -> None:
             method = layer.__dict__.get(name)
             if getattr(method, _TAKEN_OVER, False):
                 del layer.__dict__[name]
+    # Every fused weight first, then the assignments: a failure (out of memory) leaves the
+    # module as it was, records and all.
+    written = []
+    with torch.no_grad():
+        for linear in module.modules():
+            holder = arrival_deltas(linear)
+            if holder:
+                weight = linear.weight
+                device = holder.adapters[0].weight_b.device
+                written.append((weight, holder.fused(weight.detach().to(device))
+                                .to(weight.device)))
+    for weight, fused in written:
+        weight.data = fused
     for linear in module.modules():
         holder = linear.__dict__.pop(_HOLDER, None)
-        if holder is None:
-            continue
-        if holder:
-            weight = linear.weight
-            device = holder.adapters[0].weight_b.device
-            with torch.no_grad():
-                weight.data = holder.fused(weight.detach().to(device)).to(weight.device)
-        holder.forget()
+        if holder is not None:
+            holder.forget()
 
 
 def _is_lora_layer(layer: nn.Module) -> bool:
@@ -243,7 +261,9 @@ def _wrap(layer: nn.Module, path: str, base: nn.Module, device: torch.device) ->
         for name in names:
             if name in already or name not in layer.lora_A:
                 continue
-            fused = _record(layer, path, name, safe_merge, device)
+            fused = None if holder.tied else _record(layer, path, name, safe_merge, device)
+            if fused is not None and safe_merge:
+                _check_finite(base, holder, fused, name)
             if fused is not None and not holder.streamed and not _fused_forward(base, holder):
                 fused = None  # another hook replaced the Linear's forward: cannot add there
             if fused is None:
@@ -261,6 +281,11 @@ def _wrap(layer: nn.Module, path: str, base: nn.Module, device: torch.device) ->
             return unmerge_as_peft()  # PEFT warns "Already unmerged"
         while (layer.merged_adapters and holder.adapters
                and holder.adapters[-1].adapter == layer.merged_adapters[-1]):
+            if layer.merged_adapters[-1] not in layer.lora_A:
+                # Deleted while fused: PEFT's unmerge leaves its delta in the weight. So do we:
+                # written into the weight, and PEFT's unmerge does the rest.
+                _write_fused(base, holder)
+                break
             layer.merged_adapters.pop()
             holder.adapters.pop()
         if not holder.adapters:
@@ -313,20 +338,29 @@ def _record(layer: nn.Module, path: str, adapter: str, safe: bool,
     scaling = layer.scaling.get(adapter) if isinstance(layer.scaling, dict) else None
     if not isinstance(scaling, (int, float)):
         return None
-    weight_a, weight_b = weight_a.detach(), weight_b.detach()
-    fused = FusedAdapter(adapter, weight_a, weight_b, float(scaling),
-                         bool(getattr(layer, "fan_in_fan_out", False)), bool(safe),
-                         (weight_a._version, weight_b._version), path)
+    fused = FusedAdapter(adapter, weight_a.detach().clone(), weight_b.detach().clone(),
+                         float(scaling), bool(getattr(layer, "fan_in_fan_out", False)),
+                         bool(safe), path)
     with torch.no_grad():
         expected = layer.get_delta_weight(adapter)
         ours = fused.delta()
     if not isinstance(expected, torch.Tensor) or expected.dtype != ours.dtype \
             or expected.shape != ours.shape or not torch.equal(expected, ours):
         return None
-    if safe and not bool(torch.isfinite(ours).all()):
+    return fused
+
+
+def _check_finite(base: nn.Module, holder: ArrivalDeltas, fused: FusedAdapter,
+                  adapter: str) -> None:
+    """PEFT's safe merge: the merged weight must be finite (else ValueError, nothing fused)."""
+    trial = ArrivalDeltas(streamed=holder.streamed)
+    trial.adapters = [*holder.adapters, fused]
+    device = fused.weight_b.device
+    with torch.no_grad():
+        merged = trial.fused(plain(base.weight).detach().to(device))
+    if not bool(torch.isfinite(merged).all()):
         raise ValueError(f"NaNs detected in the merged weights. The adapter {adapter} seems to "
                          f"be broken")
-    return fused
 
 
 def _write_fused(base: nn.Module, holder: ArrivalDeltas) -> None:

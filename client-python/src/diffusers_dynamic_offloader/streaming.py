@@ -333,6 +333,7 @@ class StreamingSession(Closeable, EditListener):
         self._watch: Optional[WeightWatch] = None
         self._adapter_methods: List[str] = []  # wrapped by _watch_root
         self._adapters_placed_at: Optional[int] = None  # structure_version() then
+        self._merges_taken_at: Optional[int] = None  # structure_version() then
         self._edit_syncs = 0
         self._uploaded_edit_bytes = 0
         # Verbose runs: passes finished, and the clock and counters when this one began.
@@ -702,6 +703,13 @@ class StreamingSession(Closeable, EditListener):
         if self.device.type == "cuda":
             refuse_capture(f"{type(self.module).__name__} ({self.log_name})")
         self.sync_edits()  # what changed since the last forward reaches what streams
+        if self.fused_lora == "on_arrival":
+            # LoRA layers PEFT injected directly since (an older torch cannot tell: they are
+            # taken over when adapters are placed, at diffusers' load and fuse).
+            version = structure_version()
+            if version is not None and version != self._merges_taken_at:
+                self._take_over_merges()
+                self._merges_taken_at = version
         if self._consumer is not None:
             self._consumer.begin_forward()
             if self.verbose:
