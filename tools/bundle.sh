@@ -17,8 +17,10 @@ out=$2
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 
-# Provided by every Linux system (or by the GPU driver): never bundled.
-system_lib='^(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux.*|libcuda)\.so'
+# Provided by every Linux system (or by the GPU driver): never bundled. libsystemd and what it
+# links (compression, libgcrypt, libcap) are in every Debian and Ubuntu base system (apt needs
+# them), with stable sonames.
+system_lib='^(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux.*|libcuda|libsystemd|libcap|libgcrypt|libgpg-error|liblzma|libzstd|liblz4)\.so'
 
 for program in ddod ddoctl ddo_unit_tests; do
   [[ -x "$build/bin/$program" ]] || { echo "bundle: $build/bin/$program not built" >&2; exit 1; }

@@ -1053,12 +1053,14 @@ class StreamingSession(Closeable, EditListener):
             # Bound now, or bound before a sync that failed to bind anew.
             if self._bound or (restore_for_release and self._requires_grad):
                 self._restore(release=restore_for_release)
-            if restore_for_release:
-                write_back_fused(self.module)
             if consumer is not None:
                 consumer.drop_views()
             self._release_memory()
             self._detach()
+        if restore_for_release:
+            # After the ring and slab are gone (less device memory at its peak); a failure
+            # here leaves the session ended and the records in place.
+            write_back_fused(self.module)
 
     def _restore(self, release: bool) -> None:
         """Every tensor to memory of the runner's own: ddod's untouched weights to
