@@ -10,7 +10,7 @@ packages=(
   build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev nlohmann-json3-dev libxxhash-dev libre2-dev libssl-dev libgtest-dev
-  libgmock-dev libsystemd-dev systemd help2man
+  libgmock-dev libsystemd-dev systemd help2man python3-prometheus-client
   python3 python3-grpcio python3-protobuf python3-torch python3-pytest python3-tqdm python3-xxhash
   python3-pip python3-setuptools python3-wheel
 )

@@ -18,6 +18,7 @@
 #include "daemon/ctl/daemon_address.h"
 #include "daemon/ctl/formatting.h"
 #include "daemon/ctl/json_output.h"
+#include "daemon/ctl/metrics_text.h"
 #include "daemon/profiles/profile_store.h"
 #include "daemon/ctl/layout_file.h"
 
@@ -41,6 +42,9 @@ constexpr char kUsage[] =
     "                   ddod's whole decision for a component layout (route, resident\n"
     "                   budget, units, ring), without loading weights\n"
     "  stats            uptime, leases, pool accounting, RPC counts\n"
+    "  metrics          the same counters and more (bytes streamed, warm slab hits, RPC\n"
+    "                   latencies) in the Prometheus text format, for node_exporter's\n"
+    "                   textfile collector\n"
     "  sessions         connected clients (leases) and their sessions\n"
     "  components       the components in the host pool\n"
     "  evict KEY        remove an unused component from the pool\n"
@@ -257,6 +261,20 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
                stdout);
     return kExitOk;
   }
+  if (args.command == "metrics") {
+    ddo::v1::DaemonInfo info;
+    if (auto status = Call(connection, &Stub::GetInfo, ddo::v1::GetInfoRequest(), &info);
+        !status.ok()) {
+      return RpcFailed("GetInfo", status);
+    }
+    ddo::v1::Stats stats;
+    if (auto status = Call(connection, &Stub::GetStats, ddo::v1::GetStatsRequest(), &stats);
+        !status.ok()) {
+      return RpcFailed("GetStats", status);
+    }
+    std::fputs(ddo::FormatMetrics(info, stats).c_str(), stdout);
+    return kExitOk;
+  }
   if (args.command == "sessions") {
     ddo::v1::ListSessionsResponse sessions;
     if (auto status = Call(connection, &Stub::ListSessions, ddo::v1::ListSessionsRequest(),
@@ -340,9 +358,9 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stderr);  // nothing asked: the whole help
     return kExitUsage;
   }
-  static const std::set<std::string> kCommands = {"status",   "presets",    "settings", "plan",
-                                                  "stats",    "sessions",   "components", "evict",
-                                                  "profiles"};
+  static const std::set<std::string> kCommands = {
+      "status", "presets", "settings", "plan",  "stats",
+      "metrics", "sessions", "components", "evict", "profiles"};
   if (kCommands.count(args.command) == 0) {
     return Usage(absl::StrCat("unknown command '", args.command, "'"));
   }

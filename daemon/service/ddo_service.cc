@@ -27,6 +27,9 @@ namespace {
 
 // The user whose call this thread is running, when EnterCall counted it (see EnterCall).
 thread_local std::optional<uid_t> counted_uid;
+// When this thread's call began (EnterAnonymousCall), for the latency histograms; unset for the
+// lease stream, which is not timed.
+thread_local std::optional<absl::Time> call_began;
 
 // How often a Connect handler looks at its call while waiting: bounds how long a vanished
 // client's lease outlives it.
@@ -54,6 +57,7 @@ absl::Status DdoService::ReleaseIfLeaseEnded(const Lease& lease) {
 
 absl::Status DdoService::EnterAnonymousCall() {
   in_flight_.fetch_add(1);
+  call_began = absl::Now();
   if (shutting_down_.load()) {
     return absl::UnavailableError("ddod is shutting down");
   }
@@ -69,6 +73,7 @@ absl::StatusOr<Caller> DdoService::EnterCall(grpc::ServerContext* ctx, bool leas
         context_.identity_socket, " first (docs/security.md)"));
   }
   DDO_ASSIGN_OR_RETURN(Caller caller, callers_.Find(token));
+  if (lease_stream) call_began.reset();
   if (!lease_stream) {
     // A handler runs on one gRPC thread from EnterCall to Finish: Finish finds the user here.
     DDO_RETURN_IF_ERROR(calls_.Enter(caller.uid, !caller.admin));
@@ -114,7 +119,9 @@ grpc::Status DdoService::Finish(const char* method, const absl::Status& status) 
     calls_.Leave(*counted_uid);
     counted_uid.reset();
   }
-  counters_.Record(method, status.ok());
+  counters_.Record(method, status.ok(),
+                   call_began.has_value() ? absl::Now() - *call_began : absl::InfiniteDuration());
+  call_began.reset();
   if (!status.ok()) {
     Logger("service")->debug("{} -> {}", method, status.ToString());
   }
@@ -154,7 +161,20 @@ grpc::Status DdoService::GetStats(grpc::ServerContext* ctx, const ddo::v1::GetSt
     rpc->set_method(method);
     rpc->set_ok(count.ok);
     rpc->set_failed(count.failed);
+    rpc->set_timed(count.timed);
+    rpc->set_seconds_sum(count.seconds);
+    for (uint64_t at_most : count.at_most) rpc->add_at_most(at_most);
   }
+  const StreamTotals totals = streams_.Totals();
+  auto* stream = response->mutable_stream();
+  stream->set_sessions_opened(totals.sessions_opened);
+  stream->set_bytes_streamed(totals.streamed_bytes);
+  stream->set_units_streamed(totals.streamed_units);
+  stream->set_slab_bytes_filled(totals.slab_bytes_filled);
+  stream->set_warm_slab_hits(totals.warm_slab_hits);
+  stream->set_warm_slab_misses(totals.warm_slab_misses);
+  stream->set_runner_waits(totals.runner_waits);
+  for (double bound : kLatencyBucketsSeconds) response->add_latency_bucket_seconds(bound);
   return Finish("GetStats", absl::OkStatus());
 }
 

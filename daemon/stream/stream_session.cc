@@ -26,6 +26,7 @@ StreamSession::StreamSession(std::string id, std::string lease_id, std::string c
       plan_(std::move(plan)),
       slab_(std::move(slab)),
       slab_filled_(slab_filled),
+      slab_was_warm_(slab_filled),
       device_memory_(std::move(device_memory)),
       control_(std::move(control)) {}
 
@@ -38,6 +39,11 @@ absl::Status StreamSession::FillSlab() {
     return filled;
   }
   slab_filled_ = true;
+  uint64_t filled_bytes = 0;
+  for (const PlannedTensor& placed : plan_.resident) {
+    filled_bytes += tensors_[placed.table_index].byte_size;
+  }
+  slab_bytes_filled_.store(filled_bytes);
   return absl::OkStatus();
 }
 
@@ -180,6 +186,7 @@ StreamSession::StepResult StreamSession::Step() {
     }
   }
   if (published) {
+    if (control_.runner_waiting().load() != 0) runner_waits_.fetch_add(1);
     control_.WakeRunner();
     worked = true;
   }
@@ -249,6 +256,7 @@ bool StreamSession::CopyUnit(uint32_t unit, uint32_t slot, uint64_t ring_offset)
     return false;
   }
   streamed_bytes_.fetch_add(planned.tensor_bytes);
+  streamed_units_.fetch_add(1);
   return true;
 }
 
@@ -272,6 +280,10 @@ StreamSessionStats StreamSession::Stats() {
   stats.produced_uses = produced_.load();
   stats.sync_uses = sync_uses_.load();
   stats.streamed_bytes = streamed_bytes_.load();
+  stats.streamed_units = streamed_units_.load();
+  stats.slab_bytes_filled = slab_bytes_filled_.load();
+  stats.slab_was_warm = slab_was_warm_;
+  stats.runner_waits = runner_waits_.load();
   stats.consumed_uses = control_.consumed_uses();
   stats.skipped_uses = control_.skipped_uses();
   {

@@ -42,6 +42,10 @@ struct StreamSessionStats {
   uint64_t skipped_uses = 0;
   uint32_t schedule_length = 0;
   bool failed = false;
+  uint64_t streamed_units = 0;
+  uint64_t slab_bytes_filled = 0;  // 0 for a slab that arrived warm
+  bool slab_was_warm = false;
+  uint64_t runner_waits = 0;  // units published while the runner was blocked on one
 };
 
 class StreamSession {
@@ -123,6 +127,7 @@ class StreamSession {
   const SessionPlan plan_;
   const std::shared_ptr<ResidentSlab> slab_;
   bool slab_filled_;
+  const bool slab_was_warm_;  // the slab arrived filled (a warm one)
   const std::unique_ptr<SessionDevice> device_memory_;
   ControlBlock control_;
 
@@ -155,6 +160,9 @@ class StreamSession {
   std::atomic<uint64_t> produced_{0};
   std::atomic<uint64_t> sync_uses_{0};
   std::atomic<uint64_t> streamed_bytes_{0};
+  std::atomic<uint64_t> streamed_units_{0};
+  std::atomic<uint64_t> slab_bytes_filled_{0};
+  std::atomic<uint64_t> runner_waits_{0};
 };
 
 }  // namespace ddo

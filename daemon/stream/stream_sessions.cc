@@ -340,6 +340,44 @@ absl::Status StreamSessions::Detach(const std::string& session_id) {
   return absl::OkStatus();
 }
 
+namespace {
+
+void AddTo(StreamTotals& totals, const StreamSessionStats& stats) {
+  totals.sessions_opened += 1;
+  totals.streamed_bytes += stats.streamed_bytes;
+  totals.streamed_units += stats.streamed_units;
+  totals.slab_bytes_filled += stats.slab_bytes_filled;
+  (stats.slab_was_warm ? totals.warm_slab_hits : totals.warm_slab_misses) += 1;
+  totals.runner_waits += stats.runner_waits;
+}
+
+}  // namespace
+
+StreamTotals StreamSessions::Totals() {
+  std::vector<std::shared_ptr<StreamSession>> open;
+  StreamTotals totals;
+  {
+    absl::MutexLock lock(&mu_);
+    totals = closed_totals_;
+    for (const auto& [id, session] : sessions_) open.push_back(session);
+  }
+  for (const auto& session : open) AddTo(totals, session->Stats());
+  // A session between leaving sessions_ and being counted as closed is in neither: never let
+  // a counter go back (Prometheus would read it as a restart).
+  absl::MutexLock lock(&mu_);
+  for (auto [field, last] : {std::pair{&totals.sessions_opened, &last_totals_.sessions_opened},
+                             {&totals.streamed_bytes, &last_totals_.streamed_bytes},
+                             {&totals.streamed_units, &last_totals_.streamed_units},
+                             {&totals.slab_bytes_filled, &last_totals_.slab_bytes_filled},
+                             {&totals.warm_slab_hits, &last_totals_.warm_slab_hits},
+                             {&totals.warm_slab_misses, &last_totals_.warm_slab_misses},
+                             {&totals.runner_waits, &last_totals_.runner_waits}}) {
+    *field = std::max(*field, *last);
+    *last = *field;
+  }
+  return totals;
+}
+
 void StreamSessions::CloseSession(std::shared_ptr<StreamSession> session, SessionState state) {
   StreamWorker* worker = nullptr;
   {
@@ -348,6 +386,11 @@ void StreamSessions::CloseSession(std::shared_ptr<StreamSession> session, Sessio
   }
   if (worker != nullptr) worker->Remove(session->id());
   session->Close(state);
+  {
+    const StreamSessionStats final_stats = session->Stats();
+    absl::MutexLock lock(&mu_);
+    AddTo(closed_totals_, final_stats);
+  }
   const SessionPlan& plan = session->plan();
   const std::string device = session->device();
   const std::string id = session->id();

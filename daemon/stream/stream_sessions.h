@@ -56,6 +56,17 @@ struct StreamSessionInfo {
   uint64_t device_bytes = 0;
 };
 
+// Streaming since start, over every session (closed ones included): GetStats and metrics.
+struct StreamTotals {
+  uint64_t sessions_opened = 0;
+  uint64_t streamed_bytes = 0;
+  uint64_t streamed_units = 0;
+  uint64_t slab_bytes_filled = 0;
+  uint64_t warm_slab_hits = 0;
+  uint64_t warm_slab_misses = 0;
+  uint64_t runner_waits = 0;
+};
+
 class StreamSessions {
  public:
   StreamSessions(ComponentStore& store, HostPool& pool, GpuInventory gpus,
@@ -103,6 +114,9 @@ class StreamSessions {
                     const std::vector<std::string>& prefetch);
 
   std::vector<StreamSessionInfo> List();
+  // Streaming since start: the closed sessions' final counts plus the open ones' now.
+  StreamTotals Totals();
+
   // Slabs kept warm, and their bytes.
   size_t warm_slab_count();
 
@@ -125,6 +139,8 @@ class StreamSessions {
 
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<StreamSession>> sessions_ ABSL_GUARDED_BY(mu_);
+  StreamTotals closed_totals_ ABSL_GUARDED_BY(mu_);
+  StreamTotals last_totals_ ABSL_GUARDED_BY(mu_);  // what Totals() returned last
   std::map<std::string, std::unique_ptr<StreamWorker>> workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> reserved_ ABSL_GUARDED_BY(mu_);  // device bytes per device
   // The last schedule per "<cache key>/<plan signature>". A derived version with none of its

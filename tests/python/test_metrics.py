@@ -1,0 +1,89 @@
+"""`ddoctl metrics`: ddod's counters in the Prometheus text format (issue 16, item 3), read back
+with the Prometheus project's own parser (Debian's python3-prometheus-client).
+
+After a runner registered a small model and streamed it on the host backend in two sessions
+(the second finds the slab warm), the exposition parses, every family has its HELP and TYPE,
+counters end in _total, the streamed bytes cover what the sessions used, the warm-slab hit
+and miss are counted, RPC counts and per-method latency histograms (cumulative buckets ending
+in +Inf = count) are there, and a second scrape never shows a counter going back.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import torch
+
+from diffusers_dynamic_offloader import DdoClient
+from streaming_support import STREAM_ALL, frozen_copy, make_model, mismatches
+
+parser = pytest.importorskip("prometheus_client.parser")
+
+CACHE_KEY = "metrics/tiny"
+
+
+def _ddoctl(ddod_binary: str) -> str:
+    return os.environ.get("DDO_DDOCTL_BINARY") or os.path.join(os.path.dirname(ddod_binary),
+                                                                "ddoctl")
+
+
+def _scrape(ddod_binary: str, address: str) -> dict:
+    done = subprocess.run([_ddoctl(ddod_binary), "--daemon", address, "metrics"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    families = {family.name: family
+                for family in parser.text_string_to_metric_families(done.stdout)}
+    for line in done.stdout.splitlines():
+        if line.startswith("# TYPE ") and line.split()[3] == "counter":
+            assert line.split()[2].endswith("_total"), line
+    return families
+
+
+def _value(families: dict, name: str, **labels) -> float:
+    for family in families.values():
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    raise AssertionError(f"no sample {name} {labels}")
+
+
+def test_metrics_parse_and_count_what_happened(daemon, ddod_binary):
+    model = make_model(torch.float32)
+    reference = frozen_copy(model)
+    streamed = 0
+    with DdoClient.connect(daemon.address) as client:
+        client.register_module(CACHE_KEY, model)
+        for _ in range(2):  # the second session finds the slab warm (warm_process keeps it)
+            with client.stream(model, CACHE_KEY, device="cpu", settings=STREAM_ALL) as session:
+                assert mismatches(model, reference, range(3), torch.float32) == []
+                streamed += session.stats()["bytes_used"]
+    families = _scrape(ddod_binary, daemon.address)
+
+    assert families["ddo_info"].type == "gauge"
+    assert _value(families, "ddo_stream_sessions_opened_total") == 2
+    # ddod copies ahead of the runner: at least what the runner used, a ring's worth more at most.
+    assert streamed > 0 and _value(families, "ddo_stream_bytes_total") >= streamed
+    assert _value(families, "ddo_stream_units_total") > 0
+    assert _value(families, "ddo_pool_components") == 1
+    assert _value(families, "ddo_pool_used_bytes") > 0
+    hits = _value(families, "ddo_stream_warm_slab_hits_total")
+    misses = _value(families, "ddo_stream_warm_slab_misses_total")
+    assert hits + misses == 2 and misses >= 1, (hits, misses)
+    assert _value(families, "ddo_rpc_requests_total", method="Attach", result="ok") == 2
+
+    histogram = families["ddo_rpc_duration_seconds"]
+    assert histogram.type == "histogram"
+    buckets = [s for s in histogram.samples
+               if s.name.endswith("_bucket") and s.labels["method"] == "Attach"]
+    counts = [s.value for s in buckets]
+    assert counts == sorted(counts) and buckets[-1].labels["le"] == "+Inf"
+    assert counts[-1] == _value(families, "ddo_rpc_duration_seconds_count", method="Attach") == 2
+    assert _value(families, "ddo_rpc_duration_seconds_sum", method="Attach") > 0
+    assert not [s for s in histogram.samples if s.labels.get("method") == "Connect"]
+
+    again = _scrape(ddod_binary, daemon.address)
+    for name in ("ddo_stream_bytes_total", "ddo_stream_units_total",
+                 "ddo_stream_sessions_opened_total", "ddo_pool_evictions_total"):
+        assert _value(again, name) >= _value(families, name), name
