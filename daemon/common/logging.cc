@@ -35,10 +35,11 @@ absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(absl::string_view text) 
       "unknown log level '", text, "'; valid: trace, debug, info, warn, error, critical, off"));
 }
 
-void InitLogging(spdlog::level::level_enum level) {
+void InitLogging(spdlog::level::level_enum level, LogFormat format) {
   std::lock_guard<std::mutex> lock(LoggingMutex());
   CurrentLevel() = level;
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e ddod[%P] %^%l%$ %n: %v");
+  // The registry hands a clone to every logger, existing and future.
+  spdlog::set_formatter(std::make_unique<LogFormatter>(format, StderrIsJournal()));
   spdlog::set_level(level);
   spdlog::apply_all([level](const std::shared_ptr<spdlog::logger>& logger) {
     logger->set_level(level);

@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "daemon/common/log_formatter.h"
 #include "spdlog/spdlog.h"
 
 // Debian's Abseil has its own string_view class (not std::string_view): teach fmt to print it,
@@ -31,8 +32,9 @@ namespace ddo {
 // Parses trace|debug|info|warn|warning|error|critical|off (case-insensitive).
 absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(absl::string_view text);
 
-// Sets the level of every existing and future DDO logger. Safe to call more than once.
-void InitLogging(spdlog::level::level_enum level);
+// Sets the level and the line format (log_formatter.h; under systemd's journal, priority
+// prefixes) of every existing and future DDO logger. Safe to call more than once.
+void InitLogging(spdlog::level::level_enum level, LogFormat format = LogFormat::kText);
 
 // Returns the logger named `name`, creating it on first use. Thread-safe.
 std::shared_ptr<spdlog::logger> Logger(const std::string& name);

@@ -84,6 +84,15 @@ absl::Status ApplySocketGroup(absl::string_view, absl::string_view value, Daemon
   return absl::OkStatus();
 }
 
+absl::Status ApplyLogFormat(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  auto format = ParseLogFormat(value);
+  if (!format.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", format.status().message()));
+  }
+  o.log_format = *format;
+  return absl::OkStatus();
+}
+
 absl::Status ApplyLogLevel(absl::string_view what, absl::string_view value, DaemonOptions& o) {
   auto level = ParseLogLevel(value);
   if (!level.ok()) {
@@ -213,6 +222,9 @@ constexpr OptionSpec kOptions[] = {
      "let GROUP use the socket (mode 0660 instead of 0600)", ApplySocketGroup},
     {"--log-level", "DDO_LOG_LEVEL", "LEVEL", "trace, debug, info, warn, error or off (info)",
      ApplyLogLevel},
+    {"--log-format", "DDO_LOG_FORMAT", "FORMAT",
+     "text (default) or json: one JSON object per line; under systemd's journal each line "
+     "carries its priority", ApplyLogFormat},
     {"--ram-budget-gb", "DDO_RAM_BUDGET_GB", "GIB",
      "host pool budget (default: available RAM minus DDO_SYSTEM_RAM_HEADROOM_GB)",
      ApplyRamBudget},

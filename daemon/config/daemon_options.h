@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/common/log_formatter.h"
 #include "daemon/config/environment.h"
 #include "daemon/config/presets.h"
 #include "spdlog/common.h"
@@ -32,6 +33,7 @@ struct DaemonOptions {
   // Group allowed to use the socket (mode 0660); empty for owner-only (0600).
   std::string socket_group;
   spdlog::level::level_enum log_level = spdlog::level::info;
+  LogFormat log_format = LogFormat::kText;
 
   // Host pool budget; unset means available RAM minus system_ram_headroom_gb.
   std::optional<double> ram_budget_gb;

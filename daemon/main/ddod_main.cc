@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     std::printf("ddod %s (protocol %s)\n", ddo::kVersion, ddo::kApiVersion);
     return kExitOk;
   }
-  ddo::InitLogging(options->log_level);
+  ddo::InitLogging(options->log_level, options->log_format);
   // Passed files and granted segments are descriptors: use all the descriptors allowed.
   if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
     files.rlim_cur = files.rlim_max;

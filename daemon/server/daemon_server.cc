@@ -261,11 +261,14 @@ absl::Status DaemonServer::SetSocketPermissions(bool created_socket_directory) c
 std::vector<std::string> DaemonServer::Reload(const DaemonOptions& fresh) {
   auto log = Logger("server");
   DaemonOptions& running = context_.options;
-  if (fresh.log_level != running.log_level) {
-    log->info("log level {} -> {}", spdlog::level::to_string_view(running.log_level),
-              spdlog::level::to_string_view(fresh.log_level));
-    InitLogging(fresh.log_level);
+  if (fresh.log_level != running.log_level || fresh.log_format != running.log_format) {
+    log->info("log level {} -> {}, format {} -> {}",
+              spdlog::level::to_string_view(running.log_level),
+              spdlog::level::to_string_view(fresh.log_level), LogFormatName(running.log_format),
+              LogFormatName(fresh.log_format));
+    InitLogging(fresh.log_level, fresh.log_format);
     running.log_level = fresh.log_level;
+    running.log_format = fresh.log_format;
   }
   if (fresh.setting_environment != *live_settings_->Snapshot()) {
     log->info("DDO_* settings layer reloaded ({} setting(s))", fresh.setting_environment.size());

@@ -91,7 +91,7 @@ def test_ready_watchdog_reload_and_stopping(ddod_binary, short_dir):
         ready = notify.wait_for("READY=1", timeout=10)
         assert "STATUS=reloaded; needs a restart for ram-budget-gb; serving on" in ready, ready
         assert _stream_unit(daemon.address) == ("block", "daemon")
-        assert "log level info -> debug" in daemon.log()
+        assert "log level info -> debug, format text -> text" in daemon.log()
         assert "ram-budget-gb changed in the configuration; it takes effect at the next start" \
             in daemon.log()
 

@@ -1,0 +1,109 @@
+#include "daemon/common/log_formatter.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace ddo {
+namespace {
+
+// sd-daemon(3) priorities: the journal files each line at its level.
+int SyslogPriority(spdlog::level::level_enum level) {
+  switch (level) {
+    case spdlog::level::critical: return 2;
+    case spdlog::level::err: return 3;
+    case spdlog::level::warn: return 4;
+    case spdlog::level::info: return 6;
+    default: return 7;
+  }
+}
+
+void Append(spdlog::memory_buf_t& dest, absl::string_view text) {
+  dest.append(text.data(), text.data() + text.size());
+}
+
+// `text` as the contents of a JSON string: quotes, backslashes and control characters escaped
+// (bytes >= 0x80 pass: messages are UTF-8, and ddod escapes what callers send before logging).
+void AppendJsonString(spdlog::memory_buf_t& dest, absl::string_view text) {
+  for (char c : text) {
+    switch (c) {
+      case '"': Append(dest, "\\\""); break;
+      case '\\': Append(dest, "\\\\"); break;
+      case '\n': Append(dest, "\\n"); break;
+      case '\r': Append(dest, "\\r"); break;
+      case '\t': Append(dest, "\\t"); break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          Append(dest, absl::StrFormat("\\u%04x", static_cast<unsigned char>(c)));
+        } else {
+          dest.push_back(c);
+        }
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view text) {
+  const std::string lowered = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  if (lowered == "text") return LogFormat::kText;
+  if (lowered == "json") return LogFormat::kJson;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown log format '", text, "'; valid: text, json"));
+}
+
+absl::string_view LogFormatName(LogFormat format) {
+  return format == LogFormat::kJson ? "json" : "text";
+}
+
+bool StderrIsJournal() {
+  const char* stream = std::getenv("JOURNAL_STREAM");
+  if (stream == nullptr) return false;
+  unsigned long long device = 0, inode = 0;
+  if (std::sscanf(stream, "%llu:%llu", &device, &inode) != 2) return false;
+  struct stat info {};
+  return ::fstat(STDERR_FILENO, &info) == 0 && info.st_dev == device && info.st_ino == inode;
+}
+
+void LogFormatter::format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) {
+  if (journal_) Append(dest, absl::StrCat("<", SyslogPriority(msg.level), ">"));
+  const absl::string_view level(spdlog::level::to_string_view(msg.level).data(),
+                                spdlog::level::to_string_view(msg.level).size());
+  const absl::string_view logger(msg.logger_name.data(), msg.logger_name.size());
+  const absl::string_view payload(msg.payload.data(), msg.payload.size());
+  const absl::Time time = absl::FromChrono(msg.time);
+  if (format_ == LogFormat::kJson) {
+    Append(dest, "{\"time\":\"");
+    Append(dest, absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", time, absl::UTCTimeZone()));
+    Append(dest, "\",\"level\":\"");
+    Append(dest, level);
+    Append(dest, "\",\"logger\":\"");
+    AppendJsonString(dest, logger);
+    Append(dest, absl::StrCat("\",\"pid\":", ::getpid(), ",\"message\":\""));
+    AppendJsonString(dest, payload);
+    Append(dest, "\"}\n");
+    return;
+  }
+  if (!journal_) {
+    Append(dest, absl::FormatTime("%Y-%m-%dT%H:%M:%E3S", time, absl::LocalTimeZone()));
+    Append(dest, absl::StrCat(" ddod[", ::getpid(), "] "));
+  }
+  msg.color_range_start = dest.size();
+  Append(dest, level);
+  msg.color_range_end = dest.size();
+  Append(dest, " ");
+  Append(dest, logger);
+  Append(dest, ": ");
+  Append(dest, payload);
+  Append(dest, "\n");
+}
+
+}  // namespace ddo
