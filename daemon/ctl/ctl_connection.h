@@ -35,6 +35,10 @@ class CtlConnection {
   absl::Duration timeout() const { return timeout_; }
   // The uid the daemon runs as (from the kernel, on the identity socket).
   uid_t daemon_uid() const { return identity_->daemon_uid(); }
+  // FILE on the identity socket: passes a descriptor ddod may read for this caller.
+  absl::StatusOr<uint64_t> PassFile(const std::string& base_name, int fd) {
+    return identity_->PassFile(base_name, fd);
+  }
 
  private:
   std::string target_;

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <set>
@@ -11,13 +13,17 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/common/display_text.h"
+#include "daemon/common/format_bytes.h"
 #include "daemon/common/version.h"
 #include "daemon/config/environment.h"
 #include "daemon/ctl/ctl_connection.h"
 #include "daemon/ctl/daemon_address.h"
 #include "daemon/ctl/formatting.h"
 #include "daemon/ctl/json_output.h"
+#include "daemon/ctl/load_inputs.h"
 #include "daemon/ctl/metrics_text.h"
 #include "daemon/profiles/profile_store.h"
 #include "daemon/ctl/layout_file.h"
@@ -47,6 +53,8 @@ constexpr char kUsage[] =
     "                   textfile collector\n"
     "  sessions         connected clients (leases) and their sessions\n"
     "  components       the components in the host pool\n"
+    "  load KEY PATH... preload safetensors files or a model folder into the pool under KEY\n"
+    "                   (ddoctl opens them with your rights), with a progress bar\n"
     "  evict KEY        remove an unused component from the pool\n"
     "  profiles [list]  capacity and workload profiles (DDO_PROFILE_DIR, else ~/.ddo/profiles)\n"
     "  profiles show KEY | profiles rm KEY\n"
@@ -96,6 +104,86 @@ grpc::Status Call(ddo::CtlConnection& connection, Method method, const Request& 
   grpc::ClientContext context;
   connection.Prepare(&context);
   return (connection.stub().*method)(&context, request, response);
+}
+
+// `ddoctl load KEY PATH...`: a lease for the load (the Connect stream, held while it runs),
+// the files passed as descriptors, LoadSafetensors' progress drawn on stderr.
+int RunLoad(const CtlArgs& args, ddo::CtlConnection& connection) {
+  if (args.operands.size() < 2) {
+    return Usage("load takes a cache key and one or more *.safetensors files or model folders");
+  }
+  const std::string& key = args.operands[0];
+  auto inputs = ddo::OpenLoadInputs({args.operands.begin() + 1, args.operands.end()});
+  if (!inputs.ok()) {
+    std::fprintf(stderr, "ddoctl: %s\n", std::string(inputs.status().message()).c_str());
+    return kExitUsage;
+  }
+  grpc::ClientContext lease_context;
+  connection.Prepare(&lease_context);
+  lease_context.set_deadline(std::chrono::system_clock::time_point::max());
+  ddo::v1::ConnectRequest hello;
+  hello.set_client_pid(::getpid());
+  hello.set_client_name(absl::StrCat("ddoctl ", ddo::kVersion));
+  auto lease = connection.stub().Connect(&lease_context, hello);
+  ddo::v1::ConnectEvent event;
+  if (!lease->Read(&event) || !event.has_connected()) {
+    return RpcFailed("Connect", lease->Finish());
+  }
+  ddo::v1::LoadSafetensorsRequest request;
+  request.set_lease_id(event.connected().lease_id());
+  request.set_cache_key(key);
+  for (const ddo::OpenedInput& input : inputs->files) {
+    auto handle = connection.PassFile(input.name, input.fd.get());
+    if (!handle.ok()) {
+      std::fprintf(stderr, "ddoctl: passing %s: %s\n", ddo::EscapeForDisplay(input.path).c_str(),
+                   std::string(handle.status().message()).c_str());
+      return kExitRpcFailed;
+    }
+    request.add_file_handles(*handle);
+  }
+  for (const ddo::OpenedInput& index : inputs->index) {
+    auto handle = connection.PassFile(index.name, index.fd.get());
+    if (!handle.ok()) {
+      std::fprintf(stderr, "ddoctl: passing %s: %s\n", ddo::EscapeForDisplay(index.path).c_str(),
+                   std::string(handle.status().message()).c_str());
+      return kExitRpcFailed;
+    }
+    request.set_index_handle(*handle);
+  }
+  grpc::ClientContext load_context;
+  connection.Prepare(&load_context);
+  load_context.set_deadline(std::chrono::system_clock::time_point::max());
+  auto stream = connection.stub().LoadSafetensors(&load_context, request);
+  const bool bar = ::isatty(STDERR_FILENO) != 0 && !args.json;
+  const absl::Time began = absl::Now();
+  ddo::v1::LoadProgress progress, last;
+  while (stream->Read(&progress)) {
+    last = progress;
+    if (bar && progress.bytes_total() > 0 && !progress.done()) {
+      const double done = static_cast<double>(progress.bytes_done()) / progress.bytes_total();
+      const int filled = static_cast<int>(done * 30);
+      const double seconds = std::max(1e-3, absl::ToDoubleSeconds(absl::Now() - began));
+      std::fprintf(stderr, "\r%s [%s%s] %s / %s  %.1f GB/s ", ddo::EscapeForDisplay(key, 32).c_str(),
+                   std::string(filled, '#').c_str(), std::string(30 - filled, '.').c_str(),
+                   ddo::FormatBytes(progress.bytes_done()).c_str(),
+                   ddo::FormatBytes(progress.bytes_total()).c_str(),
+                   progress.bytes_done() / seconds / 1e9);
+    }
+  }
+  if (bar) std::fputs("\r\033[K", stderr);
+  const grpc::Status finished = stream->Finish();
+  lease_context.TryCancel();
+  lease->Finish();
+  if (!finished.ok()) return RpcFailed("LoadSafetensors", finished);
+  if (args.json) {
+    std::fputs((ToJson(last) + "\n").c_str(), stdout);
+  } else {
+    std::printf("loaded '%s': %s in %.2f s%s\n",
+                ddo::EscapeForDisplay(last.component().ref().cache_key()).c_str(),
+                ddo::FormatBytes(last.component().ref().total_bytes()).c_str(), last.seconds(),
+                last.warm_hit() ? " (warm: the pool held it already)" : "");
+  }
+  return kExitOk;
 }
 
 // `ddoctl profiles [list] | show KEY | rm KEY`, in this user's profile directory.
@@ -314,6 +402,7 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
     return kExitOk;
   }
   if (args.command == "profiles") return RunProfiles(args, connection);
+  if (args.command == "load") return RunLoad(args, connection);
   return Usage(absl::StrCat("unknown command '", args.command, "'"));
 }
 
@@ -360,7 +449,7 @@ int main(int argc, char** argv) {
   }
   static const std::set<std::string> kCommands = {
       "status", "presets", "settings", "plan",  "stats",
-      "metrics", "sessions", "components", "evict", "profiles"};
+      "metrics", "sessions", "components", "load", "evict", "profiles"};
   if (kCommands.count(args.command) == 0) {
     return Usage(absl::StrCat("unknown command '", args.command, "'"));
   }

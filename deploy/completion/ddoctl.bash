@@ -4,7 +4,7 @@ _ddoctl() {
   local current previous
   current=${COMP_WORDS[COMP_CWORD]}
   previous=${COMP_WORDS[COMP_CWORD-1]}
-  local commands="status presets settings plan stats metrics sessions components evict profiles"
+  local commands="status presets settings plan stats metrics sessions components load evict profiles"
   local options="--daemon --timeout --json --version --help"
   case "$previous" in
     --daemon|--timeout) return 0 ;;
@@ -12,6 +12,10 @@ _ddoctl() {
     --explain) COMPREPLY=($(compgen -f -X '!*.json' -- "$current")); return 0 ;;
     profiles) COMPREPLY=($(compgen -W "list show rm" -- "$current")); return 0 ;;
   esac
+  if [[ ${COMP_WORDS[1]} == load && $COMP_CWORD -ge 3 ]]; then
+    COMPREPLY=($(compgen -f -- "$current"))  # files and model folders
+    return 0
+  fi
   local word
   for word in "${COMP_WORDS[@]:1:COMP_CWORD-1}"; do
     if [[ " $commands " == *" $word "* ]]; then
