@@ -25,6 +25,7 @@
 #include "daemon/ctl/json_output.h"
 #include "daemon/ctl/load_inputs.h"
 #include "daemon/ctl/metrics_text.h"
+#include "daemon/ctl/top_view.h"
 #include "daemon/profiles/profile_store.h"
 #include "daemon/ctl/layout_file.h"
 
@@ -52,6 +53,9 @@ constexpr char kUsage[] =
     "                   latencies) in the Prometheus text format, for node_exporter's\n"
     "                   textfile collector\n"
     "  sessions         connected clients (leases) and their sessions\n"
+    "  top [SECONDS [COUNT]]\n"
+    "                   a live view redrawn every SECONDS (1): pool, streaming bandwidth,\n"
+    "                   stalls, warm slabs, each session's rate; COUNT screens, then exit\n"
     "  components       the components in the host pool\n"
     "  load KEY PATH... preload safetensors files or a model folder into the pool under KEY\n"
     "                   (ddoctl opens them with your rights), with a progress bar\n"
@@ -182,6 +186,46 @@ int RunLoad(const CtlArgs& args, ddo::CtlConnection& connection) {
                 ddo::EscapeForDisplay(last.component().ref().cache_key()).c_str(),
                 ddo::FormatBytes(last.component().ref().total_bytes()).c_str(), last.seconds(),
                 last.warm_hit() ? " (warm: the pool held it already)" : "");
+  }
+  return kExitOk;
+}
+
+// `ddoctl top [SECONDS [COUNT]]`: redraws ddoctl's view of ddod every SECONDS.
+int RunTop(const CtlArgs& args, ddo::CtlConnection& connection) {
+  using Stub = ddo::v1::Ddo::Stub;
+  double interval = 1;
+  int64_t count = -1;  // until interrupted
+  if (args.operands.size() > 2 ||
+      (!args.operands.empty() &&
+       (!absl::SimpleAtod(args.operands[0], &interval) || !(interval >= 0.1) || interval > 3600)) ||
+      (args.operands.size() == 2 && (!absl::SimpleAtoi(args.operands[1], &count) || count < 1))) {
+    return Usage("top takes [SECONDS [COUNT]]: SECONDS from 0.1 to 3600, COUNT at least 1");
+  }
+  ddo::v1::DaemonInfo info;
+  if (auto status = Call(connection, &Stub::GetInfo, ddo::v1::GetInfoRequest(), &info);
+      !status.ok()) {
+    return RpcFailed("GetInfo", status);
+  }
+  const bool terminal = ::isatty(STDOUT_FILENO) != 0;
+  std::optional<ddo::TopSnapshot> before;
+  for (int64_t screen = 0; count < 0 || screen < count; ++screen) {
+    if (screen > 0) absl::SleepFor(absl::Seconds(interval));
+    ddo::TopSnapshot now;
+    now.taken = absl::Now();
+    if (auto status = Call(connection, &Stub::GetStats, ddo::v1::GetStatsRequest(), &now.stats);
+        !status.ok()) {
+      return RpcFailed("GetStats", status);
+    }
+    if (auto status = Call(connection, &Stub::ListSessions, ddo::v1::ListSessionsRequest(),
+                           &now.sessions);
+        !status.ok()) {
+      return RpcFailed("ListSessions", status);
+    }
+    if (terminal) std::fputs("\033[H\033[2J", stdout);  // home, clear
+    std::fputs(ddo::FormatTop(info, now, before).c_str(), stdout);
+    if (!terminal) std::fputs("\n", stdout);
+    std::fflush(stdout);
+    before = std::move(now);
   }
   return kExitOk;
 }
@@ -403,6 +447,7 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
   }
   if (args.command == "profiles") return RunProfiles(args, connection);
   if (args.command == "load") return RunLoad(args, connection);
+  if (args.command == "top") return RunTop(args, connection);
   return Usage(absl::StrCat("unknown command '", args.command, "'"));
 }
 
@@ -449,7 +494,7 @@ int main(int argc, char** argv) {
   }
   static const std::set<std::string> kCommands = {
       "status", "presets", "settings", "plan",  "stats",
-      "metrics", "sessions", "components", "load", "evict", "profiles"};
+      "metrics", "sessions", "top", "components", "load", "evict", "profiles"};
   if (kCommands.count(args.command) == 0) {
     return Usage(absl::StrCat("unknown command '", args.command, "'"));
   }

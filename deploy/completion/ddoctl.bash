@@ -4,7 +4,7 @@ _ddoctl() {
   local current previous
   current=${COMP_WORDS[COMP_CWORD]}
   previous=${COMP_WORDS[COMP_CWORD-1]}
-  local commands="status presets settings plan stats metrics sessions components load evict profiles"
+  local commands="status presets settings plan stats metrics sessions top components load evict profiles"
   local options="--daemon --timeout --json --version --help"
   case "$previous" in
     --daemon|--timeout) return 0 ;;

@@ -11,13 +11,14 @@ in +Inf = count) are there, and a second scrape never shows a counter going back
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 import pytest
 import torch
 
 from diffusers_dynamic_offloader import DdoClient
-from streaming_support import STREAM_ALL, frozen_copy, make_model, mismatches
+from streaming_support import STREAM_ALL, frozen_copy, make_input, make_model, mismatches
 
 parser = pytest.importorskip("prometheus_client.parser")
 
@@ -87,3 +88,38 @@ def test_metrics_parse_and_count_what_happened(daemon, ddod_binary):
     for name in ("ddo_stream_bytes_total", "ddo_stream_units_total",
                  "ddo_stream_sessions_opened_total", "ddo_pool_evictions_total"):
         assert _value(again, name) >= _value(families, name), name
+
+
+def test_top_shows_a_live_session_and_its_rate(daemon, ddod_binary):
+    """`ddoctl top 0.2 2`: two screens; the second has a rate for the session streaming meanwhile
+    (a thread runs forwards while ddoctl samples)."""
+    import threading
+
+    model = make_model(torch.float32)
+    with DdoClient.connect(daemon.address) as client:
+        client.register_module(CACHE_KEY, model)
+        with client.stream(model, CACHE_KEY, device="cpu", settings=STREAM_ALL) as session:
+            stop = threading.Event()
+
+            def forwards() -> None:
+                step = 0
+                with torch.no_grad():
+                    while not stop.is_set():
+                        model(make_input(step))
+                        step += 1
+
+            worker = threading.Thread(target=forwards)
+            worker.start()
+            try:
+                done = subprocess.run([_ddoctl(ddod_binary), "--daemon", daemon.address, "top",
+                                       "0.5", "2"], capture_output=True, text=True, timeout=60)
+            finally:
+                stop.set()
+                worker.join()
+            session_id = session.session_id[:8]
+    assert done.returncode == 0, done.stderr
+    screens = ["ddod " + screen for screen in done.stdout.split("\nddod ")]
+    assert len(screens) >= 2 and "streaming - now" in screens[0], done.stdout
+    row = next(line for line in screens[1].splitlines() if line.startswith(session_id))
+    assert CACHE_KEY in row and re.search(r"\d+\.\d [MG]B/s", row), row
+    assert re.search(r"streaming \d+\.\d [MG]B/s now", screens[1]), screens[1]

@@ -1,0 +1,90 @@
+#include "daemon/ctl/top_view.h"
+
+#include <cstdint>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/common/display_text.h"
+#include "daemon/common/format_bytes.h"
+
+namespace ddo {
+namespace {
+
+// Per second between the two snapshots; nullopt without an earlier one (or no time between).
+std::optional<double> Rate(uint64_t now, uint64_t before, absl::Duration elapsed) {
+  const double seconds = absl::ToDoubleSeconds(elapsed);
+  if (seconds <= 0 || now < before) return std::nullopt;
+  return static_cast<double>(now - before) / seconds;
+}
+
+std::string Gbps(std::optional<double> bytes_per_second) {
+  if (!bytes_per_second) return "-";
+  return *bytes_per_second >= 1e9 ? absl::StrFormat("%.1f GB/s", *bytes_per_second / 1e9)
+                                  : absl::StrFormat("%.1f MB/s", *bytes_per_second / 1e6);
+}
+
+std::string Duration(double seconds) {
+  const int64_t whole = static_cast<int64_t>(seconds);
+  if (whole < 60) return absl::StrCat(whole, "s");
+  if (whole < 3600) return absl::StrFormat("%dm%02ds", whole / 60, whole % 60);
+  return absl::StrFormat("%dh%02dm", whole / 3600, whole % 3600 / 60);
+}
+
+}  // namespace
+
+std::string FormatTop(const ddo::v1::DaemonInfo& info, const TopSnapshot& now,
+                      const std::optional<TopSnapshot>& before) {
+  const ddo::v1::Stats& stats = now.stats;
+  const ddo::v1::PoolStats& pool = stats.pool();
+  const ddo::v1::StreamTotals& stream = stats.stream();
+  const absl::Duration elapsed = before ? now.taken - before->taken : absl::ZeroDuration();
+  std::string out = absl::StrFormat(
+      "ddod %s (%s), up %s: %u lease(s), %u session(s)\n", EscapeForDisplay(info.version()),
+      EscapeForDisplay(info.effective_preset()), Duration(stats.uptime_seconds()), stats.leases(),
+      stats.sessions());
+  absl::StrAppend(&out, "pool      ", FormatBytes(pool.used_bytes()), " in ", pool.components(),
+                  " component(s), ", FormatBytes(pool.reserved_bytes()), " reserved of ",
+                  FormatBytes(pool.budget_bytes()), ", ", FormatBytes(pool.pinned_bytes()),
+                  " pinned, ", pool.evictions(), " eviction(s)\n");
+  std::optional<double> rate, waits;
+  if (before) {
+    rate = Rate(stream.bytes_streamed(), before->stats.stream().bytes_streamed(), elapsed);
+    waits = Rate(stream.runner_waits(), before->stats.stream().runner_waits(), elapsed);
+  }
+  absl::StrAppend(&out, "streaming ", Gbps(rate), " now, ", FormatBytes(stream.bytes_streamed()),
+                  " since start; runner stalls ",
+                  waits ? absl::StrFormat("%.1f/s", *waits) : std::string("-"), " (",
+                  stream.runner_waits(), " in all); warm slabs ", stream.warm_slab_hits(),
+                  " hit, ", stream.warm_slab_misses(), " missed\n\n");
+
+  std::map<std::string, uint64_t> streamed_before;
+  if (before) {
+    for (const auto& session : before->sessions.sessions()) {
+      streamed_before[session.session_id()] = session.streamed_bytes();
+    }
+  }
+  std::map<std::string, const ddo::v1::LeaseInfo*> leases;
+  for (const auto& lease : now.sessions.leases()) leases[lease.lease_id()] = &lease;
+  absl::StrAppend(&out, absl::StrFormat("%-9s %-8s %-32s %-14s %10s %10s %10s %9s\n", "SESSION",
+                                        "PID", "COMPONENT", "DEVICE", "RATE", "STREAMED",
+                                        "RESIDENT", "UNITS"));
+  for (const auto& session : now.sessions.sessions()) {
+    std::optional<double> session_rate;
+    if (auto it = streamed_before.find(session.session_id()); it != streamed_before.end()) {
+      session_rate = Rate(session.streamed_bytes(), it->second, elapsed);
+    }
+    const std::string device = session.device_uuid().empty() ? "host" : session.device_uuid();
+    absl::StrAppend(
+        &out, absl::StrFormat("%-9s %-8d %-32s %-14s %10s %10s %10s %9u\n",
+                              EscapeForDisplay(session.session_id().substr(0, 8)),
+                              session.client_pid(), EscapeForDisplay(session.cache_key(), 32),
+                              EscapeForDisplay(device, 14), Gbps(session_rate),
+                              FormatBytes(session.streamed_bytes()),
+                              FormatBytes(session.resident_bytes()), session.schedule_length()));
+  }
+  if (now.sessions.sessions().empty()) absl::StrAppend(&out, "(no session)\n");
+  return out;
+}
+
+}  // namespace ddo

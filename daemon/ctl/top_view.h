@@ -1,0 +1,31 @@
+// File: daemon/ctl/top_view.h
+//
+// `ddoctl top`: one screen of what ddod is doing now, redrawn every interval: the pool, the
+// streaming totals with the rates since the last screen (bytes streamed per second: the
+// achieved host-to-device bandwidth; runner stalls per second), and one row per streaming
+// session with its own rate. Rates need two snapshots: the first screen shows totals only.
+#ifndef DDO_DAEMON_CTL_TOP_VIEW_H_
+#define DDO_DAEMON_CTL_TOP_VIEW_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/time/time.h"
+#include "ddo/v1/info.pb.h"
+#include "ddo/v1/sessions.pb.h"
+#include "ddo/v1/stats.pb.h"
+
+namespace ddo {
+
+struct TopSnapshot {
+  absl::Time taken;
+  ddo::v1::Stats stats;
+  ddo::v1::ListSessionsResponse sessions;
+};
+
+std::string FormatTop(const ddo::v1::DaemonInfo& info, const TopSnapshot& now,
+                      const std::optional<TopSnapshot>& before);
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_CTL_TOP_VIEW_H_
