@@ -202,6 +202,23 @@ absl::Status ApplyMaxUserPool(absl::string_view what, absl::string_view value, D
   return absl::OkStatus();
 }
 
+absl::Status ApplyKeepAlive(absl::string_view what, absl::string_view value, DaemonOptions& o) {
+  const std::string text = absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
+  if (text == "never" || text == "forever" || text == "0" || text == "-1") {
+    o.keep_alive = absl::InfiniteDuration();
+    return absl::OkStatus();
+  }
+  absl::Duration keep;
+  if (!absl::ParseDuration(text, &keep) || keep < absl::Seconds(1) ||
+      keep > absl::Hours(24 * 365 * 10)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "='", EscapeForDisplay(value),
+        "' must be a duration from 1s to 10 years (30m, 2h, 1h30m) or never"));
+  }
+  o.keep_alive = keep;
+  return absl::OkStatus();
+}
+
 // --config: the file whose DDO_* lines sit between the preset and the environment.
 absl::Status ApplyConfig(absl::string_view, absl::string_view value, DaemonOptions& o) {
   o.config_path = std::string(value);
@@ -260,6 +277,10 @@ constexpr OptionSpec kOptions[] = {
      "uploads and loads one user may have in progress (default 8)", ApplyMaxUploads},
     {"--max-sessions-per-user", "DDO_MAX_SESSIONS_PER_USER", "N",
      "attach and streaming sessions one user may hold (default 256)", ApplyMaxSessions},
+    {"--keep-alive", "DDO_KEEP_ALIVE", "DURATION",
+     "evict a component unused (no session) for this long, e.g. 30m or 2h (default never: "
+     "only the pool's LRU evicts); `ddoctl load ... keep-alive=D` sets one component's",
+     ApplyKeepAlive},
     {"--max-user-pool-gb", "DDO_MAX_USER_POOL_GB", "GIB",
      "host pool one user's components may take (default: the whole budget)", ApplyMaxUserPool},
 };

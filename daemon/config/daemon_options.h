@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/common/log_formatter.h"
 #include "daemon/config/environment.h"
 #include "daemon/config/presets.h"
@@ -55,6 +56,9 @@ struct DaemonOptions {
   int max_uploads_per_user = 8;
   int max_sessions_per_user = 256;
   std::optional<double> max_user_pool_gb;
+  // Evict a component after this long without a session (unless its load set its own);
+  // infinite: never (only the pool's LRU evicts).
+  absl::Duration keep_alive = absl::InfiniteDuration();
 
   std::string state_dir;
   // Embedded mode: exit when this process ends (implies discard_pool).

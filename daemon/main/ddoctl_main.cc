@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -57,8 +58,10 @@ constexpr char kUsage[] =
     "                   a live view redrawn every SECONDS (1): pool, streaming bandwidth,\n"
     "                   stalls, warm slabs, each session's rate; COUNT screens, then exit\n"
     "  components       the components in the host pool\n"
-    "  load KEY PATH... preload safetensors files or a model folder into the pool under KEY\n"
-    "                   (ddoctl opens them with your rights), with a progress bar\n"
+    "  load KEY PATH... [keep-alive=30m|never]\n"
+    "                   preload safetensors files or a model folder into the pool under KEY\n"
+    "                   (ddoctl opens them with your rights), with a progress bar; evicted\n"
+    "                   after the keep-alive unused (default: ddod's --keep-alive)\n"
     "  evict KEY        remove an unused component from the pool\n"
     "  profiles [list]  capacity and workload profiles (DDO_PROFILE_DIR, else ~/.ddo/profiles)\n"
     "  profiles show KEY | profiles rm KEY\n"
@@ -117,7 +120,28 @@ int RunLoad(const CtlArgs& args, ddo::CtlConnection& connection) {
     return Usage("load takes a cache key and one or more *.safetensors files or model folders");
   }
   const std::string& key = args.operands[0];
-  auto inputs = ddo::OpenLoadInputs({args.operands.begin() + 1, args.operands.end()});
+  std::vector<std::string> paths;
+  int64_t keep_alive_seconds = 0;  // ddod's default
+  for (auto it = args.operands.begin() + 1; it != args.operands.end(); ++it) {
+    if (!absl::StartsWith(*it, "keep-alive=")) {
+      paths.push_back(*it);
+      continue;
+    }
+    const std::string value = it->substr(std::string("keep-alive=").size());
+    absl::Duration keep;
+    if (value == "never") {
+      keep_alive_seconds = -1;
+    } else if (absl::ParseDuration(value, &keep) && keep >= absl::Seconds(1)) {
+      keep_alive_seconds = absl::ToInt64Seconds(keep);
+    } else {
+      return Usage(absl::StrCat("keep-alive takes a duration of at least 1s (30m, 2h) or never, "
+                                "not '", ddo::EscapeForDisplay(value), "'"));
+    }
+  }
+  if (paths.empty()) {
+    return Usage("load takes a cache key and one or more *.safetensors files or model folders");
+  }
+  auto inputs = ddo::OpenLoadInputs(paths);
   if (!inputs.ok()) {
     std::fprintf(stderr, "ddoctl: %s\n", std::string(inputs.status().message()).c_str());
     return kExitUsage;
@@ -136,6 +160,7 @@ int RunLoad(const CtlArgs& args, ddo::CtlConnection& connection) {
   ddo::v1::LoadSafetensorsRequest request;
   request.set_lease_id(event.connected().lease_id());
   request.set_cache_key(key);
+  request.set_keep_alive_seconds(keep_alive_seconds);
   for (const ddo::OpenedInput& input : inputs->files) {
     auto handle = connection.PassFile(input.name, input.fd.get());
     if (!handle.ok()) {

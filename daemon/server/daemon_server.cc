@@ -116,6 +116,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   context.bandwidth = &daemon->bandwidth_;
   DDO_RETURN_IF_ERROR(daemon->Listen(created_socket_directory));
   daemon->StartBandwidthProbe();
+  daemon->StartKeepAliveReaper();
   return daemon;
 }
 
@@ -258,9 +259,42 @@ absl::Status DaemonServer::SetSocketPermissions(bool created_socket_directory) c
   return absl::OkStatus();
 }
 
+void DaemonServer::StartKeepAliveReaper() {
+  {
+    absl::MutexLock lock(&reaper_mu_);
+    keep_alive_ = context_.options.keep_alive;
+  }
+  keep_alive_reaper_ = std::thread([this] {
+    for (;;) {
+      absl::Duration keep;
+      {
+        absl::MutexLock lock(&reaper_mu_);
+        if (reaper_mu_.AwaitWithTimeout(absl::Condition(&reaper_stop_), absl::Seconds(1))) return;
+        keep = keep_alive_;
+      }
+      store_->EvictIdle(absl::Now(), keep);
+    }
+  });
+}
+
+void DaemonServer::StopKeepAliveReaper() {
+  {
+    absl::MutexLock lock(&reaper_mu_);
+    reaper_stop_ = true;
+  }
+  if (keep_alive_reaper_.joinable()) keep_alive_reaper_.join();
+}
+
 std::vector<std::string> DaemonServer::Reload(const DaemonOptions& fresh) {
   auto log = Logger("server");
   DaemonOptions& running = context_.options;
+  if (fresh.keep_alive != running.keep_alive) {
+    log->info("keep-alive {} -> {}", absl::FormatDuration(running.keep_alive),
+              absl::FormatDuration(fresh.keep_alive));
+    absl::MutexLock lock(&reaper_mu_);
+    keep_alive_ = fresh.keep_alive;
+    running.keep_alive = fresh.keep_alive;
+  }
   if (fresh.log_level != running.log_level || fresh.log_format != running.log_format) {
     log->info("log level {} -> {}, format {} -> {}",
               spdlog::level::to_string_view(running.log_level),
@@ -320,6 +354,7 @@ void DaemonServer::Shutdown(const std::string& reason) {
   if (bandwidth_probe_.joinable()) {
     bandwidth_probe_.join();  // a few hundred milliseconds at most
   }
+  StopKeepAliveReaper();
   if (server_ != nullptr) {
     // Health first, so that watchers and load balancers stop sending work.
     server_->GetHealthCheckService()->Shutdown();

@@ -17,6 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
 #include "absl/status/statusor.h"
 #include "daemon/config/daemon_options.h"
 #include "daemon/identity/caller_registry.h"
@@ -62,6 +66,9 @@ class DaemonServer {
   absl::Status Listen(bool created_socket_directory);
   // Measures each device's pinned H2D bandwidth on a background thread.
   void StartBandwidthProbe();
+  // Evicts components unused for longer than their keep-alive, once a second, until Shutdown.
+  void StartKeepAliveReaper();
+  void StopKeepAliveReaper();
   // Lets --socket-group members reach the socket: the socket file itself, and its directory
   // only when ddod created that directory at this start (never /run or a user's directory).
   absl::Status SetSocketPermissions(bool created_socket_directory) const;
@@ -79,6 +86,10 @@ class DaemonServer {
   std::optional<InstanceLock> lock_;
   BandwidthBoard bandwidth_;
   std::thread bandwidth_probe_;
+  absl::Mutex reaper_mu_;
+  bool reaper_stop_ ABSL_GUARDED_BY(reaper_mu_) = false;
+  absl::Duration keep_alive_ ABSL_GUARDED_BY(reaper_mu_) = absl::InfiniteDuration();
+  std::thread keep_alive_reaper_;
   std::string store_manifest_path_;
   bool stopped_ = false;
 };

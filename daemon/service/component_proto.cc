@@ -31,6 +31,9 @@ void ToProto(const ComponentSnapshot& snapshot, bool with_layout, ddo::v1::Compo
   info->set_pinned_bytes(snapshot.pinned ? snapshot.segment_size : 0);
   info->set_sessions(snapshot.sessions);
   info->set_last_used_unix_ms(absl::ToUnixMillis(snapshot.last_used));
+  info->set_keep_alive_seconds(snapshot.keep_alive == absl::InfiniteDuration()
+                                   ? -1
+                                   : absl::ToInt64Seconds(snapshot.keep_alive));
   info->set_base_cache_key(snapshot.base_cache_key);
   info->set_changed_tensors(snapshot.changed_tensors);
   info->set_own_bytes(snapshot.own_bytes);

@@ -371,6 +371,13 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
   if (!caller.ok()) return Finish(kMethod, caller.status());
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return Finish(kMethod, lease.status());
+  constexpr int64_t kMaxKeepAliveSeconds = int64_t{10} * 365 * 24 * 3600;
+  if (request->keep_alive_seconds() < -1 || request->keep_alive_seconds() > kMaxKeepAliveSeconds) {
+    return Finish(kMethod, absl::InvalidArgumentError(absl::StrCat(
+                               "keep_alive_seconds=", request->keep_alive_seconds(),
+                               ": 0 for ddod's default, -1 for never, or 1 to ",
+                               kMaxKeepAliveSeconds)));
+  }
   SafetensorsRequest load;
   load.cache_key = request->cache_key();
   const bool by_path = request->files_size() > 0 || !request->index_file().empty();
@@ -433,6 +440,16 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
       store_.DiscardUnused(result->component.cache_key, result->component.segment_name);
     }
     return Finish(kMethod, open);
+  }
+  if (request->keep_alive_seconds() != 0) {
+    const absl::Duration keep = request->keep_alive_seconds() < 0
+                                    ? absl::InfiniteDuration()
+                                    : absl::Seconds(request->keep_alive_seconds());
+    if (absl::Status kept = store_.SetKeepAlive(result->component.cache_key, *caller, keep);
+        !kept.ok()) {
+      return Finish(kMethod, kept);
+    }
+    result->component.keep_alive = keep;
   }
   ddo::v1::LoadProgress last;
   last.set_bytes_done(result->component.total_bytes);

@@ -858,6 +858,51 @@ absl::StatusOr<uint64_t> ComponentStore::Evict(const std::string& cache_key,
   return freed;
 }
 
+absl::Status ComponentStore::SetKeepAlive(const std::string& cache_key, const Caller& caller,
+                                          absl::Duration keep_alive) {
+  absl::MutexLock lock(&mu_);
+  auto it = components_.find(cache_key);
+  if (it == components_.end() || !MayRead(caller, it->second) ||
+      it->second.info.state != ComponentState::kReady) {
+    return absl::NotFoundError(
+        absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
+  }
+  it->second.info.keep_alive = keep_alive;
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ComponentStore::EvictIdle(absl::Time now, absl::Duration fallback) {
+  std::vector<std::string> evicted;
+  absl::MutexLock lock(&mu_);
+  // Rounds until none is due: a base whose bytes a derived version shares is due only after
+  // that one went (it releases nothing before).
+  for (bool again = true; again;) {
+    again = false;
+    for (auto it = components_.begin(); it != components_.end(); ++it) {
+      const ComponentSnapshot& info = it->second.info;
+      const absl::Duration keep =
+          info.keep_alive == absl::ZeroDuration() ? fallback : info.keep_alive;
+      if (info.state != ComponentState::kReady || info.sessions > 0 ||
+          keep == absl::InfiniteDuration() || keep <= absl::ZeroDuration() ||
+          now - info.last_used < keep || ReleasableBytesLocked(it->second) == 0) {
+        continue;
+      }
+      const std::string key = it->first;
+      const absl::Duration unused = now - info.last_used;
+      const uint64_t freed = DiscardLocked(it);  // `info` is gone from here on
+      ++evictions_;
+      Logger("store")->info("evicted '{}' after {} unused (keep-alive {}; {} released)",
+                            EscapeForDisplay(key), absl::FormatDuration(unused),
+                            absl::FormatDuration(keep), FormatBytes(freed));
+      evicted.push_back(key);
+      again = true;
+      break;  // the map changed
+    }
+  }
+  if (!evicted.empty()) PersistLocked();
+  return evicted;
+}
+
 absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
                                                           const std::string& cache_key) {
   absl::MutexLock lock(&mu_);

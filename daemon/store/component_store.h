@@ -67,6 +67,9 @@ struct ComponentSnapshot {
   uint64_t own_bytes = 0;        // their bytes (total_bytes when not derived)
   uint32_t sessions = 0;
   absl::Time last_used;
+  // Evicted after this long unused (no session): zero for ddod's default (--keep-alive),
+  // absl::InfiniteDuration() for never (only the pool's LRU evicts it then).
+  absl::Duration keep_alive = absl::ZeroDuration();
   int64_t uploader_pid = 0;
   uid_t owner_uid = 0;  // who made it: only they (or an admin) evict or replace it
   std::vector<TensorEntry> tensors;
@@ -199,6 +202,14 @@ class ComponentStore {
   // version still uses its bytes: they go with the last component that uses them). Only its
   // owner or an admin may.
   absl::StatusOr<uint64_t> Evict(const std::string& cache_key, const Caller& caller);
+
+  // The keep-alive of a READY component the caller may read (ComponentSnapshot::keep_alive).
+  absl::Status SetKeepAlive(const std::string& cache_key, const Caller& caller,
+                            absl::Duration keep_alive);
+  // Evicts the READY components unused for longer than their keep-alive (`fallback` for those
+  // with ddod's default; infinite: never), as an LRU eviction would (a base a derived version
+  // shares waits for it). Returns their keys.
+  std::vector<std::string> EvictIdle(absl::Time now, absl::Duration fallback);
 
   // A host session: the component stays until Detach or the lease ends. The lease's caller
   // must be allowed to read the component.

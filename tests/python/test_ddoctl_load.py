@@ -73,3 +73,35 @@ def test_what_load_refuses(daemon, short_dir):
         assert expected in done.stderr, (words, done.stderr)
     with DdoClient.connect(daemon.address) as client:
         assert [c.cache_key for c in client.components()] == []
+
+
+def test_keep_alive_evicts_what_nobody_uses(daemon_factory, short_dir):
+    """ddod --keep-alive 1s: a component unused for a second goes; one loaded with
+    keep-alive=never stays, and so does one a runner has attached (in use)."""
+    import time
+
+    daemon = daemon_factory(os.path.join(short_dir, "ka", "ddod.sock"), "--keep-alive", "1s")
+    paths = {name: write_safetensors(os.path.join(short_dir, f"{name}.safetensors"),
+                                     _tensors(seed))
+             for seed, name in enumerate(("idle", "kept", "used"), start=4)}
+    assert ddoctl(daemon, "load", "ka/idle", paths["idle"]).returncode == 0
+    assert ddoctl(daemon, "load", "ka/kept", paths["kept"], "keep-alive=never").returncode == 0
+    assert ddoctl(daemon, "load", "ka/used", paths["used"]).returncode == 0
+    with DdoClient.connect(daemon.address) as client:
+        with client.attach("ka/used"):
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                keys = {c.cache_key for c in client.components()}
+                if "ka/idle" not in keys:
+                    break
+                time.sleep(0.2)
+            assert keys == {"ka/kept", "ka/used"}, keys
+            time.sleep(1.5)  # in use: still there well past its keep-alive
+            assert {c.cache_key for c in client.components()} == {"ka/kept", "ka/used"}
+        listed = json.loads(ddoctl(daemon, "--json", "components").stdout)
+    by_key = {entry["ref"]["cache_key"]: entry for entry in listed["components"]}
+    assert by_key["ka/kept"]["keep_alive_seconds"] == -1
+    assert by_key["ka/used"]["keep_alive_seconds"] == 0  # ddod's default
+    assert "evicted 'ka/idle' after" in daemon.log()
+    bad = ddoctl(daemon, "load", "ka/x", paths["idle"], "keep-alive=soon")
+    assert bad.returncode == 2 and "keep-alive takes a duration" in bad.stderr, bad.stderr
