@@ -105,3 +105,19 @@ def test_keep_alive_evicts_what_nobody_uses(daemon_factory, short_dir):
     assert "evicted 'ka/idle' after" in daemon.log()
     bad = ddoctl(daemon, "load", "ka/x", paths["idle"], "keep-alive=soon")
     assert bad.returncode == 2 and "keep-alive takes a duration" in bad.stderr, bad.stderr
+
+
+def test_the_python_client_sets_a_keep_alive(daemon, short_dir):
+    import pytest
+    from diffusers_dynamic_offloader import ConfigurationError
+
+    path = write_safetensors(os.path.join(short_dir, "py.safetensors"), _tensors(9))
+    with DdoClient.connect(daemon.address) as client:
+        client.load_safetensors("py/kept", path, keep_alive="never", progress=False)
+        client.load_safetensors("py/hour", path, keep_alive=3600, progress=False)
+        with pytest.raises(ConfigurationError, match="keep_alive=0.5"):
+            client.load_safetensors("py/bad", path, keep_alive=0.5, progress=False)
+        keep = {c.cache_key: c for c in client.components()}
+    listed = json.loads(ddoctl(daemon, "--json", "components").stdout)
+    seconds = {e["ref"]["cache_key"]: e["keep_alive_seconds"] for e in listed["components"]}
+    assert seconds == {"py/kept": -1, "py/hour": 3600}, (seconds, list(keep))

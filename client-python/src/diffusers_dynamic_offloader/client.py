@@ -365,6 +365,7 @@ class DdoClient(Closeable):
         progress: Optional[bool] = None,
         log: Optional["LogFunction"] = None,
         stall_timeout: Optional[float] = None,
+        keep_alive: Optional[Union[float, str]] = None,
     ) -> "Component":
         """Has ddod read safetensors files (or a model folder) into its pool; see
         :func:`diffusers_dynamic_offloader.store.load_safetensors`."""
@@ -380,6 +381,7 @@ class DdoClient(Closeable):
             progress=progress,
             log=log,
             stall_timeout=stall_timeout,
+            keep_alive=keep_alive,
         )
         self.stored_keys.add(cache_key)
         return stored

@@ -676,6 +676,19 @@ def _quote(path: str) -> str:
     return path if path.isprintable() and len(path) <= 1024 else quote(path, 1024)
 
 
+def _keep_alive_seconds(keep_alive: Optional[Union[float, str]]) -> int:
+    """LoadSafetensorsRequest.keep_alive_seconds: 0 for ddod's default, -1 for never."""
+    if keep_alive is None:
+        return 0
+    if keep_alive == "never":
+        return -1
+    if isinstance(keep_alive, bool) or not isinstance(keep_alive, (int, float)) \
+            or not 1 <= keep_alive <= 10 * 365 * 24 * 3600:
+        raise ConfigurationError(
+            f"keep_alive={keep_alive!r} must be seconds from 1 to ten years, \"never\" or None")
+    return int(keep_alive)
+
+
 def load_safetensors(
     client: "DdoClient",
     cache_key: str,
@@ -687,6 +700,7 @@ def load_safetensors(
     progress: Optional[bool] = None,
     log: Optional[LogFunction] = None,
     stall_timeout: Optional[float] = None,
+    keep_alive: Optional[Union[float, str]] = None,
 ) -> Component:
     """Has ddod read ``*.safetensors`` files into its pool under ``cache_key``.
 
@@ -707,6 +721,8 @@ def load_safetensors(
         log: Receives the summary line instead of stderr.
         stall_timeout: Give up when ddod sends no progress for this many seconds (default:
             the larger of 60 s and 12 client timeouts).
+        keep_alive: Seconds without a session after which ddod evicts the component, or
+            ``"never"``; None: ddod's ``--keep-alive`` (docs/deploy.md).
 
     Returns:
         The READY component; ``warm_hit`` says whether it was already in the pool.
@@ -726,6 +742,7 @@ def load_safetensors(
         raise ConfigurationError(
             f"content_hash={content_hash!r} is not of the form 'xxh3-64:<16 lowercase hex>'"
         )
+    keep_alive_seconds = _keep_alive_seconds(keep_alive)
     inputs = _SafetensorsInputs.open(list(paths), index_file)
     passed = inputs.names_and_paths()
     try:
@@ -740,6 +757,7 @@ def load_safetensors(
         index_handle=index_handle,
         content_hash=content_hash,
         units=dict(units or {}),
+        keep_alive_seconds=keep_alive_seconds,
     )
     if stall_timeout is None:
         stall_timeout = max(60.0, 12 * client.timeout)
