@@ -1,7 +1,9 @@
 #include "daemon/ctl/top_view.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -84,6 +86,25 @@ std::string FormatTop(const ddo::v1::DaemonInfo& info, const TopSnapshot& now,
                               FormatBytes(session.resident_bytes()), session.schedule_length()));
   }
   if (now.sessions.sessions().empty()) absl::StrAppend(&out, "(no session)\n");
+
+  std::vector<const ddo::v1::ComponentInfo*> components;
+  for (const auto& component : now.components.components()) components.push_back(&component);
+  std::sort(components.begin(), components.end(), [](const auto* a, const auto* b) {
+    return a->own_bytes() > b->own_bytes();
+  });
+  absl::StrAppend(&out, "\n", absl::StrFormat("%-40s %10s %8s %10s %10s\n", "COMPONENT", "OWN",
+                                              "SESSIONS", "PINNED", "KEEP-ALIVE"));
+  for (const auto* component : components) {
+    const int64_t keep = component->keep_alive_seconds();
+    absl::StrAppend(
+        &out, absl::StrFormat("%-40s %10s %8u %10s %10s\n",
+                              EscapeForDisplay(component->ref().cache_key(), 40),
+                              FormatBytes(component->own_bytes()), component->sessions(),
+                              FormatBytes(component->pinned_bytes()),
+                              keep < 0 ? std::string("never")
+                                       : keep == 0 ? std::string("default") : Duration(keep)));
+  }
+  if (components.empty()) absl::StrAppend(&out, "(the pool is empty)\n");
   return out;
 }
 

@@ -37,6 +37,15 @@ TEST(TopViewTest, RatesComeFromTwoSnapshots) {
   EXPECT_THAT(screen, HasSubstr("runner stalls 2.0/s (14 in all)"));
   EXPECT_THAT(screen, HasSubstr("a1b2c3d4  4242     flux/transformer"));
   EXPECT_THAT(screen, HasSubstr("50.0 GB/s"));
+  EXPECT_THAT(screen, HasSubstr("(the pool is empty)"));
+
+  auto* component = now.components.add_components();
+  component->mutable_ref()->set_cache_key("flux/transformer");
+  component->set_own_bytes(uint64_t{12} << 30);
+  component->set_sessions(1);
+  component->set_keep_alive_seconds(-1);
+  EXPECT_THAT(FormatTop(info, now, before), HasSubstr("12.0 GiB        1"));
+  EXPECT_THAT(FormatTop(info, now, before), HasSubstr("never"));
 }
 
 TEST(TopViewTest, AStrangersTextIsEscaped) {

@@ -246,6 +246,11 @@ int RunTop(const CtlArgs& args, ddo::CtlConnection& connection) {
         !status.ok()) {
       return RpcFailed("ListSessions", status);
     }
+    if (auto status = Call(connection, &Stub::ListComponents, ddo::v1::ListComponentsRequest(),
+                           &now.components);
+        !status.ok()) {
+      return RpcFailed("ListComponents", status);
+    }
     if (terminal) std::fputs("\033[H\033[2J", stdout);  // home, clear
     std::fputs(ddo::FormatTop(info, now, before).c_str(), stdout);
     if (!terminal) std::fputs("\n", stdout);
