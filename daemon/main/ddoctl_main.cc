@@ -161,23 +161,23 @@ int RunLoad(const CtlArgs& args, ddo::CtlConnection& connection) {
   request.set_lease_id(event.connected().lease_id());
   request.set_cache_key(key);
   request.set_keep_alive_seconds(keep_alive_seconds);
-  for (const ddo::OpenedInput& input : inputs->files) {
+  // Each file passed over the identity socket: its handle, or 0 after saying why not.
+  auto pass = [&connection](const ddo::OpenedInput& input) -> uint64_t {
     auto handle = connection.PassFile(input.name, input.fd.get());
-    if (!handle.ok()) {
-      std::fprintf(stderr, "ddoctl: passing %s: %s\n", ddo::EscapeForDisplay(input.path).c_str(),
-                   std::string(handle.status().message()).c_str());
-      return kExitRpcFailed;
-    }
-    request.add_file_handles(*handle);
+    if (handle.ok()) return *handle;
+    std::fprintf(stderr, "ddoctl: passing %s: %s\n", ddo::EscapeForDisplay(input.path).c_str(),
+                 std::string(handle.status().message()).c_str());
+    return 0;
+  };
+  for (const ddo::OpenedInput& input : inputs->files) {
+    const uint64_t handle = pass(input);
+    if (handle == 0) return kExitRpcFailed;
+    request.add_file_handles(handle);
   }
   for (const ddo::OpenedInput& index : inputs->index) {
-    auto handle = connection.PassFile(index.name, index.fd.get());
-    if (!handle.ok()) {
-      std::fprintf(stderr, "ddoctl: passing %s: %s\n", ddo::EscapeForDisplay(index.path).c_str(),
-                   std::string(handle.status().message()).c_str());
-      return kExitRpcFailed;
-    }
-    request.set_index_handle(*handle);
+    const uint64_t handle = pass(index);
+    if (handle == 0) return kExitRpcFailed;
+    request.set_index_handle(handle);
   }
   grpc::ClientContext load_context;
   connection.Prepare(&load_context);
