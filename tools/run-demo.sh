@@ -19,17 +19,16 @@ sudo=""
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$deb" > /dev/null
 dpkg-query -W -f='installed ${Package} ${Version}\n' ddo
 
-# The demo runs as the ordinary user: the one behind sudo, else whoever runs this.
-as_user() {
-  if [[ $(id -u) -eq 0 && -n "${SUDO_USER:-}" && "${SUDO_USER}" != root ]]; then
-    sudo -u "$SUDO_USER" -- "$@"
-  else
-    "$@"
-  fi
-}
-run_dir=$(as_user mktemp -d /tmp/ddo-demo-XXXXXX)
+# The demo runs as the ordinary user: the one behind sudo, else whoever runs this. A command
+# prefix, not a function: `$!` must be ddod's pid (or sudo's, which passes SIGTERM on).
+as_user=()
+if [[ $(id -u) -eq 0 && -n "${SUDO_USER:-}" && "${SUDO_USER}" != root ]]; then
+  as_user=(sudo -u "$SUDO_USER" --)
+fi
+run_dir=$("${as_user[@]}" mktemp -d /tmp/ddo-demo-XXXXXX)
 socket="$run_dir/ddod.sock"
-as_user ddod --preset warm_process --discard --socket "$socket" --state-dir "$run_dir/state" &
+"${as_user[@]}" ddod --preset warm_process --discard --socket "$socket" \
+  --state-dir "$run_dir/state" &
 ddod_pid=$!
 cleanup() {
   kill -TERM "$ddod_pid" 2>/dev/null && wait "$ddod_pid" || true
@@ -41,8 +40,8 @@ for _ in $(seq 100); do
   [[ -S "$socket" ]] && break
   sleep 0.05
 done
-echo "== ddoctl status (as $(as_user id -un))"
-as_user ddoctl --daemon "unix:$socket" status
+echo "== ddoctl status (as $("${as_user[@]}" id -un))"
+"${as_user[@]}" ddoctl --daemon "unix:$socket" status
 echo
 echo "== demo client (Debian's python3, the installed package)"
-as_user env DDO_DAEMON="unix:$socket" /usr/bin/python3 -m diffusers_dynamic_offloader.demo
+"${as_user[@]}" env DDO_DAEMON="unix:$socket" /usr/bin/python3 -m diffusers_dynamic_offloader.demo

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/common/display_text.h"
 
 namespace ddo {
 namespace {
@@ -30,10 +31,38 @@ void Append(spdlog::memory_buf_t& dest, absl::string_view text) {
   dest.append(text.data(), text.data() + text.size());
 }
 
-// `text` as the contents of a JSON string: quotes, backslashes and control characters escaped
-// (bytes >= 0x80 pass: messages are UTF-8, and ddod escapes what callers send before logging).
+// The length of the valid UTF-8 sequence at the start of `text`, or 0.
+size_t Utf8Length(absl::string_view text) {
+  const auto byte = [&text](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  size_t length = lead >= 0xf0 && lead <= 0xf4 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc2 ? 2 : 0;
+  if (length == 0 || lead >= 0xf5 || text.size() < length) return 0;
+  for (size_t i = 1; i < length; ++i) {
+    if ((byte(i) & 0xc0) != 0x80) return 0;
+  }
+  // Overlong three- and four-byte forms, surrogates, beyond U+10FFFF.
+  if ((lead == 0xe0 && byte(1) < 0xa0) || (lead == 0xed && byte(1) >= 0xa0) ||
+      (lead == 0xf0 && byte(1) < 0x90) || (lead == 0xf4 && byte(1) >= 0x90)) {
+    return 0;
+  }
+  return length;
+}
+
+// `text` as the contents of a JSON string: quotes, backslashes and control characters escaped,
+// a byte that is not valid UTF-8 replaced by U+FFFD (a JSON parser would refuse the line).
 void AppendJsonString(spdlog::memory_buf_t& dest, absl::string_view text) {
-  for (char c : text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      const size_t length = Utf8Length(text.substr(i));
+      if (length == 0) {
+        Append(dest, "\\ufffd");
+      } else {
+        Append(dest, text.substr(i, length));
+        i += length - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': Append(dest, "\\\""); break;
       case '\\': Append(dest, "\\\\"); break;
@@ -57,7 +86,7 @@ absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view text) {
   if (lowered == "text") return LogFormat::kText;
   if (lowered == "json") return LogFormat::kJson;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown log format '", text, "'; valid: text, json"));
+      absl::StrCat("unknown log format '", EscapeForDisplay(text), "'; valid: text, json"));
 }
 
 absl::string_view LogFormatName(LogFormat format) {

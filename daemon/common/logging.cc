@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/common/display_text.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 
 namespace ddo {
@@ -32,7 +33,7 @@ absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(absl::string_view text) 
   if (lowered == "critical") return spdlog::level::critical;
   if (lowered == "off") return spdlog::level::off;
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown log level '", text, "'; valid: trace, debug, info, warn, error, critical, off"));
+      "unknown log level '", EscapeForDisplay(text), "'; valid: trace, debug, info, warn, error, critical, off"));
 }
 
 void InitLogging(spdlog::level::level_enum level, LogFormat format) {

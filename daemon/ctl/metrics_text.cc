@@ -83,7 +83,8 @@ std::string FormatMetrics(const ddo::v1::DaemonInfo& info, const ddo::v1::Stats&
           "Components adopted at start from the previous ddod's pool (warm restart).",
           uint64_t{pool.adopted()});
   out.One("ddo_pool_evictions_total", "counter",
-          "Components evicted to make room in the pool since start.", pool.evictions());
+          "Components evicted since start: to make room in the pool, or unused past their "
+          "keep-alive.", pool.evictions());
 
   const ddo::v1::StreamTotals& stream = stats.stream();
   out.One("ddo_stream_sessions_opened_total", "counter", "Streaming sessions opened.",
@@ -122,7 +123,7 @@ std::string FormatMetrics(const ddo::v1::DaemonInfo& info, const ddo::v1::Stats&
     for (int i = 0; i < rpc.at_most_size() && i < stats.latency_bucket_seconds_size(); ++i) {
       out.Sample("ddo_rpc_duration_seconds_bucket",
                  absl::StrCat("method=\"", method, "\",le=\"",
-                              Number(stats.latency_bucket_seconds(i)), "\""),
+                              absl::StrCat(stats.latency_bucket_seconds(i)), "\""),
                  Number(rpc.at_most(i)));
     }
     out.Sample("ddo_rpc_duration_seconds_bucket",

@@ -66,8 +66,6 @@ std::string FormatTop(const ddo::v1::DaemonInfo& info, const TopSnapshot& now,
       streamed_before[session.session_id()] = session.streamed_bytes();
     }
   }
-  std::map<std::string, const ddo::v1::LeaseInfo*> leases;
-  for (const auto& lease : now.sessions.leases()) leases[lease.lease_id()] = &lease;
   absl::StrAppend(&out, absl::StrFormat("%-9s %-8s %-32s %-14s %10s %10s %10s %9s\n", "SESSION",
                                         "PID", "COMPONENT", "DEVICE", "RATE", "STREAMED",
                                         "RESIDENT", "UNITS"));

@@ -131,17 +131,25 @@ int RunLoad(const CtlArgs& args, ddo::CtlConnection& connection) {
     absl::Duration keep;
     if (value == "never") {
       keep_alive_seconds = -1;
-    } else if (absl::ParseDuration(value, &keep) && keep >= absl::Seconds(1)) {
+    } else if (absl::ParseDuration(value, &keep) && keep >= absl::Seconds(1) &&
+               keep <= absl::Hours(24 * 365 * 10)) {
       keep_alive_seconds = absl::ToInt64Seconds(keep);
     } else {
-      return Usage(absl::StrCat("keep-alive takes a duration of at least 1s (30m, 2h) or never, "
-                                "not '", ddo::EscapeForDisplay(value), "'"));
+      return Usage(absl::StrCat("keep-alive takes a duration from 1s to 10 years (30m, 2h) or "
+                                "never, not '", ddo::EscapeForDisplay(value), "'"));
     }
   }
   if (paths.empty()) {
     return Usage("load takes a cache key and one or more *.safetensors files or model folders");
   }
   auto inputs = ddo::OpenLoadInputs(paths);
+  // ddod takes at most this many passed files per connection (docs/security.md).
+  constexpr size_t kMaxPassedFiles = 256;
+  if (inputs.ok() && inputs->files.size() + inputs->index.size() > kMaxPassedFiles) {
+    std::fprintf(stderr, "ddoctl: %zu files to load; ddod takes at most %zu at once\n",
+                 inputs->files.size() + inputs->index.size(), kMaxPassedFiles);
+    return kExitUsage;
+  }
   if (!inputs.ok()) {
     std::fprintf(stderr, "ddoctl: %s\n", std::string(inputs.status().message()).c_str());
     return kExitUsage;
@@ -189,8 +197,9 @@ int RunLoad(const CtlArgs& args, ddo::CtlConnection& connection) {
   while (stream->Read(&progress)) {
     last = progress;
     if (bar && progress.bytes_total() > 0 && !progress.done()) {
-      const double done = static_cast<double>(progress.bytes_done()) / progress.bytes_total();
-      const int filled = static_cast<int>(done * 30);
+      const double done = std::min(
+          1.0, static_cast<double>(progress.bytes_done()) / progress.bytes_total());
+      const int filled = std::clamp(static_cast<int>(done * 30), 0, 30);
       const double seconds = std::max(1e-3, absl::ToDoubleSeconds(absl::Now() - began));
       std::fprintf(stderr, "\r%s [%s%s] %s / %s  %.1f GB/s ", ddo::EscapeForDisplay(key, 32).c_str(),
                    std::string(filled, '#').c_str(), std::string(30 - filled, '.').c_str(),

@@ -330,6 +330,11 @@ std::vector<std::string> DaemonServer::Reload(const DaemonOptions& fresh) {
   differs("max-user-pool-gb", fresh.max_user_pool_gb != running.max_user_pool_gb);
   differs("DDO_PIN_CPU_MEMORY", fresh.pin_cpu_memory != running.pin_cpu_memory);
   differs("DDO_PIN_CPU_WORKERS", fresh.pin_workers != running.pin_workers);
+  auto cache_pinned = [](const DaemonOptions& options) {
+    auto it = options.setting_environment.find("DDO_CACHE_PINNED_WEIGHTS");
+    return it == options.setting_environment.end() ? std::string() : it->second;
+  };
+  differs("DDO_CACHE_PINNED_WEIGHTS", cache_pinned(fresh) != cache_pinned(running));
   for (const std::string& name : need_restart) {
     log->warn("{} changed in the configuration; it takes effect at the next start", name);
   }

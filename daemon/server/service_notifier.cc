@@ -4,6 +4,7 @@
 #include <systemd/sd-daemon.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -79,24 +80,40 @@ bool ServiceNotifier::Healthy() const {
   auto channel = grpc::CreateChannel(health_target_, grpc::InsecureChannelCredentials());
   auto health = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + watchdog_interval_ / 4));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + HealthDeadline()));
   grpc::health::v1::HealthCheckRequest request;
   grpc::health::v1::HealthCheckResponse response;
   const grpc::Status status = health->Check(&context, request, &response);
   return status.ok() && response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 
+absl::Duration ServiceNotifier::Period() const {
+  // Half the interval, as sd_watchdog_enabled(3) advises; never a busy loop, whatever
+  // WATCHDOG_USEC says (systemd's own minimum is far above this).
+  return std::max(watchdog_interval_ / 2, absl::Milliseconds(100));
+}
+
+absl::Duration ServiceNotifier::HealthDeadline() const {
+  return std::clamp(watchdog_interval_ / 4, absl::Milliseconds(50), Period() / 2);
+}
+
 void ServiceNotifier::WatchdogLoop() {
-  const absl::Duration period = watchdog_interval_ / 2;
+  const absl::Duration period = Period();
+  bool healthy = true;
   for (;;) {
     {
       absl::MutexLock lock(&mutex_);
       if (mutex_.AwaitWithTimeout(absl::Condition(&stopping_), period)) return;
     }
-    if (Healthy()) {
-      Send("WATCHDOG=1");
-    } else {
-      Logger("server")->warn("watchdog: ddod's own health check failed; not pinging systemd");
+    const bool now_healthy = Healthy();
+    if (now_healthy) Send("WATCHDOG=1");
+    if (now_healthy != healthy) {  // said once per change, not at every ping
+      if (now_healthy) {
+        Logger("server")->info("watchdog: ddod's own health check answers again");
+      } else {
+        Logger("server")->warn("watchdog: ddod's own health check failed; not pinging systemd");
+      }
+      healthy = now_healthy;
     }
   }
 }

@@ -47,6 +47,8 @@ class ServiceNotifier {
   void Send(const std::string& message) const;
   void WatchdogLoop();
   bool Healthy() const;
+  absl::Duration Period() const;
+  absl::Duration HealthDeadline() const;
 
   const std::string health_target_;
   const bool enabled_;

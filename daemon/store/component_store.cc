@@ -867,6 +867,14 @@ absl::Status ComponentStore::SetKeepAlive(const std::string& cache_key, const Ca
     return absl::NotFoundError(
         absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
   }
+  if (it->second.info.owner_uid != caller.uid && !caller.admin) {
+    // A reader could otherwise evict the owner's component (a keep-alive of a second) or keep
+    // it past ddod's default: like Evict, the owner's or the administrator's to decide.
+    return absl::PermissionDeniedError(absl::StrCat(
+        "'", EscapeForDisplay(cache_key),
+        "' is shared with you but owned by another user: only its owner or ddod's "
+        "administrator may set its keep-alive (load it without one)"));
+  }
   it->second.info.keep_alive = keep_alive;
   return absl::OkStatus();
 }

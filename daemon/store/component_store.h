@@ -203,7 +203,8 @@ class ComponentStore {
   // owner or an admin may.
   absl::StatusOr<uint64_t> Evict(const std::string& cache_key, const Caller& caller);
 
-  // The keep-alive of a READY component the caller may read (ComponentSnapshot::keep_alive).
+  // The keep-alive of a READY component the caller owns (or any, for an admin):
+  // ComponentSnapshot::keep_alive. PermissionDenied for a reader of another user's.
   absl::Status SetKeepAlive(const std::string& cache_key, const Caller& caller,
                             absl::Duration keep_alive);
   // Evicts the READY components unused for longer than their keep-alive (`fallback` for those

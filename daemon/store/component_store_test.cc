@@ -176,6 +176,26 @@ TEST_F(ComponentStoreTest, LeastRecentlyUsedUnusedComponentsAreEvictedFirst) {
   EXPECT_EQ(store_->Stats().evictions, 2u);
 }
 
+TEST_F(ComponentStoreTest, KeepAliveEvictsOnlyWhatIsUnusedForLong) {
+  Upload("idle");
+  Upload("kept");
+  Upload("used");
+  ASSERT_TRUE(store_->SetKeepAlive("kept", lease_.caller, absl::InfiniteDuration()).ok());
+  ASSERT_TRUE(store_->AttachHost(lease_, "used").ok());
+  const uint64_t evictions = store_->Stats().evictions;
+  // Not yet unused for a minute: nothing goes.
+  EXPECT_TRUE(store_->EvictIdle(absl::Now(), absl::Minutes(1)).empty());
+  // An hour later: the idle one goes; the one kept forever and the one in use stay.
+  EXPECT_EQ(store_->EvictIdle(absl::Now() + absl::Hours(1), absl::Minutes(1)),
+            std::vector<std::string>{"idle"});
+  EXPECT_EQ(store_->Stats().evictions, evictions + 1);
+  // ddod's default "never" evicts nothing.
+  EXPECT_TRUE(store_->EvictIdle(absl::Now() + absl::Hours(1), absl::InfiniteDuration()).empty());
+  std::vector<std::string> keys;
+  for (const auto& component : store_->List(lease_.caller)) keys.push_back(component.cache_key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"kept", "used"}));
+}
+
 TEST_F(ComponentStoreTest, ComponentsInUseAreNeverEvicted) {
   Upload("a");
   Upload("b");
@@ -406,6 +426,11 @@ TEST_F(ComponentStoreTest, FilesWithTheSameBytesShareOneCopyOtherBytesDoNot) {
   auto proved = store_->LoadSafetensors(same_file, RequestFor("m", path), quiet, none);
   ASSERT_TRUE(proved.ok()) << proved.status();
   EXPECT_TRUE(proved->warm_hit);
+
+  // Only the owner (or an admin) sets the keep-alive: a reader could evict it otherwise.
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      store_->SetKeepAlive("m", copier.caller, absl::Seconds(1))));
+  EXPECT_TRUE(store_->SetKeepAlive("m", owner.caller, absl::InfiniteDuration()).ok());
 
   // The owner's file rewritten with other bytes proves nothing for a newcomer.
   const Lease newcomer = LeaseOf(5005);

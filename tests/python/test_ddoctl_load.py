@@ -77,7 +77,8 @@ def test_what_load_refuses(daemon, short_dir):
 
 def test_keep_alive_evicts_what_nobody_uses(daemon_factory, short_dir):
     """ddod --keep-alive 1s: a component unused for a second goes; one loaded with
-    keep-alive=never stays, and so does one a runner has attached (in use)."""
+    keep-alive=never stays, and so does one a runner has attached (in use) past its own
+    keep-alive (3 s: time enough to attach it after the load, however busy the machine)."""
     import time
 
     daemon = daemon_factory(os.path.join(short_dir, "ka", "ddod.sock"), "--keep-alive", "1s")
@@ -86,9 +87,10 @@ def test_keep_alive_evicts_what_nobody_uses(daemon_factory, short_dir):
              for seed, name in enumerate(("idle", "kept", "used"), start=4)}
     assert ddoctl(daemon, "load", "ka/idle", paths["idle"]).returncode == 0
     assert ddoctl(daemon, "load", "ka/kept", paths["kept"], "keep-alive=never").returncode == 0
-    assert ddoctl(daemon, "load", "ka/used", paths["used"]).returncode == 0
+    assert ddoctl(daemon, "load", "ka/used", paths["used"], "keep-alive=3s").returncode == 0
     with DdoClient.connect(daemon.address) as client:
         with client.attach("ka/used"):
+            attached = time.monotonic()
             deadline = time.monotonic() + 15
             while time.monotonic() < deadline:
                 keys = {c.cache_key for c in client.components()}
@@ -96,12 +98,12 @@ def test_keep_alive_evicts_what_nobody_uses(daemon_factory, short_dir):
                     break
                 time.sleep(0.2)
             assert keys == {"ka/kept", "ka/used"}, keys
-            time.sleep(1.5)  # in use: still there well past its keep-alive
+            time.sleep(max(0.0, attached + 4.0 - time.monotonic()))  # past its 3 s, in use
             assert {c.cache_key for c in client.components()} == {"ka/kept", "ka/used"}
         listed = json.loads(ddoctl(daemon, "--json", "components").stdout)
     by_key = {entry["ref"]["cache_key"]: entry for entry in listed["components"]}
     assert by_key["ka/kept"]["keep_alive_seconds"] == -1
-    assert by_key["ka/used"]["keep_alive_seconds"] == 0  # ddod's default
+    assert by_key["ka/used"]["keep_alive_seconds"] == 3
     assert "evicted 'ka/idle' after" in daemon.log()
     bad = ddoctl(daemon, "load", "ka/x", paths["idle"], "keep-alive=soon")
     assert bad.returncode == 2 and "keep-alive takes a duration" in bad.stderr, bad.stderr

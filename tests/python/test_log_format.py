@@ -72,7 +72,7 @@ def test_journal_priorities(ddod_binary, short_dir, monkeypatch):
     assert any(line.startswith("<7>debug ") for line in lines)
     # JOURNAL_STREAM naming another stream (a child of a service writing to a file): no
     # prefixes, timestamps back.
-    monkeypatch.setenv("JOURNAL_STREAM", f"{info.st_dev}:{info.st_ino + 1}")
+    monkeypatch.setenv("JOURNAL_STREAM", f"{info.st_dev}:{info.st_ino}")  # journal.log's
     other = start_ddod(ddod_binary, os.path.join(short_dir, "o.sock"),
                        os.path.join(short_dir, "o.log"))
     assert other.terminate() == 0

@@ -113,11 +113,32 @@ def test_install_creates_the_user_enables_the_service_and_members_reach_it(insta
                                  timeout=60, env=dict(env, HOME=outsider.home),
                                  **_as(outsider.uid, outsider.gid, []))
         assert refused.returncode != 0, refused.stdout
+        # The member preloads a file of its own: the pool holds a segment of ddo's.
+        weights = os.path.join(member.home, "w.safetensors")
+        header = b'{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}'
+        with open(weights, "wb") as file:
+            file.write(len(header).to_bytes(8, "little") + header + bytes(16))
+        os.chown(weights, member.uid, member.gid)
+        loaded = subprocess.run(["/usr/bin/ddoctl", "load", "member/w", weights],
+                                capture_output=True, text=True, timeout=60, env=env,
+                                **_as(member.uid, member.gid, [group.gr_gid]))
+        assert loaded.returncode == 0, loaded.stderr
+        assert _pool_segments(service.pw_uid), "the load made no segment"
     finally:
         daemon.terminate()
         assert daemon.wait(timeout=20) == 0, open(log_path).read()
         os.unlink(log_path)
-        shutil.rmtree("/run/ddo", ignore_errors=True)
+    # Stopped without --discard, the pool stays warm for the next start...
+    assert _pool_segments(service.pw_uid)
+    # ...but removing the package takes it along: no ddod is left to adopt it.
+    done = subprocess.run(["dpkg", "--remove", "ddo"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not _pool_segments(service.pw_uid), _pool_segments(service.pw_uid)
+
+
+def _pool_segments(uid: int) -> list:
+    return [name for name in os.listdir("/dev/shm") if name.startswith(f"ddo-{uid}-")]
 
 
 def test_purge_removes_the_programs_and_the_state(installed):
@@ -126,5 +147,6 @@ def test_purge_removes_the_programs_and_the_state(installed):
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not os.path.exists("/usr/bin/ddod") and not os.path.exists("/var/lib/ddo")
+    assert not os.path.exists("/run/ddo")
     assert not os.path.exists("/etc/ddo/ddod.conf")
     assert not os.path.exists("/etc/systemd/system/multi-user.target.wants/ddod.service")
