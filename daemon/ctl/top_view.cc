@@ -103,6 +103,21 @@ std::string FormatTop(const ddo::v1::DaemonInfo& info, const TopSnapshot& now,
                                        : keep == 0 ? std::string("default") : Duration(keep)));
   }
   if (components.empty()) absl::StrAppend(&out, "(the pool is empty)\n");
+
+  // The pool per user: the owners ddod shows the caller (its own; everyone's to an admin).
+  std::map<std::string, std::pair<uint64_t, int>> by_user;  // bytes, components
+  for (const auto* component : components) {
+    const std::string user = component->owner_shown()
+                                 ? absl::StrCat("uid ", component->owner_uid())
+                                 : std::string("other users (shared with you)");
+    by_user[user].first += component->own_bytes();
+    by_user[user].second += 1;
+  }
+  if (!by_user.empty()) absl::StrAppend(&out, "\npool by user:");
+  for (const auto& [user, use] : by_user) {
+    absl::StrAppend(&out, "  ", user, " ", FormatBytes(use.first), " (", use.second, ")");
+  }
+  if (!by_user.empty()) absl::StrAppend(&out, "\n");
   return out;
 }
 

@@ -46,6 +46,11 @@ TEST(TopViewTest, RatesComeFromTwoSnapshots) {
   component->set_keep_alive_seconds(-1);
   EXPECT_THAT(FormatTop(info, now, before), HasSubstr("12.0 GiB        1"));
   EXPECT_THAT(FormatTop(info, now, before), HasSubstr("never"));
+  EXPECT_THAT(FormatTop(info, now, before),
+              HasSubstr("pool by user:  other users (shared with you) 12.0 GiB (1)"));
+  component->set_owner_uid(1000);
+  component->set_owner_shown(true);
+  EXPECT_THAT(FormatTop(info, now, before), HasSubstr("pool by user:  uid 1000 12.0 GiB (1)"));
 }
 
 TEST(TopViewTest, AStrangersTextIsEscaped) {

@@ -482,7 +482,14 @@ grpc::Status DdoService::ListComponents(grpc::ServerContext* ctx,
   absl::StatusOr<Caller> caller = EnterCall(ctx);
   if (!caller.ok()) return Finish(kMethod, caller.status());
   for (const ComponentSnapshot& component : store_.List(*caller)) {
-    ToProto(component, /*with_layout=*/false, response->add_components());
+    ddo::v1::ComponentInfo* info = response->add_components();
+    ToProto(component, /*with_layout=*/false, info);
+    // Who owns a shared component is the owner's business; the caller's own and, for the
+    // administrator, everyone's are shown (`ddoctl top`'s pool per user).
+    if (component.owner_uid == caller->uid || caller->admin) {
+      info->set_owner_uid(component.owner_uid);
+      info->set_owner_shown(true);
+    }
   }
   return Finish(kMethod, absl::OkStatus());
 }

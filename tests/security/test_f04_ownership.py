@@ -166,3 +166,29 @@ def test_f4_a_phase_never_drops_or_names_another_users_warm_slab(ddod, victim, a
     """)
     assert owner["phase"]["code"] == "OK" and owner["phase"]["response"]["released"] > 0, owner
     assert_still_serving(ddod)
+
+
+def test_f4_a_reader_cannot_set_the_owners_keep_alive_nor_see_the_owner(ddod, attacker, victim):
+    """A member who loads the same bytes as another (served the owner's copy warm) must not
+    change that copy's keep-alive: a second of it would evict the owner's component, "never"
+    would keep it past ddod's default. The owner's uid stays the owner's to know."""
+    load = """
+        ddo = from_environment()
+        call, lease = ddo.open_lease()
+        path = own_file("model.safetensors", {{"weight": b"same bytes for both members"}})
+        load = ddo.load(ddo.load_request(lease, "kept-by-owner", [path],
+                                         keep_alive_seconds={keep}))
+        listed = ddo.call("ListComponents", components_pb2.ListComponentsRequest(), keep=lambda r:
+                          [(c.ref.cache_key, c.owner_shown, c.owner_uid, c.keep_alive_seconds)
+                           for c in r.components])
+        report(load=load, listed=listed)
+    """
+    owner = run_as(victim, ddod.socket_path, load.format(keep=-1))
+    assert owner["load"]["code"] == "OK" and not owner["load"]["warm_hit"], owner
+    reader = run_as(attacker, ddod.socket_path, load.format(keep=1))
+    assert reader["load"]["code"] == "PERMISSION_DENIED", reader
+    assert "only its owner or ddod's administrator may set its keep-alive" in \
+        reader["load"]["details"], reader
+    assert reader["listed"]["response"] == [["kept-by-owner", False, 0, -1]], reader
+    assert owner["listed"]["response"] == [["kept-by-owner", True, victim.uid, -1]], owner
+    assert_still_serving(ddod)
