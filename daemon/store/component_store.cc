@@ -829,9 +829,9 @@ bool ComponentStore::MayRead(const std::string& cache_key, const Caller& caller)
   return caller.admin || (it != components_.end() && MayRead(caller, it->second));
 }
 
-absl::StatusOr<uint64_t> ComponentStore::Evict(const std::string& cache_key,
-                                               const Caller& caller) {
-  absl::MutexLock lock(&mu_);
+absl::StatusOr<std::map<std::string, ComponentStore::Component>::iterator>
+ComponentStore::FindOwnedLocked(
+    const std::string& cache_key, const Caller& caller, const char* action) {
   auto it = components_.find(cache_key);
   if (it == components_.end() || !MayRead(caller, it->second)) {
     return absl::NotFoundError(
@@ -841,8 +841,15 @@ absl::StatusOr<uint64_t> ComponentStore::Evict(const std::string& cache_key,
     return absl::PermissionDeniedError(absl::StrCat(
         "'", EscapeForDisplay(cache_key),
         "' is shared with you but owned by another user: only its owner or ddod's "
-        "administrator may evict it"));
+        "administrator may ", action));
   }
+  return it;
+}
+
+absl::StatusOr<uint64_t> ComponentStore::Evict(const std::string& cache_key,
+                                               const Caller& caller) {
+  absl::MutexLock lock(&mu_);
+  DDO_ASSIGN_OR_RETURN(auto it, FindOwnedLocked(cache_key, caller, "evict it"));
   if (it->second.info.state == ComponentState::kUploading) {
     return absl::FailedPreconditionError(
         absl::StrCat("'", EscapeForDisplay(cache_key), "' is being uploaded"));
@@ -861,19 +868,13 @@ absl::StatusOr<uint64_t> ComponentStore::Evict(const std::string& cache_key,
 absl::Status ComponentStore::SetKeepAlive(const std::string& cache_key, const Caller& caller,
                                           absl::Duration keep_alive) {
   absl::MutexLock lock(&mu_);
-  auto it = components_.find(cache_key);
-  if (it == components_.end() || !MayRead(caller, it->second) ||
-      it->second.info.state != ComponentState::kReady) {
+  // A reader could otherwise evict the owner's component (a keep-alive of a second) or keep it
+  // past ddod's default: like Evict, the owner's or the administrator's to decide.
+  DDO_ASSIGN_OR_RETURN(auto it, FindOwnedLocked(cache_key, caller,
+                                                "set its keep-alive (load it without one)"));
+  if (it->second.info.state != ComponentState::kReady) {
     return absl::NotFoundError(
         absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
-  }
-  if (it->second.info.owner_uid != caller.uid && !caller.admin) {
-    // A reader could otherwise evict the owner's component (a keep-alive of a second) or keep
-    // it past ddod's default: like Evict, the owner's or the administrator's to decide.
-    return absl::PermissionDeniedError(absl::StrCat(
-        "'", EscapeForDisplay(cache_key),
-        "' is shared with you but owned by another user: only its owner or ddod's "
-        "administrator may set its keep-alive (load it without one)"));
   }
   it->second.info.keep_alive = keep_alive;
   return absl::OkStatus();

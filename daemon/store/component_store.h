@@ -323,6 +323,12 @@ class ComponentStore {
   // component uses.
   uint64_t ReleasableBytesLocked(const Component& component) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The component under `cache_key` that `caller` owns (or any, for an admin): NotFound when
+  // the caller may not even read it, PermissionDenied naming `action` for a reader of another
+  // user's.
+  absl::StatusOr<std::map<std::string, Component>::iterator> FindOwnedLocked(
+      const std::string& cache_key, const Caller& caller, const char* action)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Erases a component; each of its segments that no other component uses is marked to leave
   // /dev/shm when the last user lets go. Returns the bytes of those segments.
   uint64_t DiscardLocked(std::map<std::string, Component>::iterator it)

@@ -10,7 +10,6 @@ in +Inf = count) are there, and a second scrape never shows a counter going back
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 
@@ -18,6 +17,7 @@ import pytest
 import torch
 
 from diffusers_dynamic_offloader import DdoClient
+from test_explain_plan import ddoctl_binary
 from streaming_support import STREAM_ALL, frozen_copy, make_input, make_model, mismatches
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -25,9 +25,8 @@ parser = pytest.importorskip("prometheus_client.parser")
 CACHE_KEY = "metrics/tiny"
 
 
-def _ddoctl(ddod_binary: str) -> str:
-    return os.environ.get("DDO_DDOCTL_BINARY") or os.path.join(os.path.dirname(ddod_binary),
-                                                                "ddoctl")
+def _ddoctl(_ddod_binary: str) -> str:
+    return ddoctl_binary()
 
 
 def _scrape(ddod_binary: str, address: str) -> dict:
