@@ -28,6 +28,9 @@ class UniqueFd {
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
 
+  // Gives up ownership: the caller closes the descriptor (or hands it to one that does).
+  int Release() { return std::exchange(fd_, -1); }
+
   void Reset(int fd = -1) {
     if (fd_ >= 0) {
       ::close(fd_);

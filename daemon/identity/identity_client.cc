@@ -81,9 +81,32 @@ absl::StatusOr<IdentityLink> IdentityLink::Connect(const std::string& path,
         absl::StrJoin(trusted, ", "),
         "): another user may have started it to impersonate ddod; refusing to use it"));
   }
-  link.daemon_uid_ = peer->uid;
-  absl::StatusOr<std::string> token = link.Ask("HELLO 1", -1, nullptr);
+  // The listener may not be the server (socket activation: systemd listened, ddod answers).
+  // The kernel attaches the answering process's credentials to HELLO's answer; it must be
+  // trusted too, and it is the daemon.
+  const int pass_credentials = 1;
+  if (::setsockopt(link.socket_.get(), SOL_SOCKET, SO_PASSCRED, &pass_credentials,
+                   sizeof(pass_credentials)) != 0) {
+    return PosixError("setsockopt(SO_PASSCRED)", errno);
+  }
+  std::optional<PeerCredentials> answered_by;
+  absl::StatusOr<std::string> token = link.Ask("HELLO 1", -1, nullptr, &answered_by);
   if (!token.ok()) return token.status();
+  const int no_credentials = 0;
+  ::setsockopt(link.socket_.get(), SOL_SOCKET, SO_PASSCRED, &no_credentials,
+               sizeof(no_credentials));
+  if (!answered_by.has_value()) {
+    return absl::FailedPreconditionError(
+        "ddod's answer to HELLO came without its sender's credentials");
+  }
+  if (trusted.count(answered_by->uid) == 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the socket ", path, " is uid ", peer->uid, "'s, but the process that answers on it (pid ",
+        answered_by->pid, ") runs as uid ", answered_by->uid,
+        ", not as a user this client trusts (", absl::StrJoin(trusted, ", "),
+        "); refusing to use it"));
+  }
+  link.daemon_uid_ = answered_by->uid;
   if (token->size() != 32) {
     return absl::FailedPreconditionError("ddod answered HELLO without a token");
   }
@@ -111,7 +134,8 @@ absl::StatusOr<UniqueFd> IdentityLink::OpenSegment(const std::string& shm_name, 
 }
 
 absl::StatusOr<std::string> IdentityLink::Ask(const std::string& request, int fd,
-                                              UniqueFd* received) {
+                                              UniqueFd* received,
+                                              std::optional<PeerCredentials>* sender) {
   if (!SendPacket(socket_.get(), request, fd)) {
     return absl::UnavailableError("the identity socket closed");
   }
@@ -119,6 +143,7 @@ absl::StatusOr<std::string> IdentityLink::Ask(const std::string& request, int fd
   if (!answer.ok()) return absl::UnavailableError(absl::StrCat("identity socket: ",
                                                                answer.status().message()));
   if (received != nullptr && !answer->fds.empty()) *received = std::move(answer->fds.front());
+  if (sender != nullptr) *sender = answer->sender;
   const std::string& text = answer->text;
   if (text == "OK") return std::string();
   if (text.rfind("OK ", 0) == 0) return text.substr(3);

@@ -12,11 +12,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "daemon/common/unique_fd.h"
+#include "daemon/identity/seqpacket.h"
 
 namespace ddo {
 
@@ -31,8 +33,9 @@ absl::Status CheckSocketLocation(const std::string& socket_path, const std::set<
 
 class IdentityLink {
  public:
-  // PERMISSION_DENIED (naming the uid found and the uids accepted) when the daemon at `path`
-  // runs as anyone else; UNAVAILABLE when nothing answers there.
+  // PERMISSION_DENIED (naming the uid found and the uids accepted) when the process that
+  // listens on `path`, or the one that answers HELLO there (they differ under socket
+  // activation), runs as anyone else; UNAVAILABLE when nothing answers there.
   static absl::StatusOr<IdentityLink> Connect(const std::string& path,
                                               const std::set<uid_t>& trusted);
 
@@ -48,7 +51,9 @@ class IdentityLink {
  private:
   // Sends a request and returns ddod's answer after "OK" ("" for a bare OK); ddod's "ERR"
   // message as FAILED_PRECONDITION.
-  absl::StatusOr<std::string> Ask(const std::string& request, int fd, UniqueFd* received);
+  // `sender`, when given: the credentials the kernel attached to the answer (SO_PASSCRED).
+  absl::StatusOr<std::string> Ask(const std::string& request, int fd, UniqueFd* received,
+                                  std::optional<PeerCredentials>* sender = nullptr);
 
   UniqueFd socket_;
   std::string token_;

@@ -18,6 +18,7 @@
 #include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/posix_error.h"
+#include "daemon/common/status_macros.h"
 #include "daemon/identity/identity_protocol.h"
 #include "daemon/identity/seqpacket.h"
 #include "daemon/server/runtime_dir.h"
@@ -33,9 +34,28 @@ bool Answer(int socket, const std::string& text, int fd = -1) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<IdentityServer>> IdentityServer::Start(
-    IdentityServerOptions options, CallerRegistry& callers) {
+    IdentityServerOptions options, CallerRegistry& callers, UniqueFd inherited_listener) {
   std::unique_ptr<IdentityServer> server(new IdentityServer(std::move(options), callers));
-  const std::string& path = server->options_.socket_path;
+  if (inherited_listener.valid()) {
+    const int flags = ::fcntl(inherited_listener.get(), F_GETFL);
+    if (flags < 0 || ::fcntl(inherited_listener.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
+      return PosixError("fcntl O_NONBLOCK on the inherited identity socket", errno);
+    }
+    server->listener_ = std::move(inherited_listener);
+    server->owns_socket_file_ = false;
+  } else {
+    DDO_RETURN_IF_ERROR(server->Bind());
+  }
+  server->wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!server->wake_.valid()) return PosixError("eventfd", errno);
+  server->thread_ = std::thread([raw = server.get()] { raw->Run(); });
+  Logger("identity")->info("identity socket {}{}", server->options_.socket_path,
+                           server->owns_socket_file_ ? "" : " (from systemd)");
+  return server;
+}
+
+absl::Status IdentityServer::Bind() {
+  const std::string& path = options_.socket_path;
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -43,38 +63,34 @@ absl::StatusOr<std::unique_ptr<IdentityServer>> IdentityServer::Start(
         sizeof(address.sun_path) - 1, " bytes); choose a shorter --socket"));
   }
   if (absl::Status removed = RemoveStaleSocket(path); !removed.ok()) return removed;
-  server->listener_ =
+  listener_ =
       UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!server->listener_.valid()) return PosixError("socket(AF_UNIX, SOCK_SEQPACKET)", errno);
+  if (!listener_.valid()) return PosixError("socket(AF_UNIX, SOCK_SEQPACKET)", errno);
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
   // Owner-only from its first instant; the group is let in below when asked for.
   const mode_t previous_umask = ::umask(0177);
   const int bound =
-      ::bind(server->listener_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
+      ::bind(listener_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
   const int bind_errno = errno;
   ::umask(previous_umask);
   if (bound != 0) return PosixError(absl::StrCat("bind ", path), bind_errno);
-  if (!server->options_.socket_group.empty()) {
-    const group* entry = ::getgrnam(server->options_.socket_group.c_str());
+  if (!options_.socket_group.empty()) {
+    const group* entry = ::getgrnam(options_.socket_group.c_str());
     if (entry == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--socket-group: no group named '", server->options_.socket_group, "'"));
+          absl::StrCat("--socket-group: no group named '", options_.socket_group, "'"));
     }
     if (::chown(path.c_str(), static_cast<uid_t>(-1), entry->gr_gid) != 0 ||
         ::chmod(path.c_str(), 0660) != 0) {
-      return PosixError(absl::StrCat("open ", path, " to group ", server->options_.socket_group),
+      return PosixError(absl::StrCat("open ", path, " to group ", options_.socket_group),
                         errno);
     }
   }
-  if (::listen(server->listener_.get(), 128) != 0) {
+  if (::listen(listener_.get(), 128) != 0) {
     return PosixError(absl::StrCat("listen ", path), errno);
   }
-  server->wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!server->wake_.valid()) return PosixError("eventfd", errno);
-  server->thread_ = std::thread([raw = server.get()] { raw->Run(); });
-  Logger("identity")->info("identity socket {}", path);
-  return server;
+  return absl::OkStatus();
 }
 
 IdentityServer::~IdentityServer() { Stop(); }
@@ -89,7 +105,7 @@ void IdentityServer::Stop() {
     if (!connection.token.empty()) callers_.Remove(connection.token);
   }
   connections_.clear();
-  ::unlink(options_.socket_path.c_str());
+  if (owns_socket_file_) ::unlink(options_.socket_path.c_str());
 }
 
 void IdentityServer::Run() {

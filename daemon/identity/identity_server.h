@@ -37,14 +37,18 @@ struct IdentityServerOptions {
 
 class IdentityServer {
  public:
-  // Binds the socket (replacing a stale socket file, nothing else) and starts serving.
-  static absl::StatusOr<std::unique_ptr<IdentityServer>> Start(IdentityServerOptions options,
-                                                               CallerRegistry& callers);
+  // Binds the socket (replacing a stale socket file, nothing else) and starts serving; or,
+  // given `inherited_listener` (socket activation), serves on that listening socket and leaves
+  // its file, mode and group alone: they are systemd's.
+  static absl::StatusOr<std::unique_ptr<IdentityServer>> Start(
+      IdentityServerOptions options, CallerRegistry& callers,
+      UniqueFd inherited_listener = UniqueFd());
   IdentityServer(const IdentityServer&) = delete;
   IdentityServer& operator=(const IdentityServer&) = delete;
   ~IdentityServer();
 
-  // Stops serving, drops every connection (their tokens end) and removes the socket file.
+  // Stops serving, drops every connection (their tokens end) and removes the socket file
+  // (unless it was inherited).
   void Stop();
 
   const std::string& socket_path() const { return options_.socket_path; }
@@ -60,6 +64,8 @@ class IdentityServer {
   IdentityServer(IdentityServerOptions options, CallerRegistry& callers)
       : options_(std::move(options)), callers_(callers) {}
 
+  // Creates, binds and opens the socket file (owner-only, or to options_.socket_group).
+  absl::Status Bind();
   void Run();
   void AcceptAll();
   // Reads and answers one packet; false when the connection should be dropped.
@@ -69,6 +75,7 @@ class IdentityServer {
   const IdentityServerOptions options_;
   CallerRegistry& callers_;
   UniqueFd listener_;
+  bool owns_socket_file_ = true;  // false when inherited from systemd
   UniqueFd wake_;  // eventfd: Stop() wakes the poll loop
   std::map<int, Connection> connections_;  // by fd; touched by the serving thread only
   std::thread thread_;

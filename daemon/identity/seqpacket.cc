@@ -44,7 +44,8 @@ absl::StatusOr<Packet> ReceivePacket(int socket, size_t max_bytes, int flags) {
   msghdr message{};
   message.msg_iov = &data;
   message.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxDescriptorsRoom)] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxDescriptorsRoom) +
+                                CMSG_SPACE(sizeof(ucred))] = {};
   message.msg_control = control;
   message.msg_controllen = sizeof(control);
   ssize_t received;
@@ -60,7 +61,14 @@ absl::StatusOr<Packet> ReceivePacket(int socket, size_t max_bytes, int flags) {
   // Own every descriptor that came before anything else can fail.
   for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
        header = CMSG_NXTHDR(&message, header)) {
-    if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+    if (header->cmsg_level != SOL_SOCKET) continue;
+    if (header->cmsg_type == SCM_CREDENTIALS && header->cmsg_len >= CMSG_LEN(sizeof(ucred))) {
+      ucred credentials{};
+      std::memcpy(&credentials, CMSG_DATA(header), sizeof(credentials));
+      packet.sender = PeerCredentials{credentials.uid, credentials.gid, credentials.pid};
+      continue;
+    }
+    if (header->cmsg_type != SCM_RIGHTS) continue;
     const size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < count; ++i) {
       int fd = -1;

@@ -26,7 +26,9 @@
 #include "daemon/device/h2d_bandwidth.h"
 #include "daemon/identity/identity_protocol.h"
 #include "daemon/pool/host_pinning.h"
+#include "daemon/server/inherited_grpc_listener.h"
 #include "daemon/server/runtime_dir.h"
+#include "daemon/server/socket_activation.h"
 
 namespace ddo {
 namespace {
@@ -56,12 +58,18 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
     return absl::InvalidArgumentError(
         absl::StrCat("--socket-group: no group named '", context.options.socket_group, "'"));
   }
+  // First, before any thread starts: sd_listen_fds removes LISTEN_* from the environment.
+  DDO_ASSIGN_OR_RETURN(ActivatedSockets activated,
+                       TakeActivatedSockets(socket_path));
+  daemon->socket_from_systemd_ = activated.activated();
   bool created_socket_directory = false;
   DDO_RETURN_IF_ERROR(
       EnsurePrivateDirectory(ParentDirectory(socket_path), &created_socket_directory));
   DDO_ASSIGN_OR_RETURN(InstanceLock lock, InstanceLock::Acquire(socket_path));
   daemon->lock_.emplace(std::move(lock));
-  DDO_RETURN_IF_ERROR(RemoveStaleSocket(socket_path));
+  if (!activated.activated()) {
+    DDO_RETURN_IF_ERROR(RemoveStaleSocket(socket_path));
+  }
   DDO_RETURN_IF_ERROR(EnsurePrivateDirectory(context.options.state_dir));
 
   const SystemInfo system = QuerySystemInfo(context.options.available_ram_override_gb,
@@ -106,7 +114,10 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   IdentityServerOptions identity;
   identity.socket_path = IdentitySocketPath(socket_path);
   identity.socket_group = context.options.socket_group;
-  DDO_ASSIGN_OR_RETURN(daemon->identity_, IdentityServer::Start(identity, daemon->callers_));
+  DDO_ASSIGN_OR_RETURN(
+      daemon->identity_,
+      IdentityServer::Start(identity, daemon->callers_,
+                            std::move(activated.identity)));
   context.identity_socket = identity.socket_path;
   LeaseLimits lease_limits;
   lease_limits.per_uid = static_cast<size_t>(context.options.max_leases_per_user);
@@ -114,7 +125,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
                                                   *daemon->streams_, daemon->callers_,
                                                   lease_limits);
   context.bandwidth = &daemon->bandwidth_;
-  DDO_RETURN_IF_ERROR(daemon->Listen(created_socket_directory));
+  DDO_RETURN_IF_ERROR(daemon->Listen(
+      created_socket_directory, std::move(activated.grpc)));
   daemon->StartBandwidthProbe();
   daemon->StartKeepAliveReaper();
   return daemon;
@@ -150,7 +162,7 @@ absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
   return absl::OkStatus();
 }
 
-absl::Status DaemonServer::Listen(bool created_socket_directory) {
+absl::Status DaemonServer::Listen(bool created_socket_directory, UniqueFd inherited_socket) {
   const DaemonOptions& options = context_.options;
   const std::string unix_target = absl::StrCat("unix:", options.socket_path);
 
@@ -161,7 +173,8 @@ absl::Status DaemonServer::Listen(bool created_socket_directory) {
   builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  builder.AddListeningPort(unix_target, grpc::InsecureServerCredentials());
+  const bool inherited = inherited_socket.valid();
+  if (!inherited) builder.AddListeningPort(unix_target, grpc::InsecureServerCredentials());
   int tcp_port = 0;
   if (!options.listen_address.empty()) {
     builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
@@ -179,7 +192,13 @@ absl::Status DaemonServer::Listen(bool created_socket_directory) {
         options.listen_address.empty() ? "" : absl::StrCat(" and ", options.listen_address),
         " (see the gRPC error above; is the TCP port in use?)"));
   }
-  DDO_RETURN_IF_ERROR(SetSocketPermissions(created_socket_directory));
+  if (inherited) {
+    // systemd bound the socket and set its owner, group and mode (ddod.socket).
+    DDO_ASSIGN_OR_RETURN(inherited_grpc_,
+                         InheritedGrpcListener::Start(std::move(inherited_socket), *server_));
+  } else {
+    DDO_RETURN_IF_ERROR(SetSocketPermissions(created_socket_directory));
+  }
 
   context_.listen_addresses.push_back(unix_target);
   if (!options.listen_address.empty()) {
@@ -190,7 +209,8 @@ absl::Status DaemonServer::Listen(bool created_socket_directory) {
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
   for (const std::string& address : context_.listen_addresses) {
-    Logger("server")->info("serving on {}", address);
+    Logger("server")->info("serving on {}{}", address,
+                           inherited && address == unix_target ? " (socket from systemd)" : "");
   }
   return absl::OkStatus();
 }
@@ -378,6 +398,7 @@ void DaemonServer::Shutdown(const std::string& reason) {
       log->warn("cancelling {} call(s) still running after {}", running,
                 absl::FormatDuration(kShutdownGrace));
     }
+    if (inherited_grpc_ != nullptr) inherited_grpc_->Stop();  // before the server it feeds
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
   }
@@ -393,8 +414,9 @@ void DaemonServer::Shutdown(const std::string& reason) {
   }
   const std::string& socket_path = context_.options.socket_path;
   if (lock_.has_value()) {
-    // Only the lock holder may remove the socket: it is ours.
-    ::unlink(socket_path.c_str());
+    // Only the lock holder may remove the socket: it is ours, unless systemd made it (then
+    // connections wait in it for the next start).
+    if (!socket_from_systemd_) ::unlink(socket_path.c_str());
     lock_->Release();
     if (context_.options.parent_pid.has_value()) {
       // An embedded daemon's directory is private to it and its client; rmdir only succeeds

@@ -1,7 +1,8 @@
 // File: daemon/server/daemon_server.h
 //
 // ddod's serving lifecycle: take the socket's instance lock, replace a stale socket, listen
-// on the Unix socket (owner-only, or group with --socket-group) and optionally on loopback TCP,
+// on the Unix socket (owner-only, or group with --socket-group; or the one systemd passed, see
+// socket_activation.h) and optionally on loopback TCP,
 // serve ddo.v1.Ddo and grpc.health.v1.Health, and shut down gracefully: health NOT_SERVING,
 // new requests refused, leases told and released, in-flight calls finished, socket removed.
 //
@@ -26,6 +27,7 @@
 #include "daemon/identity/caller_registry.h"
 #include "daemon/identity/identity_server.h"
 #include "daemon/platform/system_info.h"
+#include "daemon/server/inherited_grpc_listener.h"
 #include "daemon/server/instance_lock.h"
 #include "daemon/service/daemon_context.h"
 #include "daemon/pool/host_pool.h"
@@ -63,7 +65,8 @@ class DaemonServer {
   DaemonServer() = default;
 
   absl::Status OpenPool(const SystemInfo& system);
-  absl::Status Listen(bool created_socket_directory);
+  // Serves on --socket, or on `inherited_socket` when systemd passed it (socket activation).
+  absl::Status Listen(bool created_socket_directory, UniqueFd inherited_socket);
   // Measures each device's pinned H2D bandwidth on a background thread.
   void StartBandwidthProbe();
   // Evicts components unused for longer than their keep-alive, once a second, until Shutdown.
@@ -83,6 +86,8 @@ class DaemonServer {
   std::unique_ptr<IdentityServer> identity_;
   std::unique_ptr<DdoService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<InheritedGrpcListener> inherited_grpc_;  // socket activation only
+  bool socket_from_systemd_ = false;
   std::optional<InstanceLock> lock_;
   BandwidthBoard bandwidth_;
   std::thread bandwidth_probe_;

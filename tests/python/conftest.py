@@ -19,7 +19,7 @@ import pytest
 
 from diffusers_dynamic_offloader import DdoClient
 from store_support import SHM_DIR, pool_namespaces
-from support import Daemon, start_ddod
+from support import Daemon, ddoctl_path, start_ddod
 
 # Settings that would change where a client, or a ddod it starts, looks or listens.
 _ISOLATED_VARIABLES = (
@@ -83,6 +83,12 @@ def ddod_binary() -> str:
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         pytest.fail(f"DDO_DDOD_BINARY={path!r} is not an executable file", pytrace=False)
     return os.path.abspath(path)
+
+
+@pytest.fixture
+def ddoctl_binary(ddod_binary: str) -> str:
+    """The ddoctl under test (DDO_DDOCTL_BINARY, else the one beside ddod)."""
+    return ddoctl_path()
 
 
 @pytest.fixture

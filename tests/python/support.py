@@ -53,6 +53,14 @@ class Daemon:
             pytest.fail(f"ddod did not exit within {timeout} s of SIGTERM; log:\n{self.log()}")
 
 
+def ddoctl_path() -> str:
+    """The ddoctl under test: DDO_DDOCTL_BINARY, else the one beside DDO_DDOD_BINARY."""
+    explicit = os.environ.get("DDO_DDOCTL_BINARY")
+    if explicit:
+        return explicit
+    return os.path.join(os.path.dirname(os.environ["DDO_DDOD_BINARY"]), "ddoctl")
+
+
 def start_ddod(binary: str, socket: str, log_path: str, *extra_args: str) -> Daemon:
     """Starts ddod on ``socket`` and waits until its health check reports SERVING."""
     args = [binary, "--socket", socket, "--log-level", "debug", *extra_args]

@@ -5,11 +5,11 @@ the help (issue 16, item 3)."""
 import json
 import subprocess
 
-from test_explain_plan import ddoctl_binary
+from support import ddoctl_path
 
 
 def ddoctl(daemon, *words: str) -> subprocess.CompletedProcess:
-    return subprocess.run([ddoctl_binary(), "--daemon", daemon.address, *words],
+    return subprocess.run([ddoctl_path(), "--daemon", daemon.address, *words],
                           capture_output=True, text=True, timeout=30)
 
 
@@ -40,7 +40,7 @@ def test_the_help_names_version_and_nothing_asked_shows_it(daemon):
     assert help_text.returncode == 0 and "--version" in help_text.stdout
     version = ddoctl(daemon, "--version")
     assert version.returncode == 0 and version.stdout.startswith("ddoctl ")
-    nothing = subprocess.run([ddoctl_binary()], capture_output=True, text=True, timeout=30)
+    nothing = subprocess.run([ddoctl_path()], capture_output=True, text=True, timeout=30)
     assert nothing.returncode == 2 and "usage: ddoctl" in nothing.stderr
 
 

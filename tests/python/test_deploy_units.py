@@ -21,6 +21,8 @@ REPO = os.path.dirname(os.path.dirname(SOURCE_ROOT))
 UNITS = os.path.join(REPO, "deploy", "systemd")
 SYSTEM_UNIT = os.path.join(UNITS, "ddod.service")
 USER_UNIT = os.path.join(UNITS, "ddod-user.service")
+SYSTEM_SOCKET = os.path.join(UNITS, "ddod.socket")
+USER_SOCKET = os.path.join(UNITS, "ddod-user.socket")
 EXAMPLE_CONFIG = os.path.join(REPO, "deploy", "ddod.conf")
 #: systemd-analyze security's overall exposure, at most (0 = safe, 10 = exposed).
 MAX_EXPOSURE = 2.0
@@ -41,14 +43,35 @@ def _unit_for(binary: str, unit: str, directory: str) -> str:
 
 
 @needs_systemd_analyze
-@pytest.mark.parametrize("unit, scope", [(SYSTEM_UNIT, "--system"), (USER_UNIT, "--user")])
-def test_the_units_verify(ddod_binary, short_dir, unit, scope):
+@pytest.mark.parametrize("units, scope", [((SYSTEM_UNIT, SYSTEM_SOCKET), "--system"),
+                                          ((USER_UNIT, USER_SOCKET), "--user")])
+def test_the_units_verify(ddod_binary, short_dir, units, scope):
     runtime = os.path.join(short_dir, "runtime")
     os.makedirs(runtime, mode=0o700, exist_ok=True)
+    # The socket with its service beside it: verify checks that the socket has one to start.
+    copies = [_unit_for(ddod_binary, unit, short_dir) for unit in units]
     done = subprocess.run(
-        ["systemd-analyze", "verify", scope, _unit_for(ddod_binary, unit, short_dir)],
+        ["systemd-analyze", "verify", scope, *copies],
         capture_output=True, text=True, timeout=60, env=dict(os.environ, XDG_RUNTIME_DIR=runtime))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _setting(unit: str, key: str) -> list:
+    with open(unit) as file:
+        return [line.split("=", 1)[1].strip() for line in file if line.startswith(key + "=")]
+
+
+def test_the_sockets_are_the_ones_ddod_serves_on():
+    # The system socket names the service's --socket; the user's, ddod's default for a user,
+    # $XDG_RUNTIME_DIR/ddo/ddod.sock (daemon/config/paths.cc; %t is systemd's name for
+    # $XDG_RUNTIME_DIR). ddod refuses descriptors bound elsewhere.
+    exec_start = _setting(SYSTEM_UNIT, "ExecStart")[0].split()
+    socket = exec_start[exec_start.index("--socket") + 1]
+    assert _setting(SYSTEM_SOCKET, "ListenStream") == [socket]
+    assert _setting(SYSTEM_SOCKET, "ListenSequentialPacket") == [socket + ".id"]
+    assert "--socket" not in _setting(USER_UNIT, "ExecStart")[0]
+    assert _setting(USER_SOCKET, "ListenStream") == ["%t/ddo/ddod.sock"]
+    assert _setting(USER_SOCKET, "ListenSequentialPacket") == ["%t/ddo/ddod.sock.id"]
 
 
 @needs_systemd_analyze

@@ -10,13 +10,7 @@ import torch
 from diffusers_dynamic_offloader import DdoClient
 from diffusers_dynamic_offloader.layout import write_layout
 from streaming_support import DEPTH, LINEARS_PER_BLOCK, make_model
-
-
-def ddoctl_binary() -> str:
-    explicit = os.environ.get("DDO_DDOCTL_BINARY")
-    if explicit:
-        return explicit
-    return os.path.join(os.path.dirname(os.environ["DDO_DDOD_BINARY"]), "ddoctl")
+from support import ddoctl_path
 
 
 def decisions(plan):
@@ -44,7 +38,7 @@ def test_ddoctl_plan_explains_a_layout_file(daemon, short_dir):
     model = make_model(torch.float32)
     write_layout(model, path, component="transformer")
     result = subprocess.run(
-        [ddoctl_binary(), "--daemon", daemon.address, "plan", "--explain", path,
+        [ddoctl_path(), "--daemon", daemon.address, "plan", "--explain", path,
          "DDO_SMALL_TENSOR_THRESHOLD_KB=0", "DDO_AUTO_BUDGET_POLICY=off"],
         capture_output=True, text=True, timeout=30, env=dict(os.environ, DDO_DAEMON=""),
     )
@@ -54,7 +48,7 @@ def test_ddoctl_plan_explains_a_layout_file(daemon, short_dir):
     assert "resident_small" in result.stdout
     assert re.search(r"resident_budget_source +none", result.stdout), result.stdout
 
-    bad = subprocess.run([ddoctl_binary(), "--daemon", daemon.address, "plan", "--explain",
+    bad = subprocess.run([ddoctl_path(), "--daemon", daemon.address, "plan", "--explain",
                           path, "DDO_STREAM_UNIT=layer"], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 1
     assert "DDO_STREAM_UNIT='layer'" in bad.stderr

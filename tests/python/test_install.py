@@ -34,12 +34,6 @@ def _ddoctl_commands(ddoctl: str) -> set:
     return {match.group(1) for match in re.finditer(r"^  ([a-z]+)\b", section, re.M)}
 
 
-@pytest.fixture
-def ddoctl_binary(ddod_binary) -> str:
-    return os.environ.get("DDO_DDOCTL_BINARY") or os.path.join(os.path.dirname(ddod_binary),
-                                                                "ddoctl")
-
-
 def test_the_completion_offers_every_command_and_option(ddoctl_binary):
     with open(COMPLETION) as file:
         script = file.read()
@@ -109,6 +103,10 @@ def test_the_package_holds_what_a_machine_needs(unpacked):
     assert "Type=notify" in system_unit and "User=ddo" in system_unit
     with open(path("usr/lib/systemd/user/ddod.service")) as unit:
         assert "ExecStart=/usr/bin/ddod " in unit.read()
+    with open(path("usr/lib/systemd/system/ddod.socket")) as unit:
+        assert "ListenStream=/run/ddo/ddod.sock\n" in unit.read()
+    with open(path("usr/lib/systemd/user/ddod.socket")) as unit:
+        assert "ListenStream=%t/ddo/ddod.sock\n" in unit.read()
     assert os.path.isfile(path("etc/ddo/ddod.conf"))
     assert os.path.isfile(path("usr/share/bash-completion/completions/ddoctl"))
     for page in ("ddod.1", "ddoctl.1"):

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from diffusers_dynamic_offloader import DdoClient
-from test_explain_plan import ddoctl_binary
+from support import ddoctl_path
 from streaming_support import STREAM_ALL, frozen_copy, make_input, make_model, mismatches
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -26,7 +26,7 @@ CACHE_KEY = "metrics/tiny"
 
 
 def _ddoctl(_ddod_binary: str) -> str:
-    return ddoctl_binary()
+    return ddoctl_path()
 
 
 def _scrape(ddod_binary: str, address: str) -> dict:

@@ -137,7 +137,7 @@ def test_a_capacity_run_warns_beyond_the_validated_range_and_records_oom(client,
 def test_ddoctl_lists_shows_and_removes_profiles(daemon, client, profile_dir):
     import subprocess
 
-    from test_explain_plan import ddoctl_binary
+    from support import ddoctl_path
 
     path = ddo.record_dynamic_offload_profile(
         dict(CONTEXT, name="flux-1024"),
@@ -147,7 +147,7 @@ def test_ddoctl_lists_shows_and_removes_profiles(daemon, client, profile_dir):
     env = dict(os.environ, DDO_DAEMON="", DDO_PROFILE_DIR=profile_dir)
 
     def ddoctl(*words):
-        return subprocess.run([ddoctl_binary(), "--daemon", daemon.address, "profiles", *words],
+        return subprocess.run([ddoctl_path(), "--daemon", daemon.address, "profiles", *words],
                               capture_output=True, text=True, timeout=30, env=env)
 
     listed = ddoctl()

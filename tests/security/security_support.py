@@ -6,6 +6,7 @@ Everything here runs as root in the test process. Not thread-safe (pytest runs t
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import grp
 import json
@@ -13,6 +14,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -121,6 +123,25 @@ def serving(socket_path: str, timeout: float = 1.0) -> bool:
     return response.status == health_pb2.HealthCheckResponse.SERVING
 
 
+def _systemd_sockets(socket_path: str, owner: Optional[Account], group: str) -> list:
+    made = []
+    for path, kind in ((socket_path, socket.SOCK_STREAM),
+                       (socket_path + ".id", socket.SOCK_SEQPACKET)):
+        sock = socket.socket(socket.AF_UNIX, kind)
+        sock.bind(path)
+        os.chown(path, owner.uid if owner is not None else 0, grp.getgrnam(group).gr_gid)
+        os.chmod(path, 0o660)
+        sock.listen(16)
+        made.append(sock)
+    return made
+
+
+def _place_at_3_and_4(fds: Sequence[int]) -> None:
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds]
+    for target, fd in zip((3, 4), high):
+        os.dup2(fd, target)
+
+
 class RootDaemon:
     """A ddod like the systemd unit's: warm_process preset, a socket under /run shared with a
     group, a private state directory; --discard so that its segments go with it. As root by
@@ -129,7 +150,8 @@ class RootDaemon:
 
     def __init__(self, binary: str, socket_path: str, group: str, state_dir: str,
                  log_path: str, extra_args: Sequence[str] = (),
-                 service_account: Optional[Account] = None) -> None:
+                 service_account: Optional[Account] = None,
+                 socket_activated: bool = False) -> None:
         self.socket_path = socket_path
         self.state_dir = state_dir
         self.log_path = log_path
@@ -151,9 +173,18 @@ class RootDaemon:
             os.chmod(state_dir, 0o700)
             as_user = dict(user=service_account.uid, group=service_account.gid,
                            extra_groups=service_account.extra_groups)
+        # Socket activation: root binds the two sockets as ddod.socket would (SocketUser=
+        # the service account, SocketGroup=group, 0660) and passes them at descriptors 3, 4.
+        self.systemd_sockets = (_systemd_sockets(socket_path, service_account, group)
+                                if socket_activated else [])
+        launch = {}
+        if socket_activated:
+            args = ["/bin/sh", "-c", 'LISTEN_PID=$$ LISTEN_FDS=2 exec "$0" "$@"', *args]
+            fds = [sock.fileno() for sock in self.systemd_sockets]
+            launch = dict(pass_fds=(3, 4), preexec_fn=lambda: _place_at_3_and_4(fds))
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         env=environment, **as_user)
+                                         env=environment, **as_user, **launch)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (os.path.exists(socket_path) and serving(socket_path)):
             if self.proc.poll() is not None:

@@ -15,7 +15,9 @@ held for the client's whole life:
 Before sending anything, :meth:`IdentityChannel.connect` checks the daemon: the socket file and
 its directory must belong to a trusted user (:func:`~.addresses.check_socket_location`) and the
 process listening on it must run as this user, as root or as the service user
-(:func:`~.addresses.trusted_daemon_uids`); otherwise :class:`UntrustedDaemonError`.
+(:func:`~.addresses.trusted_daemon_uids`); otherwise :class:`UntrustedDaemonError`. The process
+that answers HELLO is checked the same way (its credentials come with the answer): under
+socket activation systemd listens and ddod answers.
 
 Thread-safety: :class:`IdentityChannel` may be used from any thread; a lock covers each request
 and its answer, so answers never cross.
@@ -48,6 +50,8 @@ _TOKEN = re.compile(r"[0-9a-f]{32}")
 _HANDLE = re.compile(r"[1-9][0-9]{0,19}")
 # struct ucred: pid, uid, gid.
 _UCRED = struct.Struct("3i")
+# One descriptor in SCM_RIGHTS.
+_FD = struct.Struct("i")
 # ddod's messages are short; more than this of one is not quoted back.
 _MAX_QUOTED_CHARS = 300
 
@@ -103,11 +107,13 @@ class IdentityChannel:
         self._sock: Optional[socket.socket] = sock
         self._lock = threading.Lock()
         self.path = path
-        #: The uid ddod runs as, as the kernel reported it.
+        #: The uid ddod runs as, as the kernel reported it: first the socket's listener
+        #: (SO_PEERCRED), then, once HELLO is answered, the process that answered it.
         self.daemon_uid = daemon_uid
-        #: ddod's pid, as the kernel reported it (0 when ddod is in another pid namespace).
+        #: ddod's pid, likewise (0 when ddod is in another pid namespace).
         self.daemon_pid = daemon_pid
         self.token = ""
+        self._answered_by: Optional[Tuple[int, int]] = None
 
     @classmethod
     def connect(
@@ -152,7 +158,7 @@ class IdentityChannel:
             sock.close()
             raise
         try:
-            channel.token = channel._hello()
+            channel.token = channel._hello(trusted)
         except BaseException:
             channel.close()
             raise
@@ -214,16 +220,43 @@ class IdentityChannel:
         state = "closed" if self.closed else f"daemon uid {self.daemon_uid}"
         return f"IdentityChannel({self.path!r}, {state})"
 
-    def _hello(self) -> str:
-        fields, fds = self._request(f"HELLO {PROTOCOL_VERSION}".encode(), [], "HELLO")
+    def _hello(self, trusted: Tuple[int, ...]) -> str:
+        """HELLO, and who answered it. The process that listens on the socket is not always
+        the one that serves it: under socket activation systemd made the socket (SO_PEERCRED
+        names it) and ddod answers. So the answer comes with its sender's credentials, which
+        the kernel attaches (SO_PASSCRED, SCM_CREDENTIALS); that process must be trusted too,
+        and it is the daemon whose uid owns the segments."""
+        sock = self._sock
+        assert sock is not None
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        try:
+            fields, fds = self._request(f"HELLO {PROTOCOL_VERSION}".encode(), [], "HELLO",
+                                        credentials=True)
+        finally:
+            if self._sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
         _close_all(fds)
         if len(fields) != 2 or not _TOKEN.fullmatch(fields[1]):
             raise self._broken(f"ddod answered HELLO with {quote(' '.join(fields))}")
+        if self._answered_by is None:
+            raise self._broken(f"ddod's answer to HELLO on {self.path} came without its sender's "
+                               "credentials")
+        pid, uid = self._answered_by
+        if uid not in trusted:
+            self.close()
+            raise UntrustedDaemonError(
+                f"refusing the daemon at {self.path}: the socket is uid {self.daemon_uid}'s, but "
+                f"the process that answers on it (pid {pid}) runs as uid {uid}, and this client "
+                f"trusts only {describe_uids(trusted)}"
+            )
+        self.daemon_uid, self.daemon_pid = uid, pid
         return fields[1]
 
-    def _request(self, message: bytes, fds: List[int], what: str) -> Tuple[List[str], List[int]]:
+    def _request(self, message: bytes, fds: List[int], what: str,
+                 credentials: bool = False) -> Tuple[List[str], List[int]]:
         """Sends one request and reads its answer: the answer's fields (``["OK", ...]``) and
-        the descriptors that came with it. ``ERR`` answers raise IdentityError."""
+        the descriptors that came with it. ``ERR`` answers raise IdentityError. With
+        ``credentials``, the sender's (pid, uid) from SCM_CREDENTIALS go to ``_answered_by``."""
         if len(message) > MAX_PACKET_BYTES:
             raise IdentityError(f"the {what} request is over {MAX_PACKET_BYTES} bytes")
         with self._lock:
@@ -235,7 +268,7 @@ class IdentityChannel:
                     socket.send_fds(sock, [message], fds)
                 else:
                     sock.send(message)
-                data, received, flags, _ = socket.recv_fds(sock, MAX_PACKET_BYTES, 1)
+                data, received, flags, sender = _receive(sock, credentials)
             except socket.timeout as error:
                 # The answer may still come: the connection no longer pairs requests with
                 # answers, so it is given up.
@@ -254,6 +287,8 @@ class IdentityChannel:
                 _close_all(received)
                 self._give_up(sock)
                 raise IdentityError(f"ddod's answer to {what} was truncated")
+        if credentials:
+            self._answered_by = sender
         text = data.decode("utf-8", errors="replace")
         fields = text.split(" ")
         if fields[0] == "OK":
@@ -272,6 +307,31 @@ class IdentityChannel:
     def _broken(self, message: str) -> DdoError:
         self.close()
         return IdentityError(message)
+
+
+def _receive(
+    sock: socket.socket, credentials: bool
+) -> Tuple[bytes, List[int], int, Optional[Tuple[int, int]]]:
+    """One packet: its bytes, the descriptors that came with it (at most one is expected; more
+    are closed and truncate), the flags, and with ``credentials`` the sender's (pid, uid)."""
+    space = socket.CMSG_SPACE(_FD.size)
+    if credentials:
+        space += socket.CMSG_SPACE(_UCRED.size)
+    data, ancillary, flags, _ = sock.recvmsg(MAX_PACKET_BYTES, space)
+    fds: List[int] = []
+    sender: Optional[Tuple[int, int]] = None
+    for level, kind, payload in ancillary:
+        if level != socket.SOL_SOCKET:
+            continue
+        if kind == socket.SCM_RIGHTS:
+            usable = len(payload) - len(payload) % _FD.size
+            fds.extend(value for (value,) in _FD.iter_unpack(payload[:usable]))
+        elif kind == socket.SCM_CREDENTIALS and len(payload) >= _UCRED.size:
+            pid, uid, _gid = _UCRED.unpack_from(payload)
+            sender = (pid, uid)
+    if len(fds) > 1:
+        flags |= socket.MSG_CTRUNC  # never sent by ddod: treated as a broken answer
+    return data, fds, flags, sender
 
 
 def _close_all(fds: List[int]) -> None:
