@@ -29,6 +29,17 @@
 namespace ddo {
 namespace {
 
+// A component's keep-alive as the manifest keeps it: 0 for ddod's default, -1 for never.
+int64_t KeepAliveToSeconds(absl::Duration keep_alive) {
+  if (keep_alive == absl::InfiniteDuration()) return -1;
+  return std::max<int64_t>(0, absl::ToInt64Seconds(keep_alive));
+}
+
+absl::Duration KeepAliveFromSeconds(int64_t seconds) {
+  if (seconds < 0) return absl::InfiniteDuration();
+  return absl::Seconds(seconds);
+}
+
 // The table of a safetensors set: file order, then offset order; module path from the name.
 absl::StatusOr<std::vector<TensorEntry>> TableOfSafetensors(
     const SafetensorsSet& set, const std::map<std::string, uint32_t>& units) {
@@ -191,6 +202,7 @@ void ComponentStore::PersistLocked() {
     entry.sources = component.sources;
     entry.base_cache_key = component.info.base_cache_key;
     entry.base_component_id = component.info.base_component_id;
+    entry.keep_alive_seconds = KeepAliveToSeconds(component.info.keep_alive);
     entries.push_back(std::move(entry));
   }
   if (absl::Status written = WriteManifest(options_.manifest_path, entries); !written.ok()) {
@@ -877,6 +889,7 @@ absl::Status ComponentStore::SetKeepAlive(const std::string& cache_key, const Ca
         absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
   }
   it->second.info.keep_alive = keep_alive;
+  PersistLocked();  // a restarted ddod keeps it
   return absl::OkStatus();
 }
 
@@ -1113,6 +1126,7 @@ void ComponentStore::AdoptPrevious() {
     component.info.base_component_id = std::move(entry.base_component_id);
     component.info.tensors = std::move(entry.tensors);
     component.info.owner_uid = entry.owner_uid;
+    component.info.keep_alive = KeepAliveFromSeconds(entry.keep_alive_seconds);
     if (!derived) {  // a derived version is never shared (docs/security.md)
       component.readers.insert(entry.readers.begin(), entry.readers.end());
       component.sources = std::move(entry.sources);

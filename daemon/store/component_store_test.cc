@@ -1,5 +1,7 @@
 #include "daemon/store/component_store.h"
 
+#include <map>
+
 #include <fcntl.h>
 
 #include <sys/mman.h>
@@ -194,6 +196,25 @@ TEST_F(ComponentStoreTest, KeepAliveEvictsOnlyWhatIsUnusedForLong) {
   std::vector<std::string> keys;
   for (const auto& component : store_->List(lease_.caller)) keys.push_back(component.cache_key);
   EXPECT_EQ(keys, (std::vector<std::string>{"kept", "used"}));
+}
+
+TEST_F(ComponentStoreTest, AComponentsKeepAliveOutlivesARestart) {
+  Upload("forever");
+  Upload("brief");
+  Upload("default");
+  ASSERT_TRUE(store_->SetKeepAlive("forever", lease_.caller, absl::InfiniteDuration()).ok());
+  ASSERT_TRUE(store_->SetKeepAlive("brief", lease_.caller, absl::Seconds(90)).ok());
+  Restart();
+  std::map<std::string, absl::Duration> kept;
+  for (const auto& component : store_->List(lease_.caller)) {
+    kept[component.cache_key] = component.keep_alive;
+  }
+  EXPECT_EQ(kept["forever"], absl::InfiniteDuration());
+  EXPECT_EQ(kept["brief"], absl::Seconds(90));
+  EXPECT_EQ(kept["default"], absl::ZeroDuration());
+  // With ddod's default of a minute, two minutes later: only the one kept forever stays.
+  EXPECT_EQ(store_->EvictIdle(absl::Now() + absl::Minutes(2), absl::Minutes(1)),
+            (std::vector<std::string>{"brief", "default"}));
 }
 
 TEST_F(ComponentStoreTest, ComponentsInUseAreNeverEvicted) {

@@ -98,6 +98,7 @@ absl::Status WriteManifest(const std::string& path,
                {"content_hash", component.content_hash},
                {"segments", std::move(segments)},
                {"tensors", std::move(tensors)}};
+    if (component.keep_alive_seconds != 0) entry["keep_alive_s"] = component.keep_alive_seconds;
     if (component.base_cache_key.empty() && !component.segments.empty()) {
       // Also as a ddod from before derived versions reads it. A derived version has no
       // "segment_name": such a ddod refuses the manifest rather than serve it from one segment.
@@ -185,6 +186,13 @@ absl::StatusOr<std::vector<ManifestComponent>> ReadManifest(const std::string& p
       }
       component.owner_uid = entry.contains("owner_uid") ? entry.at("owner_uid").get<uid_t>()
                                                          : ::geteuid();
+      if (entry.contains("keep_alive_s")) {
+        component.keep_alive_seconds = entry.at("keep_alive_s").get<int64_t>();
+        if (component.keep_alive_seconds < -1) {
+          return absl::DataLossError(absl::StrCat(path, ": keep_alive_s ",
+                                                  component.keep_alive_seconds, " is below -1"));
+        }
+      }
       if (entry.contains("readers")) {
         component.readers = entry.at("readers").get<std::vector<uid_t>>();
       }

@@ -43,6 +43,8 @@ struct ManifestComponent {
   // A derived version: its root base's key and component id ("" otherwise).
   std::string base_cache_key;
   std::string base_component_id;
+  // Its own keep-alive (`ddoctl load ... keep-alive=`): 0 for ddod's default, -1 for never.
+  int64_t keep_alive_seconds = 0;
 };
 
 // Replaces the manifest at `path` atomically.
