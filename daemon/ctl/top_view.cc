@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "daemon/common/display_text.h"
 #include "daemon/common/format_bytes.h"
+#include "daemon/ctl/formatting.h"
 
 namespace ddo {
 namespace {
@@ -26,13 +27,6 @@ std::string Gbps(std::optional<double> bytes_per_second) {
                                   : absl::StrFormat("%.1f MB/s", *bytes_per_second / 1e6);
 }
 
-std::string Duration(double seconds) {
-  const int64_t whole = static_cast<int64_t>(seconds);
-  if (whole < 60) return absl::StrCat(whole, "s");
-  if (whole < 3600) return absl::StrFormat("%dm%02ds", whole / 60, whole % 60);
-  return absl::StrFormat("%dh%02dm", whole / 3600, whole % 3600 / 60);
-}
-
 }  // namespace
 
 std::string FormatTop(const ddo::v1::DaemonInfo& info, const TopSnapshot& now,
@@ -43,7 +37,7 @@ std::string FormatTop(const ddo::v1::DaemonInfo& info, const TopSnapshot& now,
   const absl::Duration elapsed = before ? now.taken - before->taken : absl::ZeroDuration();
   std::string out = absl::StrFormat(
       "ddod %s (%s), up %s: %u lease(s), %u session(s)\n", EscapeForDisplay(info.version()),
-      EscapeForDisplay(info.effective_preset()), Duration(stats.uptime_seconds()), stats.leases(),
+      EscapeForDisplay(info.effective_preset()), FormatDuration(stats.uptime_seconds()), stats.leases(),
       stats.sessions());
   absl::StrAppend(&out, "pool      ", FormatBytes(pool.used_bytes()), " in ", pool.components(),
                   " component(s), ", FormatBytes(pool.reserved_bytes()), " reserved of ",
@@ -100,7 +94,7 @@ std::string FormatTop(const ddo::v1::DaemonInfo& info, const TopSnapshot& now,
                               FormatBytes(component->own_bytes()), component->sessions(),
                               FormatBytes(component->pinned_bytes()),
                               keep < 0 ? std::string("never")
-                                       : keep == 0 ? std::string("default") : Duration(keep)));
+                                       : keep == 0 ? std::string("default") : FormatDuration(keep)));
   }
   if (components.empty()) absl::StrAppend(&out, "(the pool is empty)\n");
 

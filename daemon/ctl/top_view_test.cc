@@ -32,7 +32,7 @@ TEST(TopViewTest, RatesComeFromTwoSnapshots) {
 
   EXPECT_THAT(FormatTop(info, now, std::nullopt), HasSubstr("streaming - now"));
   const std::string screen = FormatTop(info, now, before);
-  EXPECT_THAT(screen, HasSubstr("up 1h02m"));
+  EXPECT_THAT(screen, HasSubstr("up 1h 02m"));
   EXPECT_THAT(screen, HasSubstr("streaming 50.0 GB/s now"));
   EXPECT_THAT(screen, HasSubstr("runner stalls 2.0/s (14 in all)"));
   EXPECT_THAT(screen, HasSubstr("a1b2c3d4  4242     flux/transformer"));
