@@ -32,7 +32,7 @@ left() { echo $((BUDGET_S - SECONDS)); }
 stage_tests() {
   timeout 400 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu > "$OUT/tests-gpu.log" 2>&1
   echo "tests/gpu: rc=$?"; grep -E "passed|failed|error" "$OUT/tests-gpu.log" | tail -4
-  grep -E "\[(pipeline-gpu|profiles-gpu|two-gpus|lora-gpu)\]" "$OUT/tests-gpu.log"
+  grep -E "\[(pipeline-gpu|profiles-gpu|two-gpus|lora-gpu|activation-gpu)\]" "$OUT/tests-gpu.log"
 }
 
 stage_unit() {

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Set, Tuple
 
 import grpc
 import pytest
@@ -51,6 +53,49 @@ class Daemon:
             self.proc.kill()
             self.proc.wait()
             pytest.fail(f"ddod did not exit within {timeout} s of SIGTERM; log:\n{self.log()}")
+
+
+ACTIVATE_DDOD = 'LISTEN_PID=$$ LISTEN_FDS={count} exec "$0" "$@"'
+
+
+def listen_unix(path: str, kind: int) -> socket.socket:
+    """A listening Unix socket at ``path`` (owner-only), as systemd's ListenStream= makes one."""
+    sock = socket.socket(socket.AF_UNIX, kind)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    sock.listen(16)
+    return sock
+
+
+def systemd_sockets(short_dir: str) -> List[socket.socket]:
+    """ddod.socket's two sockets for ``<short_dir>/ddod.sock``: gRPC, then identity."""
+    path = os.path.join(short_dir, "ddod.sock")
+    return [listen_unix(path, socket.SOCK_STREAM), listen_unix(path + ".id", socket.SOCK_SEQPACKET)]
+
+
+def activate_ddod(binary: str, short_dir: str, sockets: Sequence[socket.socket], *args: str,
+              log_name: str = "ddod.log") -> Daemon:
+    """Starts ddod with ``sockets`` at descriptors 3, 4, ... as systemd passes them."""
+    path = os.path.join(short_dir, "ddod.sock")
+    log_path = os.path.join(short_dir, log_name)
+    fds = [s.fileno() for s in sockets]
+
+    def place_descriptors() -> None:
+        # Out of the way first, so that placing one cannot overwrite another.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds]
+        for target, fd in enumerate(high, start=3):
+            os.dup2(fd, target)  # inheritable, as systemd passes them
+
+    command = ["/bin/sh", "-c", ACTIVATE_DDOD.format(count=len(fds)), binary, "--socket", path,
+               "--log-level", "debug", *args]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                pass_fds=tuple(range(3, 3 + len(fds))),
+                                preexec_fn=place_descriptors)
+    return Daemon(socket=path, proc=proc, log_path=log_path)
 
 
 def ddoctl_path() -> str:

@@ -10,58 +10,17 @@ start), and refuse descriptors that are not the two sockets its --socket names, 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import socket
 import subprocess
 import threading
-from typing import List, Sequence
+from typing import List
 
 import pytest
 
 from diffusers_dynamic_offloader import DdoClient
-from support import DDOD_START_TIMEOUT_S, Daemon, start_ddod, wait_until
-
-ACTIVATE = 'LISTEN_PID=$$ LISTEN_FDS={count} exec "$0" "$@"'
-
-
-def _listen(path: str, kind: int) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, kind)
-    old = os.umask(0o177)
-    try:
-        sock.bind(path)
-    finally:
-        os.umask(old)
-    sock.listen(16)
-    return sock
-
-
-def _systemd_sockets(short_dir: str) -> List[socket.socket]:
-    path = os.path.join(short_dir, "ddod.sock")
-    return [_listen(path, socket.SOCK_STREAM), _listen(path + ".id", socket.SOCK_SEQPACKET)]
-
-
-def _activate(binary: str, short_dir: str, sockets: Sequence[socket.socket], *args: str,
-              log_name: str = "ddod.log") -> Daemon:
-    """Starts ddod with ``sockets`` at descriptors 3, 4, ... as systemd passes them."""
-    path = os.path.join(short_dir, "ddod.sock")
-    log_path = os.path.join(short_dir, log_name)
-    fds = [s.fileno() for s in sockets]
-
-    def place_descriptors() -> None:
-        # Out of the way first, so that placing one cannot overwrite another.
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds]
-        for target, fd in enumerate(high, start=3):
-            os.dup2(fd, target)  # inheritable, as systemd passes them
-
-    command = ["/bin/sh", "-c", ACTIVATE.format(count=len(fds)), binary, "--socket", path,
-               "--log-level", "debug", *args]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                pass_fds=tuple(range(3, 3 + len(fds))),
-                                preexec_fn=place_descriptors)
-    return Daemon(socket=path, proc=proc, log_path=log_path)
-
+from support import (DDOD_START_TIMEOUT_S, activate_ddod, listen_unix, start_ddod,
+                     systemd_sockets, wait_until)
 
 def _status(address: str, timeout: float = 30) -> str:
     with DdoClient.connect(address, timeout=timeout) as client:
@@ -70,8 +29,8 @@ def _status(address: str, timeout: float = 30) -> str:
 
 def test_serves_on_the_sockets_systemd_passed_and_leaves_them_to_systemd(
         ddod_binary, ddoctl_binary, short_dir):
-    sockets = _systemd_sockets(short_dir)
-    daemon = _activate(ddod_binary, short_dir, sockets)
+    sockets = systemd_sockets(short_dir)
+    daemon = activate_ddod(ddod_binary, short_dir, sockets)
     try:
         assert _status(daemon.address)
         listed = subprocess.run([ddoctl_binary, "--daemon", daemon.address, "status"],
@@ -92,9 +51,9 @@ def test_serves_on_the_sockets_systemd_passed_and_leaves_them_to_systemd(
 
 def test_a_client_that_connects_while_ddod_is_stopped_is_served_at_the_next_start(
         ddod_binary, short_dir):
-    sockets = _systemd_sockets(short_dir)
+    sockets = systemd_sockets(short_dir)
     address = "unix:" + os.path.join(short_dir, "ddod.sock")
-    first = _activate(ddod_binary, short_dir, sockets, log_name="first.log")
+    first = activate_ddod(ddod_binary, short_dir, sockets, log_name="first.log")
     try:
         assert _status(address)
     finally:
@@ -106,7 +65,7 @@ def test_a_client_that_connects_while_ddod_is_stopped_is_served_at_the_next_star
     waiting.start()
     waiting.join(1.0)
     assert waiting.is_alive() and not answers, "answered with no ddod running?"
-    second = _activate(ddod_binary, short_dir, sockets, log_name="second.log")
+    second = activate_ddod(ddod_binary, short_dir, sockets, log_name="second.log")
     try:
         waiting.join(DDOD_START_TIMEOUT_S * 3)
         assert answers and isinstance(answers[0], str), (answers, second.log())
@@ -128,15 +87,15 @@ def test_descriptors_that_do_not_match_the_socket_are_refused(ddod_binary, short
     path = os.path.join(short_dir, "ddod.sock")
     if case == "other_path":
         other = os.path.join(short_dir, "other.sock")
-        sockets = [_listen(other, socket.SOCK_STREAM), _listen(path + ".id", socket.SOCK_SEQPACKET)]
+        sockets = [listen_unix(other, socket.SOCK_STREAM), listen_unix(path + ".id", socket.SOCK_SEQPACKET)]
         expected = f"bound to {other}"
     elif case == "one_socket":
-        sockets = [_listen(path, socket.SOCK_STREAM)]
+        sockets = [listen_unix(path, socket.SOCK_STREAM)]
         expected = f"not the identity socket {path}.id"
     else:
-        sockets = [_listen(path, socket.SOCK_STREAM), _listen(path + ".id", socket.SOCK_STREAM)]
+        sockets = [listen_unix(path, socket.SOCK_STREAM), listen_unix(path + ".id", socket.SOCK_STREAM)]
         expected = f"SOCK_STREAM socket bound to {path}.id"
-    daemon = _activate(ddod_binary, short_dir, sockets)
+    daemon = activate_ddod(ddod_binary, short_dir, sockets)
     try:
         code = daemon.proc.wait(DDOD_START_TIMEOUT_S)
     except subprocess.TimeoutExpired:
