@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -26,13 +27,6 @@ void PlanToProto(const SessionPlan& plan, ddo::v1::PlanExplanation* out) {
     decision->set_value(entry.value);
     decision->set_reason(entry.reason);
   }
-}
-
-// Which bytes a slab was filled from: the component (a derived version is another component
-// than its base, even where the resident tensors are unchanged) and its own segment (a key
-// registered again gets a new one).
-std::string BytesIdentity(const ComponentSnapshot& component) {
-  return absl::StrCat(component.component_id, "/", component.segment_name);
 }
 
 }  // namespace
@@ -106,115 +100,88 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
   const std::set<std::string> streamable(request.streamable().begin(), request.streamable().end());
 
   DDO_ASSIGN_OR_RETURN(HostAttachment attached, store_.AttachHost(lease, request.cache_key()));
-  // From here on, every failure gives the component back.
-  auto fail = [&](absl::Status status) -> absl::Status {
-    (void)store_.Detach(attached.session_id, lease.caller);
-    return status;
-  };
+  // Until the session is registered, every failure gives the component back (after the
+  // session and its reservation, declared later, are gone).
+  absl::Cleanup give_back = [&] { (void)store_.Detach(attached.session_id, lease.caller); };
   std::vector<PlanDecisionEntry> policy_decisions;
   if (resident_policy) {
     resident_policy(attached.component.tensors, streamable, values, &settings, &policy_decisions);
   }
-  absl::StatusOr<SessionPlan> plan =
-      PlanSession(attached.component.tensors, streamable, settings);
-  if (!plan.ok()) return fail(plan.status());
-  plan->decisions.insert(plan->decisions.begin(), policy_decisions.begin(), policy_decisions.end());
+  DDO_ASSIGN_OR_RETURN(SessionPlan plan,
+                       PlanSession(attached.component.tensors, streamable, settings));
+  plan.decisions.insert(plan.decisions.begin(), policy_decisions.begin(), policy_decisions.end());
   if (device.ordinal >= 0 && !attached.bytes.AllPinned()) {
-    plan->decisions.push_back({"host_memory", "not pinned",
-                               "copies from pageable memory are staged by the driver (slower)"});
+    plan.decisions.push_back({"host_memory", "not pinned",
+                              "copies from pageable memory are staged by the driver (slower)"});
   }
 
   // A warm slab of the same component bytes and placement, or room for a new one: reserved
   // under ddod's budget before anything is allocated. Warm slabs give way, least recently
   // used first, when a session needs their room.
-  const std::string bytes_identity = BytesIdentity(attached.component);
-  const std::string slab_key =
-      absl::StrCat(device.label, "|", bytes_identity, "|", plan->slab_signature);
+  const std::string bytes_identity =
+      SlabBytesIdentity(attached.component.component_id, attached.component.segment_name);
+  const std::string slab_key = WarmSlabCache::Key(device.label, bytes_identity,
+                                                  plan.slab_signature);
   std::shared_ptr<ResidentSlab> slab;
-  uint64_t reserved_here = 0;  // what this session holds in reserved_ when it opens
+  DeviceBudget::Reservation reservation;  // the session's slab and ring
   {
     std::vector<std::shared_ptr<ResidentSlab>> dropped;  // freed outside the lock
     absl::MutexLock lock(&mu_);
-    uint64_t needed = plan->ring_bytes();
-    if (auto warm = warm_slabs_.find(slab_key); warm != warm_slabs_.end()) {
-      slab = std::move(warm->second.slab);
-      reserved_here += warm->second.bytes;  // already reserved: now this session's
-      warm_slabs_.erase(warm);
+    uint64_t needed = plan.ring_bytes();
+    if (std::optional<WarmSlab> warm = warm_.Take(slab_key)) {
+      slab = std::move(warm->slab);
+      reservation = std::move(warm->reservation);  // already reserved: now this session's
     } else {
-      needed += plan->slab_bytes;
+      needed += plan.slab_bytes;
     }
-    uint64_t& reserved = reserved_[device.label];
-    while (device.budget_bytes != 0 && reserved + needed > device.budget_bytes &&
-           DropWarmSlabLocked(device.label, &dropped)) {
+    std::optional<DeviceBudget::Reservation> room;
+    while (!(room = budget_.TryReserve(device.label, device.budget_bytes, needed)) &&
+           DropWarmSlabLocked(device.label, /*spare_prefetched=*/false, &dropped)) {
     }
-    if (device.budget_bytes != 0 && reserved + needed > device.budget_bytes) {
-      reserved -= reserved_here;
-      return fail(absl::ResourceExhaustedError(absl::StrCat(
-          "a session of '", request.cache_key(), "' needs ", FormatBytes(plan->device_bytes()),
-          " on ", device.label, " (slab ", FormatBytes(plan->slab_bytes), " + ring ",
-          FormatBytes(plan->ring_bytes()), "); ddod's budget there is ",
+    if (!room) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a session of '", request.cache_key(), "' needs ", FormatBytes(plan.device_bytes()),
+          " on ", device.label, " (slab ", FormatBytes(plan.slab_bytes), " + ring ",
+          FormatBytes(plan.ring_bytes()), "); ddod's budget there is ",
           FormatBytes(device.budget_bytes), " of which sessions hold ",
-          FormatBytes(reserved - reserved_here))));
+          FormatBytes(budget_.reserved(device.label) - reservation.bytes())));
     }
-    reserved += needed;
-    reserved_here += needed;
-    last_slabs_[request.cache_key()] = SlabRecipe{device, bytes_identity,
-                                                  plan->slab_signature, plan->resident,
-                                                  plan->slab_bytes};
+    reservation.Merge(*std::move(room));
+    warm_.Remember(request.cache_key(),
+                   SlabRecipe{device.label, device.ordinal, device.budget_bytes, bytes_identity,
+                              plan.slab_signature, plan.resident, plan.slab_bytes});
   }
-  auto unreserve = [&] {
-    absl::MutexLock lock(&mu_);
-    reserved_[device.label] -= reserved_here;
-  };
   const bool slab_warm = slab != nullptr;
   if (!slab_warm) {
-    absl::StatusOr<std::unique_ptr<ResidentSlab>> opened =
-        device.ordinal < 0 ? OpenHostSlab(NewSegmentName('s'), plan->slab_bytes)
-                           : OpenCudaSlab(device.ordinal, plan->slab_bytes);
-    if (!opened.ok()) {
-      unreserve();
-      return fail(opened.status());
-    }
-    slab = *std::move(opened);
+    DDO_ASSIGN_OR_RETURN(std::unique_ptr<ResidentSlab> opened,
+                         device.ordinal < 0 ? OpenHostSlab(NewSegmentName('s'), plan.slab_bytes)
+                                            : OpenCudaSlab(device.ordinal, plan.slab_bytes));
+    slab = std::move(opened);
   }
-  plan->decisions.push_back({"slab", slab_warm ? "warm" : "filled now",
-                             slab_warm ? "a closed session of the same component and plan left it "
-                                         "on the device (warm_process)"
-                                       : "no warm slab of this component and plan"});
+  plan.decisions.push_back({"slab", slab_warm ? "warm" : "filled now",
+                            slab_warm ? "a closed session of the same component and plan left it "
+                                        "on the device (warm_process)"
+                                      : "no warm slab of this component and plan"});
 
   SessionDeviceSpec spec;
-  spec.ring_bytes = plan->ring_bytes();
-  spec.ring_slots = plan->ring_slots;
+  spec.ring_bytes = plan.ring_bytes();
+  spec.ring_slots = plan.ring_slots;
   spec.ring_segment_name = NewSegmentName('r');
-  absl::StatusOr<std::unique_ptr<SessionDevice>> memory =
-      device.ordinal < 0 ? OpenHostSessionDevice(spec) : OpenCudaSessionDevice(device.ordinal, spec);
-  if (!memory.ok()) {
-    unreserve();
-    return fail(memory.status());
-  }
-  absl::StatusOr<ControlBlock> control = ControlBlock::Create(
-      NewSegmentName('c'), plan->ring_slots, static_cast<uint32_t>(plan->units.size()),
-      plan->arena_bytes);
-  if (!control.ok()) {
-    unreserve();
-    return fail(control.status());
-  }
-  absl::StatusOr<StreamWorker*> worker = WorkerFor(device);
-  if (!worker.ok()) {
-    unreserve();
-    return fail(worker.status());
-  }
+  DDO_ASSIGN_OR_RETURN(std::unique_ptr<SessionDevice> memory,
+                       device.ordinal < 0 ? OpenHostSessionDevice(spec)
+                                          : OpenCudaSessionDevice(device.ordinal, spec));
+  DDO_ASSIGN_OR_RETURN(ControlBlock control,
+                       ControlBlock::Create(NewSegmentName('c'), plan.ring_slots,
+                                            static_cast<uint32_t>(plan.units.size()),
+                                            plan.arena_bytes));
+  DDO_ASSIGN_OR_RETURN(StreamWorker * device_worker, WorkerFor(device));
 
   auto session = std::make_shared<StreamSession>(
       attached.session_id, lease.id, request.cache_key(), device.label,
-      attached.component.tensors, attached.bytes, *std::move(plan), slab, slab_warm,
-      *std::move(memory), *std::move(control));
+      attached.component.tensors, attached.bytes, std::move(plan), slab, slab_warm,
+      std::move(memory), std::move(control));
   const absl::Time fill_start = absl::Now();
-  if (absl::Status filled = session->FillSlab(); !filled.ok()) {
-    session.reset();
-    unreserve();
-    return fail(filled);
-  }
+  DDO_RETURN_IF_ERROR(session->FillSlab());
   const double fill_seconds = absl::ToDoubleSeconds(absl::Now() - fill_start);
 
   const std::string schedule_key = absl::StrCat(request.cache_key(), "/", session->plan().signature);
@@ -238,13 +205,8 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
 
   // The response.
   ddo::v1::DeviceResources* resources = response->mutable_device();
-  absl::Status exported = session->device_memory().Export(resources);
-  if (exported.ok()) exported = session->slab()->Export(resources);
-  if (!exported.ok()) {
-    session.reset();
-    unreserve();
-    return fail(exported);
-  }
+  DDO_RETURN_IF_ERROR(session->device_memory().Export(resources));
+  DDO_RETURN_IF_ERROR(session->slab()->Export(resources));
   const SessionPlan& placed = session->plan();
   resources->set_device_uuid(device.label);
   resources->set_resident_slab_bytes(placed.slab_bytes);
@@ -277,13 +239,12 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
   for (uint32_t unit : known) response->add_schedule(unit);
   response->set_session_id(attached.session_id);
 
-  StreamWorker* device_worker = *worker;
   resources->set_doorbell_shm(device_worker->doorbell_name());
   {
     absl::MutexLock lock(&mu_);
-    sessions_[session->id()] = session;
-    slab_keys_[session->id()] = slab_key;
+    sessions_[session->id()] = OpenSession{session, slab_key, std::move(reservation)};
   }
+  std::move(give_back).Cancel();  // the session holds the component now
   device_worker->Add(session);
   Logger("stream")->info(
       "session {} of '{}' on {}: slab {} {} in {:.3f} s, {} units streamed through a {} "
@@ -305,7 +266,7 @@ absl::StatusOr<uint32_t> StreamSessions::SetSchedule(const std::string& session_
     if (it == sessions_.end()) {
       return absl::NotFoundError(absl::StrCat("no streaming session '", session_id, "'"));
     }
-    session = it->second;
+    session = it->second.session;
     worker = workers_.at(session->device()).get();
   }
   const uint32_t length = static_cast<uint32_t>(schedule.size());
@@ -326,17 +287,17 @@ bool StreamSessions::Owns(const std::string& session_id) {
 }
 
 absl::Status StreamSessions::Detach(const std::string& session_id) {
-  std::shared_ptr<StreamSession> session;
+  OpenSession open;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end()) {
       return absl::NotFoundError(absl::StrCat("no streaming session '", session_id, "'"));
     }
-    session = std::move(it->second);
+    open = std::move(it->second);
     sessions_.erase(it);
   }
-  CloseSession(std::move(session), SessionState::kClosed);
+  CloseSession(std::move(open), SessionState::kClosed);
   return absl::OkStatus();
 }
 
@@ -359,7 +320,7 @@ StreamTotals StreamSessions::Totals() {
   {
     absl::MutexLock lock(&mu_);
     totals = closed_totals_;
-    for (const auto& [id, session] : sessions_) open.push_back(session);
+    for (const auto& [id, session] : sessions_) open.push_back(session.session);
   }
   for (const auto& session : open) AddTo(totals, session->Stats());
   // A session between leaving sessions_ and being counted as closed is in neither: never let
@@ -378,7 +339,8 @@ StreamTotals StreamSessions::Totals() {
   return totals;
 }
 
-void StreamSessions::CloseSession(std::shared_ptr<StreamSession> session, SessionState state) {
+void StreamSessions::CloseSession(OpenSession open, SessionState state) {
+  std::shared_ptr<StreamSession> session = std::move(open.session);
   StreamWorker* worker = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -386,72 +348,53 @@ void StreamSessions::CloseSession(std::shared_ptr<StreamSession> session, Sessio
   }
   if (worker != nullptr) worker->Remove(session->id());
   session->Close(state);
-  {
-    const StreamSessionStats final_stats = session->Stats();
-    absl::MutexLock lock(&mu_);
-    AddTo(closed_totals_, final_stats);
-  }
-  const SessionPlan& plan = session->plan();
+  const StreamSessionStats final_stats = session->Stats();
   const std::string device = session->device();
   const std::string id = session->id();
-  const bool failed = session->Stats().failed;
-  std::shared_ptr<ResidentSlab> slab = session->slab();
   std::vector<std::shared_ptr<ResidentSlab>> dropped;  // freed outside the lock
   bool kept = false;
   {
     absl::MutexLock lock(&mu_);
-    std::string slab_key;
-    if (auto key = slab_keys_.find(id); key != slab_keys_.end()) {
-      slab_key = key->second;
-      slab_keys_.erase(key);
-    }
-    // warm_process: the filled slab stays for the next runner (its bytes stay reserved),
-    // unless one is already kept under the key (two sessions of one plan closed). One warm
-    // slab per device at most, the newest: VRAM held for nobody stays bounded, since other
-    // processes on the GPU do not ask ddod's budget for room.
-    if (options_.keep_slabs_warm && !failed && !slab_key.empty() && warm_slabs_.count(slab_key) == 0) {
+    AddTo(closed_totals_, final_stats);
+    // warm_process: the filled slab stays for the next runner with its share of the budget
+    // (the ring's goes back), unless one is already kept under the key (two sessions of one
+    // plan closed). One warm slab per device at most, the newest: VRAM held for nobody stays
+    // bounded, since other processes on the GPU do not ask ddod's budget for room.
+    if (options_.keep_slabs_warm && !final_stats.failed && !warm_.Contains(open.slab_key)) {
       // Slabs a Phase prefetched for coming sessions stay.
-      while (DropWarmSlabLocked(device, &dropped, /*spare_prefetched=*/true)) {
+      while (DropWarmSlabLocked(device, /*spare_prefetched=*/true, &dropped)) {
       }
-      warm_slabs_[slab_key] =
-          WarmSlab{device, slab, plan.slab_bytes, absl::Now(), session->cache_key(), false};
-      reserved_[device] -= plan.ring_bytes();
-      kept = true;
-    } else {
-      reserved_[device] -= plan.device_bytes();
+      WarmSlab warm{device, session->slab(),
+                    open.reservation.Split(session->plan().slab_bytes), absl::Now(),
+                    session->cache_key(), /*prefetched=*/false};
+      kept = warm_.Put(open.slab_key, warm);
     }
   }
+  open.reservation.Release();  // the ring's share, or all of it when the slab was not kept
   dropped.clear();
-  slab.reset();
   session.reset();  // frees the ring, events and control block (the worker let go in Remove)
   (void)store_.Detach(id, DaemonCaller());
   Logger("stream")->info("session {} on {} closed{}", id.substr(0, 8), device,
                          kept ? "; its slab stays warm" : "");
 }
 
-bool StreamSessions::DropWarmSlabLocked(const std::string& device,
-                                        std::vector<std::shared_ptr<ResidentSlab>>* dropped,
-                                        bool spare_prefetched) {
-  auto oldest = warm_slabs_.end();
-  for (auto it = warm_slabs_.begin(); it != warm_slabs_.end(); ++it) {
-    if (it->second.device != device || (spare_prefetched && it->second.prefetched)) continue;
-    if (oldest == warm_slabs_.end() || it->second.last_used < oldest->second.last_used) oldest = it;
-  }
-  if (oldest == warm_slabs_.end()) return false;
-  Logger("stream")->info("dropping the warm slab {} ({}) for room", oldest->first,
-                         FormatBytes(oldest->second.bytes));
-  reserved_[device] -= oldest->second.bytes;
-  dropped->push_back(std::move(oldest->second.slab));
-  warm_slabs_.erase(oldest);
+bool StreamSessions::DropWarmSlabLocked(const std::string& device, bool spare_prefetched,
+                                        std::vector<std::shared_ptr<ResidentSlab>>* dropped) {
+  std::optional<WarmSlab> oldest = warm_.TakeOldest(device, spare_prefetched);
+  if (!oldest) return false;
+  Logger("stream")->info("dropping the warm slab of '{}' on {} ({}) for room", oldest->cache_key,
+                         device, FormatBytes(oldest->reservation.bytes()));
+  oldest->reservation.Release();
+  dropped->push_back(std::move(oldest->slab));
   return true;
 }
 
 void StreamSessions::ReleaseLease(const std::string& lease_id) {
-  std::vector<std::shared_ptr<StreamSession>> closing;
+  std::vector<OpenSession> closing;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = sessions_.begin(); it != sessions_.end();) {
-      if (it->second->lease_id() == lease_id) {
+      if (it->second.session->lease_id() == lease_id) {
         closing.push_back(std::move(it->second));
         it = sessions_.erase(it);
       } else {
@@ -459,24 +402,23 @@ void StreamSessions::ReleaseLease(const std::string& lease_id) {
       }
     }
   }
-  for (auto& session : closing) CloseSession(std::move(session), SessionState::kClosed);
+  for (OpenSession& open : closing) CloseSession(std::move(open), SessionState::kClosed);
 }
 
 void StreamSessions::CloseAll() {
-  std::vector<std::shared_ptr<StreamSession>> closing;
+  std::vector<OpenSession> closing;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [id, session] : sessions_) closing.push_back(std::move(session));
+    for (auto& [id, open] : sessions_) closing.push_back(std::move(open));
     sessions_.clear();
   }
-  for (auto& session : closing) CloseSession(std::move(session), SessionState::kClosed);
-  std::map<std::string, WarmSlab> warm;
+  for (OpenSession& open : closing) CloseSession(std::move(open), SessionState::kClosed);
+  std::vector<WarmSlab> warm;
   {
     absl::MutexLock lock(&mu_);
-    warm.swap(warm_slabs_);
-    for (const auto& [key, slab] : warm) reserved_[slab.device] -= slab.bytes;
+    warm = warm_.TakeAll();
   }
-  warm.clear();
+  warm.clear();  // their memory and their reservations
   std::map<std::string, std::unique_ptr<StreamWorker>> workers;
   {
     absl::MutexLock lock(&mu_);
@@ -489,105 +431,87 @@ StreamSessions::PhaseResult StreamSessions::Phase(const Lease& lease,
                                                   const std::set<std::string>& keep,
                                                   const std::vector<std::string>& prefetch) {
   PhaseResult result;
-  std::vector<std::shared_ptr<ResidentSlab>> dropped;  // freed outside the lock
+  std::vector<WarmSlab> released;  // freed outside the lock
   {
     absl::MutexLock lock(&mu_);
-    for (auto it = warm_slabs_.begin(); it != warm_slabs_.end();) {
-      // A caller's phase releases only slabs of components it may read: another user's warm
-      // slab is neither its to drop nor its to see named.
-      if (keep.count(it->second.cache_key) ||
-          !store_.MayRead(it->second.cache_key, lease.caller)) {
-        ++it;
-        continue;
-      }
-      result.released_bytes += it->second.bytes;
-      result.notes.push_back(absl::StrCat("released the warm slab of '", it->second.cache_key,
-                                          "' on ", it->second.device, " (",
-                                          FormatBytes(it->second.bytes), ")"));
-      reserved_[it->second.device] -= it->second.bytes;
-      dropped.push_back(std::move(it->second.slab));
-      it = warm_slabs_.erase(it);
-    }
+    // A caller's phase releases only slabs of components it may read: another user's warm
+    // slab is neither its to drop nor its to see named.
+    released = warm_.TakeIf([&](const WarmSlab& warm) {
+      return keep.count(warm.cache_key) == 0 && store_.MayRead(warm.cache_key, lease.caller);
+    });
   }
-  dropped.clear();
-
+  for (const WarmSlab& warm : released) {
+    result.released_bytes += warm.reservation.bytes();
+    result.notes.push_back(absl::StrCat("released the warm slab of '", warm.cache_key, "' on ",
+                                        warm.device, " (", FormatBytes(warm.reservation.bytes()),
+                                        ")"));
+  }
+  released.clear();
   for (const std::string& key : prefetch) {
-    SlabRecipe recipe;
-    {
-      absl::MutexLock lock(&mu_);
-      auto found = last_slabs_.find(key);
-      if (found == last_slabs_.end()) {
-        result.notes.push_back(absl::StrCat("'", key, "': no earlier session shows its placement"));
-        continue;
-      }
-      recipe = found->second;
-    }
-    absl::StatusOr<HostAttachment> attached = store_.AttachHost(lease, key);
-    if (!attached.ok()) {
-      result.notes.push_back(absl::StrCat("'", key, "': ", attached.status().message()));
-      continue;
-    }
-    auto note = [&](std::string text) {
-      result.notes.push_back(absl::StrCat("'", key, "': ", text));
-      (void)store_.Detach(attached->session_id, lease.caller);
-    };
-    if (BytesIdentity(attached->component) != recipe.bytes_identity) {
-      note("registered again since its last session: nothing to prefetch");
-      continue;
-    }
-    const std::string slab_key =
-        absl::StrCat(recipe.device.label, "|", recipe.bytes_identity, "|", recipe.slab_signature);
-    {
-      absl::MutexLock lock(&mu_);
-      bool present = warm_slabs_.count(slab_key) > 0;
-      for (const auto& [id, open_key] : slab_keys_) present = present || open_key == slab_key;
-      if (present) {
-        note(absl::StrCat("its slab is already on ", recipe.device.label));
-        continue;
-      }
-      uint64_t& reserved = reserved_[recipe.device.label];
-      if (recipe.device.budget_bytes != 0 &&
-          reserved + recipe.slab_bytes > recipe.device.budget_bytes) {
-        note(absl::StrCat("no room for its ", FormatBytes(recipe.slab_bytes), " slab on ",
-                          recipe.device.label, " (ddod's budget ",
-                          FormatBytes(recipe.device.budget_bytes), ", held ",
-                          FormatBytes(reserved), ")"));
-        continue;
-      }
-      reserved += recipe.slab_bytes;
-    }
-    absl::StatusOr<std::unique_ptr<ResidentSlab>> opened =
-        recipe.device.ordinal < 0 ? OpenHostSlab(NewSegmentName('s'), recipe.slab_bytes)
-                                  : OpenCudaSlab(recipe.device.ordinal, recipe.slab_bytes);
-    absl::Status filled = opened.ok() ? FillResidentSlab(**opened, recipe.resident,
-                                                         attached->component.tensors,
-                                                         attached->bytes)
-                                      : opened.status();
-    if (!filled.ok()) {
-      {
-        absl::MutexLock lock(&mu_);
-        reserved_[recipe.device.label] -= recipe.slab_bytes;
-      }
-      note(absl::StrCat("prefetch failed: ", filled.message()));
-      continue;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      warm_slabs_[slab_key] = WarmSlab{recipe.device.label, std::shared_ptr<ResidentSlab>(*std::move(opened)),
-                                       recipe.slab_bytes, absl::Now(), key, true};
-    }
-    result.prefetched_bytes += recipe.slab_bytes;
-    note(absl::StrCat("prefetched its ", FormatBytes(recipe.slab_bytes), " slab on ",
-                      recipe.device.label));
+    result.notes.push_back(absl::StrCat("'", key, "': ", Prefetch(lease, key,
+                                                                  &result.prefetched_bytes)));
   }
   return result;
+}
+
+std::string StreamSessions::Prefetch(const Lease& lease, const std::string& key,
+                                     uint64_t* prefetched_bytes) {
+  std::optional<SlabRecipe> recipe;
+  {
+    absl::MutexLock lock(&mu_);
+    recipe = warm_.RecipeOf(key);
+  }
+  if (!recipe) return "no earlier session shows its placement";
+  absl::StatusOr<HostAttachment> attached = store_.AttachHost(lease, key);
+  if (!attached.ok()) return std::string(attached.status().message());
+  absl::Cleanup detach = [&] { (void)store_.Detach(attached->session_id, lease.caller); };
+  if (SlabBytesIdentity(attached->component.component_id, attached->component.segment_name) !=
+      recipe->bytes_identity) {
+    return "registered again since its last session: nothing to prefetch";
+  }
+  const std::string slab_key =
+      WarmSlabCache::Key(recipe->device, recipe->bytes_identity, recipe->slab_signature);
+  std::optional<DeviceBudget::Reservation> reservation;
+  {
+    absl::MutexLock lock(&mu_);
+    bool present = warm_.Contains(slab_key);
+    for (const auto& [id, open] : sessions_) present = present || open.slab_key == slab_key;
+    if (present) return absl::StrCat("its slab is already on ", recipe->device);
+    reservation = budget_.TryReserve(recipe->device, recipe->device_budget_bytes,
+                                     recipe->slab_bytes);
+    if (!reservation) {
+      return absl::StrCat("no room for its ", FormatBytes(recipe->slab_bytes), " slab on ",
+                          recipe->device, " (ddod's budget ",
+                          FormatBytes(recipe->device_budget_bytes), ", held ",
+                          FormatBytes(budget_.reserved(recipe->device)), ")");
+    }
+  }
+  absl::StatusOr<std::unique_ptr<ResidentSlab>> opened =
+      recipe->ordinal < 0 ? OpenHostSlab(NewSegmentName('s'), recipe->slab_bytes)
+                          : OpenCudaSlab(recipe->ordinal, recipe->slab_bytes);
+  absl::Status filled = opened.ok() ? FillResidentSlab(**opened, recipe->resident,
+                                                       attached->component.tensors,
+                                                       attached->bytes)
+                                    : opened.status();
+  if (!filled.ok()) return absl::StrCat("prefetch failed: ", filled.message());
+  WarmSlab warm{recipe->device, std::shared_ptr<ResidentSlab>(*std::move(opened)),
+                *std::move(reservation), absl::Now(), key, /*prefetched=*/true};
+  {
+    absl::MutexLock lock(&mu_);
+    if (!warm_.Put(slab_key, warm)) {
+      return absl::StrCat("its slab is already on ", recipe->device);  // a session left one
+    }
+  }
+  *prefetched_bytes += recipe->slab_bytes;
+  return absl::StrCat("prefetched its ", FormatBytes(recipe->slab_bytes), " slab on ",
+                      recipe->device);
 }
 
 std::vector<StreamSessionInfo> StreamSessions::List() {
   std::vector<std::shared_ptr<StreamSession>> sessions;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, session] : sessions_) sessions.push_back(session);
+    for (const auto& [id, open] : sessions_) sessions.push_back(open.session);
   }
   std::vector<StreamSessionInfo> infos;
   for (const auto& session : sessions) {
@@ -607,7 +531,7 @@ std::vector<StreamSessionInfo> StreamSessions::List() {
 
 size_t StreamSessions::warm_slab_count() {
   absl::MutexLock lock(&mu_);
-  return warm_slabs_.size();
+  return warm_.size();
 }
 
 }  // namespace ddo

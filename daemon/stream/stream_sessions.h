@@ -1,12 +1,14 @@
 // File: daemon/stream/stream_sessions.h
 //
-// Every streaming session of this ddod: opening (device, plan, VRAM budget, device memory,
-// control block, slab fill), the copy worker of each device, schedules (and the schedule
-// remembered per component and plan for the next runner), closing by Detach, by the end of a
-// lease or at shutdown.
+// Every streaming session of this ddod, and the one place that opens and closes them: opening
+// (device, plan, ddod's budget there, device memory, control block, slab fill), the copy
+// worker of each device, schedules (and the schedule remembered per component and plan for the
+// next runner), closing by Detach, by the end of a lease or at shutdown. ddod's budget on each
+// device is a DeviceBudget (each open session holds a Reservation); warm slabs live in a
+// WarmSlabCache.
 //
-// Thread-safety: all methods may be called from any thread; mu_ guards the maps. Slow work
-// (allocating device memory, filling the slab, draining) runs outside it.
+// Thread-safety: all methods may be called from any thread; mu_ guards the maps and the warm
+// slab cache. Slow work (allocating device memory, filling the slab, draining) runs outside it.
 #ifndef DDO_DAEMON_STREAM_STREAM_SESSIONS_H_
 #define DDO_DAEMON_STREAM_STREAM_SESSIONS_H_
 
@@ -25,8 +27,10 @@
 #include "daemon/pool/host_pool.h"
 #include "daemon/session/lease_registry.h"
 #include "daemon/store/component_store.h"
+#include "daemon/stream/device_budget.h"
 #include "daemon/stream/stream_session.h"
 #include "daemon/stream/stream_worker.h"
+#include "daemon/stream/warm_slab_cache.h"
 #include "ddo/v1/sessions.pb.h"
 
 namespace ddo {
@@ -117,8 +121,10 @@ class StreamSessions {
   // Streaming since start: the closed sessions' final counts plus the open ones' now.
   StreamTotals Totals();
 
-  // Slabs kept warm, and their bytes.
+  // Slabs kept warm.
   size_t warm_slab_count();
+  // What ddod's sessions and warm slabs hold on `device` ("cpu", a GPU UUID).
+  uint64_t reserved_bytes(const std::string& device) const { return budget_.reserved(device); }
 
  private:
   struct Device {
@@ -126,54 +132,41 @@ class StreamSessions {
     int ordinal = -1;   // -1 for the host backend
     uint64_t budget_bytes = 0;  // 0: unlimited
   };
+  // An open session, with what it holds beside itself.
+  struct OpenSession {
+    std::shared_ptr<StreamSession> session;
+    std::string slab_key;                   // WarmSlabCache::Key of its slab
+    DeviceBudget::Reservation reservation;  // its slab and ring in ddod's budget
+  };
   absl::StatusOr<Device> ResolveDevice(const std::string& requested) const;
   absl::StatusOr<StreamWorker*> WorkerFor(const Device& device);
-  // Removes, closes and frees a session.
-  void CloseSession(std::shared_ptr<StreamSession> session, SessionState state);
+  // Closes and frees a session already removed from sessions_; keeps its slab warm when it may.
+  void CloseSession(OpenSession open, SessionState state);
+  // Removes the least recently used warm slab of `device`: its bytes go back to the budget at
+  // once, its memory into `dropped` (freed outside the lock). False when there is none.
+  bool DropWarmSlabLocked(const std::string& device, bool spare_prefetched,
+                          std::vector<std::shared_ptr<ResidentSlab>>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills a slab of `key`'s last placement for its next session (Phase); a note says how.
+  std::string Prefetch(const Lease& lease, const std::string& key, uint64_t* prefetched_bytes);
   std::string NewSegmentName(char kind) const;
 
   ComponentStore& store_;
   HostPool& pool_;
   const GpuInventory gpus_;
   const StreamSessionsOptions options_;
+  // Declared before everything that holds a Reservation: destroyed after it.
+  DeviceBudget budget_;
 
   absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<StreamSession>> sessions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, OpenSession> sessions_ ABSL_GUARDED_BY(mu_);  // by session id
   StreamTotals closed_totals_ ABSL_GUARDED_BY(mu_);
   StreamTotals last_totals_ ABSL_GUARDED_BY(mu_);  // what Totals() returned last
   std::map<std::string, std::unique_ptr<StreamWorker>> workers_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, uint64_t> reserved_ ABSL_GUARDED_BY(mu_);  // device bytes per device
   // The last schedule per "<cache key>/<plan signature>". A derived version with none of its
   // own takes its root base's (the same units): its first forward need not learn one.
   std::map<std::string, std::vector<uint32_t>> known_schedules_ ABSL_GUARDED_BY(mu_);
-  struct WarmSlab {
-    std::string device;
-    std::shared_ptr<ResidentSlab> slab;
-    uint64_t bytes = 0;  // as reserved
-    absl::Time last_used;
-    std::string cache_key;
-    bool prefetched = false;  // filled by Phase for a coming session, not left by a closed one
-  };
-  // Where a component's last session put its resident tensors, to prefetch a slab of it.
-  struct SlabRecipe {
-    Device device;
-    std::string bytes_identity;  // BytesIdentity of the component then
-    std::string slab_signature;
-    std::vector<PlannedTensor> resident;
-    uint64_t slab_bytes = 0;
-  };
-  // By cache key.
-  std::map<std::string, SlabRecipe> last_slabs_ ABSL_GUARDED_BY(mu_);
-  // By "<device>|<bytes identity>|<slab signature>": a slab is reused only for the same
-  // component bytes (a derived version never takes its base's slab).
-  std::map<std::string, WarmSlab> warm_slabs_ ABSL_GUARDED_BY(mu_);
-  // The slab key of every open session.
-  std::map<std::string, std::string> slab_keys_ ABSL_GUARDED_BY(mu_);
-
-  // Drops the least recently used warm slab of `device` into `dropped`; false when none.
-  bool DropWarmSlabLocked(const std::string& device,
-                          std::vector<std::shared_ptr<ResidentSlab>>* dropped,
-                          bool spare_prefetched = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  WarmSlabCache warm_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ddo

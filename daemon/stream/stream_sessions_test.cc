@@ -1,0 +1,242 @@
+// File: daemon/stream/stream_sessions_test.cc
+//
+// StreamSessions on the host backend ("cpu"): ddod's budget on a device (a refusal names the
+// sizes and leaves nothing behind), every byte given back when sessions close, warm slabs
+// (reused, keeping only their share, giving way least recently used first), a Phase that
+// releases and prefetches them, and the end of a lease.
+#include "daemon/stream/stream_sessions.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/common/temp_dir_for_test.h"
+
+namespace ddo {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+TensorEntry Tensor(const std::string& name, std::vector<int64_t> shape) {
+  TensorEntry entry;
+  entry.name = name;
+  entry.dtype = DType::kBF16;
+  entry.shape = std::move(shape);
+  entry.byte_size = 2;
+  for (int64_t d : entry.shape) entry.byte_size *= static_cast<uint64_t>(d);
+  return entry;
+}
+
+// proj_in (always resident), two blocks of two 256 x 256 Linears (streamed), proj_out.
+struct Model {
+  std::vector<TensorEntry> tensors;
+  std::set<std::string> streamable;
+};
+
+Model MakeModel() {
+  Model model;
+  auto linear = [&](const std::string& path) {
+    model.tensors.push_back(Tensor(path + ".weight", {256, 256}));
+    model.tensors.push_back(Tensor(path + ".bias", {256}));
+    model.streamable.insert(path + ".weight");
+  };
+  linear("proj_in");
+  for (int b = 0; b < 2; ++b) {
+    linear(absl::StrCat("blocks.", b, ".attn.to_q"));
+    linear(absl::StrCat("blocks.", b, ".ff.net.0"));
+  }
+  linear("proj_out");
+  return model;
+}
+
+class StreamSessionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PoolOptions pool;
+    pool.budget_bytes = 64 * kMiB;
+    pool.name_namespace = PoolNamespace(dir_.Join("sock"));
+    pool_ = std::make_unique<HostPool>(pool);
+    store_ = std::make_unique<ComponentStore>(*pool_, StoreOptions{dir_.Join("manifest.json"), 2});
+  }
+  void TearDown() override {
+    sessions_.reset();
+    store_->Close(/*discard=*/true);
+  }
+
+  void Start(uint64_t host_budget_bytes, bool keep_slabs_warm) {
+    StreamSessionsOptions options;
+    options.host_budget_bytes = host_budget_bytes;
+    options.keep_slabs_warm = keep_slabs_warm;
+    sessions_ = std::make_unique<StreamSessions>(*store_, *pool_, GpuInventory{}, options);
+  }
+
+  void Upload(const std::string& key) {
+    auto registered = store_->Register(lease_, key, MakeModel().tensors, "");
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_TRUE(store_->Commit(lease_.id, registered->upload_id).ok());
+  }
+
+  absl::StatusOr<ddo::v1::AttachResponse> Open(const std::string& key) {
+    ddo::v1::AttachRequest request;
+    request.set_cache_key(key);
+    request.set_device_uuid("cpu");
+    for (const std::string& name : MakeModel().streamable) request.add_streamable(name);
+    // The blocks stream (a ring), proj_in/proj_out and the small tensors stay (a slab).
+    (*request.mutable_settings())["DDO_RESIDENT_MODULE_BUDGET_GB"] = "0";
+    (*request.mutable_settings())["DDO_SMALL_TENSOR_THRESHOLD_KB"] = "16";
+    ddo::v1::AttachResponse response;
+    absl::StatusOr<ComponentSnapshot> opened =
+        sessions_->Open(lease_, request, /*resident_policy=*/nullptr, &response);
+    if (!opened.ok()) return opened.status();
+    return response;
+  }
+
+  // The plan's last decision named `key` (the last "slab": "warm" or "filled now").
+  static std::string Decision(const ddo::v1::AttachResponse& response, const std::string& key) {
+    std::string value;
+    for (const auto& decision : response.plan().decisions()) {
+      if (decision.key() == key) value = decision.value();
+    }
+    return value;
+  }
+
+  uint32_t HostSessionsOf(const std::string& key) {
+    for (const auto& component : store_->List(DaemonCaller())) {
+      if (component.cache_key == key) return component.sessions;
+    }
+    return 0;
+  }
+
+  static uint64_t DeviceBytes(const ddo::v1::AttachResponse& response) {
+    return response.device().resident_slab_bytes() + response.device().ring_arena_bytes() +
+           response.device().ring_slot_bytes();
+  }
+
+  TempDirForTest dir_;
+  std::unique_ptr<HostPool> pool_;
+  std::unique_ptr<ComponentStore> store_;
+  std::unique_ptr<StreamSessions> sessions_;
+  Lease lease_{RandomId(), 1234, "test", absl::Now(), DaemonCaller()};
+};
+
+TEST_F(StreamSessionsTest, ABudgetTooSmallIsRefusedWithTheSizesAndLeavesNothingBehind) {
+  Start(/*host_budget_bytes=*/64 << 10, /*keep_slabs_warm=*/false);
+  Upload("model");
+  absl::StatusOr<ddo::v1::AttachResponse> refused = Open("model");
+  ASSERT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("a session of 'model' needs "));
+  EXPECT_THAT(refused.status().message(), HasSubstr("ddod's budget there is 64.0 KiB"));
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), 0u);
+  EXPECT_EQ(HostSessionsOf("model"), 0u) << "the component was given back";
+  EXPECT_TRUE(sessions_->List().empty());
+}
+
+TEST_F(StreamSessionsTest, ClosingGivesEveryByteBack) {
+  Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/false);
+  Upload("model");
+  absl::StatusOr<ddo::v1::AttachResponse> opened = Open("model");
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_GT(opened->device().resident_slab_bytes(), 0u);
+  EXPECT_GT(opened->device().ring_arena_bytes(), 0u);
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), DeviceBytes(*opened));
+  EXPECT_EQ(HostSessionsOf("model"), 1u);
+  ASSERT_TRUE(sessions_->Detach(opened->session_id()).ok());
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), 0u);
+  EXPECT_EQ(sessions_->warm_slab_count(), 0u);
+  EXPECT_EQ(HostSessionsOf("model"), 0u);
+  EXPECT_TRUE(absl::IsNotFound(sessions_->Detach(opened->session_id())));
+}
+
+TEST_F(StreamSessionsTest, AWarmSlabIsReusedAndHoldsOnlyItsShare) {
+  Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/true);
+  Upload("model");
+  absl::StatusOr<ddo::v1::AttachResponse> first = Open("model");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(Decision(*first, "slab"), "filled now");
+  ASSERT_TRUE(sessions_->Detach(first->session_id()).ok());
+  EXPECT_EQ(sessions_->warm_slab_count(), 1u);
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), first->device().resident_slab_bytes())
+      << "the ring's share went back, the slab's stays";
+
+  absl::StatusOr<ddo::v1::AttachResponse> second = Open("model");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(Decision(*second, "slab"), "warm");
+  EXPECT_EQ(sessions_->warm_slab_count(), 0u);
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), DeviceBytes(*second)) << "counted once";
+  sessions_->CloseAll();
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), 0u) << "CloseAll frees the warm slabs too";
+}
+
+TEST_F(StreamSessionsTest, WarmSlabsGiveWayLeastRecentlyUsedFirst) {
+  // Measure one session, then give ddod room for one session and half a slab more.
+  Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/true);
+  Upload("a");
+  Upload("b");
+  absl::StatusOr<ddo::v1::AttachResponse> probe = Open("a");
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  const uint64_t session_bytes = DeviceBytes(*probe);
+  const uint64_t slab_bytes = probe->device().resident_slab_bytes();
+  sessions_.reset();
+  Start(session_bytes + slab_bytes / 2, /*keep_slabs_warm=*/true);
+
+  absl::StatusOr<ddo::v1::AttachResponse> a = Open("a");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(sessions_->Detach(a->session_id()).ok());
+  ASSERT_EQ(sessions_->warm_slab_count(), 1u);
+  // b's session does not fit beside a's warm slab: the slab gives way.
+  absl::StatusOr<ddo::v1::AttachResponse> b = Open("b");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(sessions_->warm_slab_count(), 0u);
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), DeviceBytes(*b));
+  // Nothing gives way for a second open session: refused.
+  absl::StatusOr<ddo::v1::AttachResponse> a_again = Open("a");
+  EXPECT_TRUE(absl::IsResourceExhausted(a_again.status())) << a_again.status();
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), DeviceBytes(*b));
+}
+
+TEST_F(StreamSessionsTest, APhaseReleasesWarmSlabsAndPrefetchesTheLastPlacement) {
+  Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/true);
+  Upload("model");
+  absl::StatusOr<ddo::v1::AttachResponse> first = Open("model");
+  ASSERT_TRUE(first.ok()) << first.status();
+  const uint64_t slab_bytes = first->device().resident_slab_bytes();
+  ASSERT_TRUE(sessions_->Detach(first->session_id()).ok());
+
+  StreamSessions::PhaseResult kept = sessions_->Phase(lease_, {"model"}, {});
+  EXPECT_EQ(kept.released_bytes, 0u);
+  StreamSessions::PhaseResult released = sessions_->Phase(lease_, {}, {});
+  EXPECT_EQ(released.released_bytes, slab_bytes);
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), 0u);
+
+  StreamSessions::PhaseResult prefetched = sessions_->Phase(lease_, {"model"}, {"model", "other"});
+  EXPECT_EQ(prefetched.prefetched_bytes, slab_bytes);
+  EXPECT_THAT(prefetched.notes, testing::Contains(HasSubstr("'other': no earlier session")));
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), slab_bytes);
+  EXPECT_EQ(HostSessionsOf("model"), 0u) << "the prefetch gave the component back";
+  StreamSessions::PhaseResult again = sessions_->Phase(lease_, {"model"}, {"model"});
+  EXPECT_EQ(again.prefetched_bytes, 0u);
+  EXPECT_THAT(again.notes, testing::Contains(HasSubstr("already on cpu")));
+
+  absl::StatusOr<ddo::v1::AttachResponse> next = Open("model");
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(Decision(*next, "slab"), "warm");
+}
+
+TEST_F(StreamSessionsTest, TheEndOfALeaseClosesItsSessionsOnly) {
+  Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/false);
+  Upload("model");
+  absl::StatusOr<ddo::v1::AttachResponse> mine = Open("model");
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  const Lease other{RandomId(), 99, "other", absl::Now(), DaemonCaller()};
+  sessions_->ReleaseLease(other.id);
+  EXPECT_EQ(sessions_->List().size(), 1u);
+  sessions_->ReleaseLease(lease_.id);
+  EXPECT_TRUE(sessions_->List().empty());
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), 0u);
+  EXPECT_EQ(HostSessionsOf("model"), 0u);
+}
+
+}  // namespace
+}  // namespace ddo
