@@ -1,6 +1,7 @@
 #include "daemon/identity/caller_registry.h"
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/random_id.h"
 #include "daemon/session/lease_registry.h"
 
 namespace ddo {

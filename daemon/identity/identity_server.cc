@@ -21,7 +21,7 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/identity/identity_protocol.h"
 #include "daemon/identity/seqpacket.h"
-#include "daemon/server/runtime_dir.h"
+#include "daemon/common/runtime_dir.h"
 
 namespace ddo {
 namespace {

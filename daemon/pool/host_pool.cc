@@ -9,9 +9,9 @@
 #include "absl/strings/str_format.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/random_id.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/pool/host_pinning.h"
-#include "daemon/session/lease_registry.h"
 
 namespace ddo {
 std::string PoolNamespace(const std::string& socket_path) {

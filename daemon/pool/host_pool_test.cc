@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "daemon/common/random_id.h"
 #include "daemon/pool/host_pinning.h"
 #include "daemon/session/lease_registry.h"
 #include "gmock/gmock.h"

@@ -1,4 +1,5 @@
 // File: daemon/profiles/profile_store.cc
+#include "daemon/common/random_id.h"
 #include "daemon/profiles/profile_store.h"
 
 #include <dirent.h>

@@ -27,7 +27,7 @@
 #include "daemon/identity/identity_protocol.h"
 #include "daemon/pool/host_pinning.h"
 #include "daemon/server/inherited_grpc_listener.h"
-#include "daemon/server/runtime_dir.h"
+#include "daemon/common/runtime_dir.h"
 #include "daemon/server/socket_activation.h"
 
 namespace ddo {

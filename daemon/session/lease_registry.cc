@@ -1,7 +1,5 @@
 #include "daemon/session/lease_registry.h"
 
-#include <sys/random.h>
-
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -10,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/random_id.h"
 
 namespace ddo {
 namespace {
@@ -18,25 +17,6 @@ namespace {
 constexpr size_t kMaxShownClientName = 128;
 
 }  // namespace
-
-std::string RandomId() {
-  unsigned char bytes[16];
-  size_t filled = 0;
-  while (filled < sizeof(bytes)) {
-    const ssize_t n = ::getrandom(bytes + filled, sizeof(bytes) - filled, 0);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      // getrandom only fails on kernels older than 3.17; ddod cannot hand out guessable ids.
-      Logger("lease")->critical("getrandom failed: {}", std::strerror(errno));
-      std::abort();
-    }
-    filled += static_cast<size_t>(n);
-  }
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
-}
 
 absl::StatusOr<Lease> LeaseRegistry::Open(const Caller& caller, std::string client_name) {
   Lease lease{RandomId(), caller.pid, EscapeForDisplay(client_name, kMaxShownClientName),

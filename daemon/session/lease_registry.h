@@ -72,9 +72,6 @@ class LeaseRegistry {
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);
 };
 
-// 128 random bits from the kernel as 32 hex digits.
-std::string RandomId();
-
 }  // namespace ddo
 
 #endif  // DDO_DAEMON_SESSION_LEASE_REGISTRY_H_

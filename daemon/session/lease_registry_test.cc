@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "daemon/common/random_id.h"
 
 namespace ddo {
 namespace {

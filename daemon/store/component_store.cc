@@ -19,6 +19,7 @@
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/posix_error.h"
+#include "daemon/common/random_id.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/unique_fd.h"
 #include "daemon/store/manifest.h"

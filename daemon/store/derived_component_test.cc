@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "daemon/common/random_id.h"
 #include "daemon/common/temp_dir_for_test.h"
 #include "daemon/pool/shared_segment.h"
 #include "daemon/service/component_proto.h"

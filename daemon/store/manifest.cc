@@ -13,7 +13,7 @@
 #include "daemon/common/posix_error.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/unique_fd.h"
-#include "daemon/server/runtime_dir.h"
+#include "daemon/common/runtime_dir.h"
 #include "nlohmann/json.hpp"
 
 namespace ddo {

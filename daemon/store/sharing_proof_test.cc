@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/common/random_id.h"
 #include "daemon/common/temp_dir_for_test.h"
 #include "daemon/pool/shared_segment.h"
 #include "daemon/store/component_store.h"

@@ -121,17 +121,7 @@ std::string StructureHash(const std::vector<TensorEntry>& tensors) {
   return hasher.Digest();
 }
 
-ContentHasher::ContentHasher() : state_(XXH3_createState()) { XXH3_64bits_reset(state_); }
-
-ContentHasher::~ContentHasher() { XXH3_freeState(state_); }
-
-void ContentHasher::Update(const void* data, size_t size) {
-  XXH3_64bits_update(state_, data, size);
-}
-
-std::string ContentHasher::Digest() const {
-  return absl::StrFormat("xxh3-64:%016x", XXH3_64bits_digest(state_));
-}
+std::string ContentHasher::Digest() const { return "xxh3-64:" + hasher_.HexDigest(); }
 
 std::string ContentHash(const std::vector<TensorEntry>& tensors, const char* base) {
   ContentHasher hasher;

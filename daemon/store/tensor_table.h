@@ -8,13 +8,12 @@
 #ifndef DDO_DAEMON_STORE_TENSOR_TABLE_H_
 #define DDO_DAEMON_STORE_TENSOR_TABLE_H_
 
-#include <xxhash.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/common/xxh3_hasher.h"
 #include "daemon/store/dtype.h"
 #include "ddo/v1/components.pb.h"
 #include "google/protobuf/repeated_field.h"
@@ -68,16 +67,11 @@ std::string ContentHash(const std::vector<TensorEntry>& tensors, const char* bas
 // bytes in table order (any split of them), then Digest.
 class ContentHasher {
  public:
-  ContentHasher();
-  ContentHasher(const ContentHasher&) = delete;
-  ContentHasher& operator=(const ContentHasher&) = delete;
-  ~ContentHasher();
-
-  void Update(const void* data, size_t size);
+  void Update(const void* data, size_t size) { hasher_.Update(data, size); }
   std::string Digest() const;
 
  private:
-  XXH3_state_t* state_;
+  Xxh3Hasher hasher_;
 };
 
 void ToProto(const TensorEntry& tensor, ddo::v1::TensorSpec* spec);

@@ -1,8 +1,6 @@
 // File: daemon/stream/session_plan.cc
 #include "daemon/stream/session_plan.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -16,6 +14,7 @@
 #include "daemon/common/display_text.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/common/xxh3_hasher.h"
 #include "daemon/config/module_patterns.h"
 #include "daemon/config/setting_catalog.h"
 #include "daemon/config/values.h"
@@ -502,21 +501,18 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
   }
   plan.slab_bytes = AlignUp(plan.slab_bytes, kTensorAlignment);
   {
-    XXH3_state_t* slab_hash = XXH3_createState();
-    XXH3_64bits_reset(slab_hash);
+    Xxh3Hasher slab_hash;
     for (const PlannedTensor& placed : plan.resident) {
       const TensorEntry& tensor = tensors[placed.table_index];
-      XXH3_64bits_update(slab_hash, tensor.name.data(), tensor.name.size() + 1);
-      XXH3_64bits_update(slab_hash, &placed.offset, sizeof(placed.offset));
-      XXH3_64bits_update(slab_hash, &tensor.byte_size, sizeof(tensor.byte_size));
+      slab_hash.Update(tensor.name.data(), tensor.name.size() + 1);
+      slab_hash.Update(&placed.offset, sizeof(placed.offset));
+      slab_hash.Update(&tensor.byte_size, sizeof(tensor.byte_size));
     }
-    plan.slab_signature = absl::StrFormat("%016x", XXH3_64bits_digest(slab_hash));
-    XXH3_freeState(slab_hash);
+    plan.slab_signature = slab_hash.HexDigest();
   }
 
   // The units still streamed.
-  XXH3_state_t* hash = XXH3_createState();
-  XXH3_64bits_reset(hash);
+  Xxh3Hasher hash;
   for (size_t u = 0; u < unit_names.size(); ++u) {
     StreamUnit unit;
     unit.name = unit_names[u];
@@ -526,17 +522,16 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
       unit.tensors.push_back({i, unit.span_bytes});
       unit.span_bytes += tensors[i].byte_size;
       unit.tensor_bytes += tensors[i].byte_size;
-      XXH3_64bits_update(hash, tensors[i].name.data(), tensors[i].name.size() + 1);
+      hash.Update(tensors[i].name.data(), tensors[i].name.size() + 1);
     }
     if (unit.tensors.empty()) continue;
     unit.span_bytes = AlignUp(unit.span_bytes, kTensorAlignment);
     plan.slot_bytes = std::max(plan.slot_bytes, unit.span_bytes);
     plan.streamed_bytes += unit.tensor_bytes;
-    XXH3_64bits_update(hash, "|", 1);
+    hash.Update("|", 1);
     plan.units.push_back(std::move(unit));
   }
-  plan.signature = absl::StrFormat("%016x", XXH3_64bits_digest(hash));
-  XXH3_freeState(hash);
+  plan.signature = hash.HexDigest();
   if (!plan.units.empty()) {
     uint64_t smallest_unit = plan.slot_bytes;
     for (const StreamUnit& unit : plan.units) smallest_unit = std::min(smallest_unit, unit.span_bytes);

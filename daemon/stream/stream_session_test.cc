@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/random_id.h"
 #include "daemon/pool/host_pool.h"
 #include "daemon/session/lease_registry.h"
 #include "daemon/stream/control_block.h"

@@ -1,4 +1,5 @@
 // File: daemon/stream/stream_sessions.cc
+#include "daemon/common/random_id.h"
 #include "daemon/stream/stream_sessions.h"
 
 #include <unistd.h>

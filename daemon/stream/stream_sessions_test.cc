@@ -4,6 +4,7 @@
 // sizes and leaves nothing behind), every byte given back when sessions close, warm slabs
 // (reused, keeping only their share, giving way least recently used first), a Phase that
 // releases and prefetches them, and the end of a lease.
+#include "daemon/common/random_id.h"
 #include "daemon/stream/stream_sessions.h"
 
 #include <gmock/gmock.h>

@@ -1,4 +1,4 @@
-#include "daemon/server/runtime_dir.h"
+#include "daemon/common/runtime_dir.h"
 
 #include <sys/stat.h>
 

@@ -1,10 +1,10 @@
-// File: daemon/server/runtime_dir.h
+// File: daemon/common/runtime_dir.h
 //
 // Directories ddod creates for its socket and state: created owner-only (0700) when missing,
 // and refused when they exist but belong to someone else or are writable by others, so that
 // nobody can swap the socket under a client.
-#ifndef DDO_DAEMON_SERVER_RUNTIME_DIR_H_
-#define DDO_DAEMON_SERVER_RUNTIME_DIR_H_
+#ifndef DDO_DAEMON_COMMON_RUNTIME_DIR_H_
+#define DDO_DAEMON_COMMON_RUNTIME_DIR_H_
 
 #include <string>
 
@@ -26,4 +26,4 @@ std::string ParentDirectory(const std::string& path);
 
 }  // namespace ddo
 
-#endif  // DDO_DAEMON_SERVER_RUNTIME_DIR_H_
+#endif  // DDO_DAEMON_COMMON_RUNTIME_DIR_H_

@@ -1,0 +1,20 @@
+// File: daemon/common/random_id.h
+//
+// Unguessable ids from the kernel's random source: lease ids, tokens, session ids and the
+// random parts of segment names, which other local users must not be able to predict.
+//
+// Thread-safety: RandomId may be called from any thread.
+#ifndef DDO_DAEMON_COMMON_RANDOM_ID_H_
+#define DDO_DAEMON_COMMON_RANDOM_ID_H_
+
+#include <string>
+
+namespace ddo {
+
+// 128 random bits from the kernel (getrandom) as 32 lowercase hex digits. Aborts when the
+// kernel cannot give them: ddod never hands out guessable ids.
+std::string RandomId();
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_COMMON_RANDOM_ID_H_
