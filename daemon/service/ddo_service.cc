@@ -25,12 +25,6 @@
 namespace ddo {
 namespace {
 
-// The user whose call this thread is running, when EnterCall counted it (see EnterCall).
-thread_local std::optional<uid_t> counted_uid;
-// When this thread's call began (EnterAnonymousCall), for the latency histograms; unset for the
-// lease stream, which is not timed.
-thread_local std::optional<absl::Time> call_began;
-
 // How often a Connect handler looks at its call while waiting: bounds how long a vanished
 // client's lease outlives it.
 constexpr absl::Duration kLeasePollInterval = absl::Milliseconds(100);
@@ -55,31 +49,51 @@ absl::Status DdoService::ReleaseIfLeaseEnded(const Lease& lease) {
   return absl::AbortedError(absl::StrCat("lease ", lease.id.substr(0, 8), " ended meanwhile"));
 }
 
-absl::Status DdoService::EnterAnonymousCall() {
-  in_flight_.fetch_add(1);
-  call_began = absl::Now();
-  if (shutting_down_.load()) {
-    return absl::UnavailableError("ddod is shutting down");
+DdoService::Call::Call(DdoService& service, const char* method)
+    : service_(service), method_(method), began_(absl::Now()) {
+  service_.in_flight_.fetch_add(1);
+}
+
+DdoService::Call::~Call() {
+  if (!finished_) {
+    // A handler that left without Finish (an exception): counted as failed, never leaked.
+    service_.counters_.Record(method_, /*ok=*/false, absl::Now() - began_);
   }
+  if (counted_uid_.has_value()) service_.calls_.Leave(*counted_uid_);
+  service_.in_flight_.fetch_sub(1);
+}
+
+absl::Status DdoService::Call::Serving() const {
+  if (service_.shutting_down_.load()) return absl::UnavailableError("ddod is shutting down");
   return absl::OkStatus();
 }
 
-absl::StatusOr<Caller> DdoService::EnterCall(grpc::ServerContext* ctx, bool lease_stream) {
-  DDO_RETURN_IF_ERROR(EnterAnonymousCall());
+absl::StatusOr<Caller> DdoService::Call::Enter(grpc::ServerContext* ctx, bool lease_stream) {
+  DDO_RETURN_IF_ERROR(Serving());
   const std::string token = TokenOf(ctx);
   if (token.empty()) {
     return absl::UnauthenticatedError(absl::StrCat(
         "no ddo-token: a caller proves who it is on ddod's identity socket ",
-        context_.identity_socket, " first (docs/security.md)"));
+        service_.context_.identity_socket, " first (docs/security.md)"));
   }
-  DDO_ASSIGN_OR_RETURN(Caller caller, callers_.Find(token));
-  if (lease_stream) call_began.reset();
-  if (!lease_stream) {
-    // A handler runs on one gRPC thread from EnterCall to Finish: Finish finds the user here.
-    DDO_RETURN_IF_ERROR(calls_.Enter(caller.uid, !caller.admin));
-    counted_uid = caller.uid;
+  DDO_ASSIGN_OR_RETURN(Caller caller, service_.callers_.Find(token));
+  if (lease_stream) {
+    timed_ = false;  // a lease lasts as long as its client: not a latency
+  } else {
+    DDO_RETURN_IF_ERROR(service_.calls_.Enter(caller.uid, !caller.admin));
+    counted_uid_ = caller.uid;
   }
   return caller;
+}
+
+grpc::Status DdoService::Call::Finish(const absl::Status& status) {
+  finished_ = true;
+  service_.counters_.Record(method_, status.ok(),
+                            timed_ ? absl::Now() - began_ : absl::InfiniteDuration());
+  if (!status.ok()) {
+    Logger("service")->debug("{} -> {}", method_, status.ToString());
+  }
+  return ToGrpcStatus(status);
 }
 
 absl::Status DdoService::CheckGpuSessionAllowed(const std::string& device,
@@ -113,35 +127,22 @@ void DdoService::GrantSegments(grpc::ServerContext* ctx,
   }
 }
 
-grpc::Status DdoService::Finish(const char* method, const absl::Status& status) {
-  in_flight_.fetch_sub(1);
-  if (counted_uid.has_value()) {
-    calls_.Leave(*counted_uid);
-    counted_uid.reset();
-  }
-  counters_.Record(method, status.ok(),
-                   call_began.has_value() ? absl::Now() - *call_began : absl::InfiniteDuration());
-  call_began.reset();
-  if (!status.ok()) {
-    Logger("service")->debug("{} -> {}", method, status.ToString());
-  }
-  return ToGrpcStatus(status);
-}
-
 grpc::Status DdoService::GetInfo(grpc::ServerContext*, const ddo::v1::GetInfoRequest*,
                                  ddo::v1::DaemonInfo* response) {
-  if (absl::Status serving = EnterAnonymousCall(); !serving.ok()) {
-    return Finish("GetInfo", serving);
+  Call call(*this, "GetInfo");
+  if (absl::Status serving = call.Serving(); !serving.ok()) {
+    return call.Finish(serving);
   }
   *response = BuildDaemonInfo(context_, QuerySystemInfo(context_.options.available_ram_override_gb,
                                                         context_.options.platform_override));
-  return Finish("GetInfo", absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::GetStats(grpc::ServerContext* ctx, const ddo::v1::GetStatsRequest*,
                                   ddo::v1::Stats* response) {
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
-  if (!caller.ok()) return Finish("GetStats", caller.status());
+  Call call(*this, "GetStats");
+  absl::StatusOr<Caller> caller = call.Enter(ctx);
+  if (!caller.ok()) return call.Finish(caller.status());
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - context_.started));
   response->set_leases(static_cast<uint32_t>(leases_.size()));
   const PoolUsage usage = pool_.Usage();
@@ -175,13 +176,14 @@ grpc::Status DdoService::GetStats(grpc::ServerContext* ctx, const ddo::v1::GetSt
   stream->set_warm_slab_misses(totals.warm_slab_misses);
   stream->set_runner_waits(totals.runner_waits);
   for (double bound : kLatencyBucketsSeconds) response->add_latency_bucket_seconds(bound);
-  return Finish("GetStats", absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::ListPresets(grpc::ServerContext* ctx, const ddo::v1::ListPresetsRequest*,
                                      ddo::v1::ListPresetsResponse* response) {
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
-  if (!caller.ok()) return Finish("ListPresets", caller.status());
+  Call call(*this, "ListPresets");
+  absl::StatusOr<Caller> caller = call.Enter(ctx);
+  if (!caller.ok()) return call.Finish(caller.status());
   for (const PresetDefinition& definition : AllPresets()) {
     auto* preset = response->add_presets();
     preset->set_name(definition.name);
@@ -195,17 +197,18 @@ grpc::Status DdoService::ListPresets(grpc::ServerContext* ctx, const ddo::v1::Li
   }
   response->set_daemon_preset(context_.options.preset != nullptr ? context_.options.preset->name
                                                                  : "");
-  return Finish("ListPresets", absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::ConnectRequest* request,
                                  grpc::ServerWriter<ddo::v1::ConnectEvent>* writer) {
-  absl::StatusOr<Caller> caller = Admit(ctx, *request, /*lease_stream=*/true);
-  if (!caller.ok()) return Finish("Connect", caller.status());
+  Call call(*this, "Connect");
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request, /*lease_stream=*/true);
+  if (!caller.ok()) return call.Finish(caller.status());
   // The pid is the kernel's (the identity socket's peer), not request->client_pid().
   absl::StatusOr<Lease> lease = leases_.Open(*caller, request->client_name());
   if (!lease.ok()) {
-    return Finish("Connect", lease.status());
+    return call.Finish(lease.status());
   }
   ddo::v1::ConnectEvent connected;
   connected.mutable_connected()->set_lease_id(lease->id);
@@ -226,23 +229,24 @@ grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::Connec
   leases_.Close(lease->id);
   streams_.ReleaseLease(lease->id);
   store_.ReleaseLease(lease->id);
-  return Finish("Connect", absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::ResolveSettings(grpc::ServerContext* ctx,
                                          const ddo::v1::ResolveSettingsRequest* request,
                                          ddo::v1::ResolvedSettings* response) {
   constexpr char kMethod[] = "ResolveSettings";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   PlatformFacts platform;
   platform.wsl = context_.wsl;
   platform.windows = context_.windows;
   absl::StatusOr<ddo::v1::ResolvedSettings> resolved =
       ddo::ResolveSettings(*request, *context_.SettingLayer(), platform);
-  if (!resolved.ok()) return Finish(kMethod, resolved.status());
+  if (!resolved.ok()) return call.Finish(resolved.status());
   *response = *std::move(resolved);
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 MachineFacts DdoService::MachineFactsFor(const std::string& device_uuid) const {
@@ -272,28 +276,30 @@ grpc::Status DdoService::ExplainPlan(grpc::ServerContext* ctx,
                                      const ddo::v1::ExplainPlanRequest* request,
                                      ddo::v1::PlanExplanation* response) {
   constexpr char kMethod[] = "ExplainPlan";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<ddo::v1::PlanExplanation> plan = ddo::ExplainPlan(
       *request, *context_.SettingLayer(), MachineFactsFor(request->device_uuid()));
-  if (!plan.ok()) return Finish(kMethod, plan.status());
+  if (!plan.ok()) return call.Finish(plan.status());
   *response = *std::move(plan);
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
                                            const ddo::v1::RegisterComponentRequest* request,
                                            ddo::v1::RegisterComponentResponse* response) {
   constexpr char kMethod[] = "RegisterComponent";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
-  if (!lease.ok()) return Finish(kMethod, lease.status());
+  if (!lease.ok()) return call.Finish(lease.status());
   absl::StatusOr<RegisterResult> result;
   if (!request->base_cache_key().empty()) {
     // A derived version: the table is the base's (docs/protocol.md).
     if (request->tensors_size() != 0) {
-      return Finish(kMethod, absl::InvalidArgumentError(
+      return call.Finish(absl::InvalidArgumentError(
                                  "a derived version (base_cache_key set) takes the base's tensor "
                                  "table: leave tensors empty and name changed_tensors"));
     }
@@ -306,17 +312,17 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
     result = store_.RegisterDerived(*lease, derived);
   } else {
     if (request->changed_tensors_size() != 0) {
-      return Finish(kMethod, absl::InvalidArgumentError(
+      return call.Finish(absl::InvalidArgumentError(
                                  "changed_tensors is only for a derived version: set "
                                  "base_cache_key to the component it derives from"));
     }
     absl::StatusOr<std::vector<TensorEntry>> tensors = TensorTableFromProto(request->tensors());
-    if (!tensors.ok()) return Finish(kMethod, tensors.status());
+    if (!tensors.ok()) return call.Finish(tensors.status());
     result = store_.Register(*lease, request->cache_key(), *std::move(tensors),
                              request->content_hash());
   }
-  if (!result.ok()) return Finish(kMethod, result.status());
-  if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
+  if (!result.ok()) return call.Finish(result.status());
+  if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return call.Finish(open);
   ToProto(result->component, response->mutable_component());
   response->set_warm_hit(result->warm_hit);
   if (!result->warm_hit) {
@@ -328,52 +334,55 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
     }
     response->set_upload_id(result->upload_id);
   }
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::CommitUpload(grpc::ServerContext* ctx,
                                       const ddo::v1::CommitUploadRequest* request,
                                       ddo::v1::ComponentInfo* response) {
   constexpr char kMethod[] = "CommitUpload";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
-  if (!lease.ok()) return Finish(kMethod, lease.status());
+  if (!lease.ok()) return call.Finish(lease.status());
   absl::StatusOr<ComponentSnapshot> ready = store_.Commit(lease->id, request->upload_id());
-  if (!ready.ok()) return Finish(kMethod, ready.status());
+  if (!ready.ok()) return call.Finish(ready.status());
   if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) {
     store_.DiscardUnused(ready->cache_key, ready->segment_name);  // answered ABORTED: undone
-    return Finish(kMethod, open);
+    return call.Finish(open);
   }
   ToProto(*ready, /*with_layout=*/false, response);
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::AbortUpload(grpc::ServerContext* ctx,
                                      const ddo::v1::AbortUploadRequest* request,
                                      ddo::v1::AbortUploadResponse* response) {
   constexpr char kMethod[] = "AbortUpload";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
-  if (!lease.ok()) return Finish(kMethod, lease.status());
+  if (!lease.ok()) return call.Finish(lease.status());
   absl::StatusOr<uint64_t> freed = store_.Abort(lease->id, request->upload_id());
-  if (!freed.ok()) return Finish(kMethod, freed.status());
+  if (!freed.ok()) return call.Finish(freed.status());
   response->set_freed_bytes(*freed);
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
                                          const ddo::v1::LoadSafetensorsRequest* request,
                                          grpc::ServerWriter<ddo::v1::LoadProgress>* writer) {
   constexpr char kMethod[] = "LoadSafetensors";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
-  if (!lease.ok()) return Finish(kMethod, lease.status());
+  if (!lease.ok()) return call.Finish(lease.status());
   constexpr int64_t kMaxKeepAliveSeconds = int64_t{10} * 365 * 24 * 3600;
   if (request->keep_alive_seconds() < -1 || request->keep_alive_seconds() > kMaxKeepAliveSeconds) {
-    return Finish(kMethod, absl::InvalidArgumentError(absl::StrCat(
+    return call.Finish(absl::InvalidArgumentError(absl::StrCat(
                                "keep_alive_seconds=", request->keep_alive_seconds(),
                                ": 0 for ddod's default, -1 for never, or 1 to ",
                                kMaxKeepAliveSeconds)));
@@ -383,7 +392,7 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
   const bool by_path = request->files_size() > 0 || !request->index_file().empty();
   const bool by_descriptor = request->file_handles_size() > 0 || request->index_handle() != 0;
   if (by_path == by_descriptor) {
-    return Finish(kMethod, absl::InvalidArgumentError(
+    return call.Finish(absl::InvalidArgumentError(
                                "name the files either by descriptor (file_handles, index_handle) "
                                "or, for ddod's own user, by path (files, index_file); not both, "
                                "not neither"));
@@ -392,14 +401,14 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
     // ddod opens a path only for its own user: for anyone else it would read with ddod's
     // rights, not the caller's.
     if (caller->uid != ::geteuid()) {
-      return Finish(kMethod, absl::PermissionDeniedError(
+      return call.Finish(absl::PermissionDeniedError(
                                  "ddod reads files by path only for its own user; pass the "
                                  "files you opened as descriptors (docs/security.md)"));
     }
     auto opened = OpenSafetensorsPaths(
         std::vector<std::string>(request->files().begin(), request->files().end()),
         request->index_file());
-    if (!opened.ok()) return Finish(kMethod, opened.status());
+    if (!opened.ok()) return call.Finish(opened.status());
     load.files = std::move(opened->first);
     load.index = std::move(opened->second);
   } else {
@@ -407,7 +416,7 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
                                   request->file_handles().end());
     if (request->index_handle() != 0) handles.push_back(request->index_handle());
     absl::StatusOr<std::vector<PassedFile>> passed = callers_.TakeFiles(TokenOf(ctx), handles);
-    if (!passed.ok()) return Finish(kMethod, passed.status());
+    if (!passed.ok()) return call.Finish(passed.status());
     for (PassedFile& file : *passed) {
       load.files.push_back(SafetensorsSource{std::move(file.name), std::move(file.fd)});
     }
@@ -433,13 +442,13 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
     return ctx->IsCancelled() || shutting_down_.load() || !leases_.Find(lease->id).ok();
   };
   absl::StatusOr<LoadResult> result = store_.LoadSafetensors(*lease, std::move(load), progress, cancelled);
-  if (!result.ok()) return Finish(kMethod, result.status());
+  if (!result.ok()) return call.Finish(result.status());
   if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) {
     // Answered ABORTED: nothing this load made stays behind.
     if (!result->warm_hit) {
       store_.DiscardUnused(result->component.cache_key, result->component.segment_name);
     }
-    return Finish(kMethod, open);
+    return call.Finish(open);
   }
   if (request->keep_alive_seconds() != 0) {
     const absl::Duration keep = request->keep_alive_seconds() < 0
@@ -447,7 +456,7 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
                                     : absl::Seconds(request->keep_alive_seconds());
     if (absl::Status kept = store_.SetKeepAlive(result->component.cache_key, *caller, keep);
         !kept.ok()) {
-      return Finish(kMethod, kept);
+      return call.Finish(kept);
     }
     result->component.keep_alive = keep;
   }
@@ -460,27 +469,29 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
   ToProto(result->component, /*with_layout=*/false, last.mutable_component());
   absl::MutexLock lock(&writer_mu);
   writer->Write(last);
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::GetComponent(grpc::ServerContext* ctx,
                                       const ddo::v1::GetComponentRequest* request,
                                       ddo::v1::ComponentInfo* response) {
   constexpr char kMethod[] = "GetComponent";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<ComponentSnapshot> component = store_.Get(request->cache_key(), *caller);
-  if (!component.ok()) return Finish(kMethod, component.status());
+  if (!component.ok()) return call.Finish(component.status());
   ToProto(*component, request->with_layout(), response);
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::ListComponents(grpc::ServerContext* ctx,
                                         const ddo::v1::ListComponentsRequest*,
                                         ddo::v1::ListComponentsResponse* response) {
   constexpr char kMethod[] = "ListComponents";
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Enter(ctx);
+  if (!caller.ok()) return call.Finish(caller.status());
   for (const ComponentSnapshot& component : store_.List(*caller)) {
     ddo::v1::ComponentInfo* info = response->add_components();
     ToProto(component, /*with_layout=*/false, info);
@@ -491,32 +502,34 @@ grpc::Status DdoService::ListComponents(grpc::ServerContext* ctx,
       info->set_owner_shown(true);
     }
   }
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::EvictComponent(grpc::ServerContext* ctx,
                                         const ddo::v1::EvictComponentRequest* request,
                                         ddo::v1::EvictComponentResponse* response) {
   constexpr char kMethod[] = "EvictComponent";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<uint64_t> freed = store_.Evict(request->cache_key(), *caller);
-  if (!freed.ok()) return Finish(kMethod, freed.status());
+  if (!freed.ok()) return call.Finish(freed.status());
   response->set_freed_bytes(*freed);
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::Attach(grpc::ServerContext* ctx, const ddo::v1::AttachRequest* request,
                                 ddo::v1::AttachResponse* response) {
   constexpr char kMethod[] = "Attach";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
-  if (!lease.ok()) return Finish(kMethod, lease.status());
+  if (!lease.ok()) return call.Finish(lease.status());
   if (!request->device_uuid().empty()) {
     if (absl::Status served = CheckGpuSessionAllowed(request->device_uuid(), *caller);
         !served.ok()) {
-      return Finish(kMethod, served);
+      return call.Finish(served);
     }
     const MachineFacts machine = MachineFactsFor(request->device_uuid());
     auto policy = [&machine](const std::vector<TensorEntry>& tensors,
@@ -526,9 +539,9 @@ grpc::Status DdoService::Attach(grpc::ServerContext* ctx, const ddo::v1::AttachR
       ApplyResidentPolicy(tensors, streamable, values, machine, settings, decisions);
     };
     absl::StatusOr<ComponentSnapshot> component = streams_.Open(*lease, *request, policy, response);
-    if (!component.ok()) return Finish(kMethod, component.status());
+    if (!component.ok()) return call.Finish(component.status());
     AddTransferEstimate(machine, response->mutable_plan());
-    if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
+    if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return call.Finish(open);
     ToProto(*component, /*with_layout=*/true, response->mutable_component());
     GrantSegments(ctx, response->component());
     const std::string token = TokenOf(ctx);
@@ -541,52 +554,55 @@ grpc::Status DdoService::Attach(grpc::ServerContext* ctx, const ddo::v1::AttachR
     for (const std::string& name : {resources.resident_slab_shm(), resources.ring_shm()}) {
       if (!name.empty()) callers_.Grant(token, name, /*writable=*/false);
     }
-    return Finish(kMethod, absl::OkStatus());
+    return call.Finish(absl::OkStatus());
   }
   absl::StatusOr<HostAttachment> attached = store_.AttachHost(*lease, request->cache_key());
-  if (!attached.ok()) return Finish(kMethod, attached.status());
-  if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return Finish(kMethod, open);
+  if (!attached.ok()) return call.Finish(attached.status());
+  if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return call.Finish(open);
   response->set_session_id(attached->session_id);
   ToProto(attached->component, /*with_layout=*/true, response->mutable_component());
   GrantSegments(ctx, response->component());
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::Detach(grpc::ServerContext* ctx, const ddo::v1::DetachRequest* request,
                                 ddo::v1::DetachResponse*) {
   constexpr char kMethod[] = "Detach";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   if (absl::Status owner = store_.CheckSessionOwner(request->session_id(), *caller);
       !owner.ok()) {
-    return Finish(kMethod, owner);
+    return call.Finish(owner);
   }
   if (streams_.Owns(request->session_id())) {
-    return Finish(kMethod, streams_.Detach(request->session_id()));
+    return call.Finish(streams_.Detach(request->session_id()));
   }
-  return Finish(kMethod, store_.Detach(request->session_id(), *caller));
+  return call.Finish(store_.Detach(request->session_id(), *caller));
 }
 
 grpc::Status DdoService::SetSchedule(grpc::ServerContext* ctx, const ddo::v1::SetScheduleRequest* request,
                                      ddo::v1::SetScheduleResponse* response) {
   constexpr char kMethod[] = "SetSchedule";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   if (absl::Status owner = store_.CheckSessionOwner(request->session_id(), *caller);
       !owner.ok()) {
-    return Finish(kMethod, owner);
+    return call.Finish(owner);
   }
   std::vector<uint32_t> order(request->unit_order().begin(), request->unit_order().end());
   absl::StatusOr<uint32_t> length = streams_.SetSchedule(request->session_id(), std::move(order));
-  if (!length.ok()) return Finish(kMethod, length.status());
+  if (!length.ok()) return call.Finish(length.status());
   response->set_uses_per_cycle(*length);
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::ListSessions(grpc::ServerContext* ctx, const ddo::v1::ListSessionsRequest*,
                                       ddo::v1::ListSessionsResponse* response) {
-  absl::StatusOr<Caller> caller = EnterCall(ctx);
-  if (!caller.ok()) return Finish("ListSessions", caller.status());
+  Call call(*this, "ListSessions");
+  absl::StatusOr<Caller> caller = call.Enter(ctx);
+  if (!caller.ok()) return call.Finish(caller.status());
   std::map<std::string, int64_t> pids;
   // Everyone sees their own; an admin sees all.
   for (const Lease& lease : leases_.List()) {
@@ -623,18 +639,19 @@ grpc::Status DdoService::ListSessions(grpc::ServerContext* ctx, const ddo::v1::L
     info->set_client_pid(pids[session.lease_id]);
     info->set_cache_key(session.cache_key);
   }
-  return Finish("ListSessions", absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::Phase(grpc::ServerContext* ctx, const ddo::v1::PhaseRequest* request,
                                ddo::v1::PhaseResponse* response) {
   constexpr char kMethod[] = "Phase";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
-  if (!lease.ok()) return Finish(kMethod, lease.status());
+  if (!lease.ok()) return call.Finish(lease.status());
   if (request->phase() == ddo::v1::PHASE_KIND_UNSPECIFIED) {
-    return Finish(kMethod, absl::InvalidArgumentError(
+    return call.Finish(absl::InvalidArgumentError(
                                "PhaseRequest.phase is unset: name before_run, prompt, denoise, "
                                "decode or after_run"));
   }
@@ -653,7 +670,7 @@ grpc::Status DdoService::Phase(grpc::ServerContext* ctx, const ddo::v1::PhaseReq
   Logger("service")->info("phase {} of lease {}: released {}, prefetched {}",
                           ddo::v1::PhaseKind_Name(request->phase()), lease->id.substr(0, 8),
                           FormatBytes(result.released_bytes), FormatBytes(result.prefetched_bytes));
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 namespace {
@@ -696,59 +713,63 @@ void ToProto(const ProfileFile& file, ddo::v1::Profile* out) {
 grpc::Status DdoService::ListProfiles(grpc::ServerContext* ctx, const ddo::v1::ListProfilesRequest* request,
                                       ddo::v1::ListProfilesResponse* response) {
   constexpr char kMethod[] = "ListProfiles";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<ProfileStore> store = ProfileStoreFor(
       context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kEmpty);
-  if (!store.ok()) return Finish(kMethod, store.status());
+  if (!store.ok()) return call.Finish(store.status());
   absl::StatusOr<std::vector<ProfileFile>> files = store->List();
-  if (!files.ok()) return Finish(kMethod, files.status());
+  if (!files.ok()) return call.Finish(files.status());
   for (const ProfileFile& file : *files) ToProto(file, response->add_profiles());
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::GetProfile(grpc::ServerContext* ctx, const ddo::v1::GetProfileRequest* request,
                                     ddo::v1::Profile* response) {
   constexpr char kMethod[] = "GetProfile";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<ProfileStore> store = ProfileStoreFor(
       context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kEmpty);
-  if (!store.ok()) return Finish(kMethod, store.status());
+  if (!store.ok()) return call.Finish(store.status());
   absl::StatusOr<ProfileFile> file = store->Get(request->ref().key());
-  if (!file.ok()) return Finish(kMethod, file.status());
+  if (!file.ok()) return call.Finish(file.status());
   ToProto(*file, response);
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::PutProfile(grpc::ServerContext* ctx, const ddo::v1::PutProfileRequest* request,
                                     ddo::v1::Profile* response) {
   constexpr char kMethod[] = "PutProfile";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<ProfileStore> store = ProfileStoreFor(
       context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kCreate);
-  if (!store.ok()) return Finish(kMethod, store.status());
+  if (!store.ok()) return call.Finish(store.status());
   absl::StatusOr<ProfileFile> file =
       store->Put(request->profile().ref().key(), request->profile().json());
-  if (!file.ok()) return Finish(kMethod, file.status());
+  if (!file.ok()) return call.Finish(file.status());
   ToProto(*file, response);
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::DeleteProfile(grpc::ServerContext* ctx,
                                        const ddo::v1::DeleteProfileRequest* request,
                                        ddo::v1::DeleteProfileResponse* response) {
   constexpr char kMethod[] = "DeleteProfile";
-  absl::StatusOr<Caller> caller = Admit(ctx, *request);
-  if (!caller.ok()) return Finish(kMethod, caller.status());
+  Call call(*this, kMethod);
+  absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
+  if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<ProfileStore> store = ProfileStoreFor(
       context_, *caller, request->profile_dir(), ProfileStore::IfMissing::kEmpty);
-  if (!store.ok()) return Finish(kMethod, store.status());
+  if (!store.ok()) return call.Finish(store.status());
   absl::StatusOr<bool> deleted = store->Delete(request->ref().key());
-  if (!deleted.ok()) return Finish(kMethod, deleted.status());
+  if (!deleted.ok()) return call.Finish(deleted.status());
   response->set_deleted(*deleted);
-  return Finish(kMethod, absl::OkStatus());
+  return call.Finish(absl::OkStatus());
 }
 
 }  // namespace ddo

@@ -10,6 +10,7 @@
 #define DDO_DAEMON_SERVICE_DDO_SERVICE_H_
 
 #include <atomic>
+#include <optional>
 #include <string>
 
 #include "daemon/common/status_macros.h"
@@ -101,24 +102,40 @@ class DdoService final : public ddo::v1::Ddo::Service {
                              ddo::v1::DeleteProfileResponse* response) override;
 
  private:
-  // Every handler calls EnterCall (or EnterAnonymousCall) first and Finish last, exactly once
-  // each, so in_flight_ counts running handlers. Both answer UNAVAILABLE once shutdown has
-  // begun; EnterCall also identifies the caller by the token in its "ddo-token" metadata
-  // (UNAUTHENTICATED without a valid one). Only GetInfo serves anonymous callers.
-  // Calls of one (non-admin) user running at once are bounded by calls_; a Connect stream
-  // (`lease_stream`) is bounded by the lease limits instead.
-  absl::StatusOr<Caller> EnterCall(grpc::ServerContext* ctx, bool lease_stream = false);
-  // EnterCall, then the request's bounds (request_limits.h): what a handler does first.
-  template <typename Request>
-  absl::StatusOr<Caller> Admit(grpc::ServerContext* ctx, const Request& request,
-                               bool lease_stream = false) {
-    DDO_ASSIGN_OR_RETURN(Caller caller, EnterCall(ctx, lease_stream));
-    DDO_RETURN_IF_ERROR(CheckRequest(request));
-    return caller;
-  }
-  absl::Status EnterAnonymousCall();
-  // Counts the outcome of `method` and converts it for gRPC.
-  grpc::Status Finish(const char* method, const absl::Status& status);
+  // One handler's run, from its first line to its return. It counts the handler in flight
+  // (in_flight_) while it exists; Serving() is UNAVAILABLE once shutdown has begun; Enter also
+  // identifies the caller by the token in its "ddo-token" metadata (UNAUTHENTICATED without a
+  // valid one) and counts the call against its user's bound (calls_; a Connect stream,
+  // `lease_stream`, is bounded by the lease limits instead and not timed); Admit is Enter and
+  // the request's bounds (request_limits.h). Finish records the outcome and the latency and
+  // converts the status for gRPC. The destructor gives back what was counted, on every path.
+  // Only GetInfo serves anonymous callers.
+  class Call {
+   public:
+    Call(DdoService& service, const char* method);
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+    ~Call();
+
+    absl::Status Serving() const;
+    absl::StatusOr<Caller> Enter(grpc::ServerContext* ctx, bool lease_stream = false);
+    template <typename Request>
+    absl::StatusOr<Caller> Admit(grpc::ServerContext* ctx, const Request& request,
+                                 bool lease_stream = false) {
+      DDO_ASSIGN_OR_RETURN(Caller caller, Enter(ctx, lease_stream));
+      DDO_RETURN_IF_ERROR(CheckRequest(request));
+      return caller;
+    }
+    grpc::Status Finish(const absl::Status& status);
+
+   private:
+    DdoService& service_;
+    const char* const method_;
+    const absl::Time began_;
+    bool timed_ = true;
+    bool finished_ = false;
+    std::optional<uid_t> counted_uid_;  // set once calls_ counted this call
+  };
   // After a call created something for `lease`: when the lease ended meanwhile (its client
   // died), releases what it owns and returns ABORTED.
   absl::Status ReleaseIfLeaseEnded(const Lease& lease);
