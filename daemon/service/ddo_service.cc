@@ -44,8 +44,7 @@ absl::Status DdoService::ReleaseIfLeaseEnded(const Lease& lease) {
     return absl::OkStatus();
   }
   // The lease ended while the request ran: what the request created belongs to nobody.
-  streams_.ReleaseLease(lease.id);
-  store_.ReleaseLease(lease.id);
+  sessions_.ReleaseLease(lease.id);
   return absl::AbortedError(absl::StrCat("lease ", lease.id.substr(0, 8), " ended meanwhile"));
 }
 
@@ -227,8 +226,7 @@ grpc::Status DdoService::Connect(grpc::ServerContext* ctx, const ddo::v1::Connec
     }
   }
   leases_.Close(lease->id);
-  streams_.ReleaseLease(lease->id);
-  store_.ReleaseLease(lease->id);
+  sessions_.ReleaseLease(lease->id);
   return call.Finish(absl::OkStatus());
 }
 
@@ -571,14 +569,7 @@ grpc::Status DdoService::Detach(grpc::ServerContext* ctx, const ddo::v1::DetachR
   Call call(*this, kMethod);
   absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
   if (!caller.ok()) return call.Finish(caller.status());
-  if (absl::Status owner = store_.CheckSessionOwner(request->session_id(), *caller);
-      !owner.ok()) {
-    return call.Finish(owner);
-  }
-  if (streams_.Owns(request->session_id())) {
-    return call.Finish(streams_.Detach(request->session_id()));
-  }
-  return call.Finish(store_.Detach(request->session_id(), *caller));
+  return call.Finish(sessions_.Detach(request->session_id(), *caller));
 }
 
 grpc::Status DdoService::SetSchedule(grpc::ServerContext* ctx, const ddo::v1::SetScheduleRequest* request,
@@ -603,26 +594,19 @@ grpc::Status DdoService::ListSessions(grpc::ServerContext* ctx, const ddo::v1::L
   Call call(*this, "ListSessions");
   absl::StatusOr<Caller> caller = call.Enter(ctx);
   if (!caller.ok()) return call.Finish(caller.status());
-  std::map<std::string, int64_t> pids;
-  // Everyone sees their own; an admin sees all.
-  for (const Lease& lease : leases_.List()) {
-    if (!caller->admin && lease.caller.uid != caller->uid) continue;
+  // Everyone sees their own; an admin sees all. Ids are capabilities: the full id is its
+  // holder's, the list shows prefixes that tell leases and sessions apart.
+  for (const Lease& lease : sessions_.LeasesOf(*caller)) {
     auto* info = response->add_leases();
-    // The full id is its holder's capability; others see a prefix that tells leases apart.
     info->set_lease_id(lease.id.substr(0, 8));
     info->set_client_pid(lease.client_pid);
     info->set_client_name(lease.client_name);
     info->set_connected_unix_ms(absl::ToUnixMillis(lease.connected));
-    pids[lease.id] = lease.client_pid;
   }
-  // Ids are capabilities: others see prefixes only.
-  std::map<std::string, StreamSessionInfo> streaming;
-  for (StreamSessionInfo& stream : streams_.List()) streaming[stream.session_id] = stream;
-  for (const SessionSnapshot& session : store_.Sessions()) {
-    if (!caller->admin && session.uid != caller->uid) continue;
+  for (const SessionView& session : sessions_.SessionsOf(*caller)) {
     auto* info = response->add_sessions();
-    if (auto it = streaming.find(session.session_id); it != streaming.end()) {
-      const StreamSessionInfo& stream = it->second;
+    if (session.stream.has_value()) {
+      const StreamSessionInfo& stream = *session.stream;
       info->set_device_uuid(stream.device);
       info->set_streamed_bytes(stream.stats.streamed_bytes);
       info->set_out_of_schedule_uses(stream.stats.sync_uses);
@@ -634,10 +618,10 @@ grpc::Status DdoService::ListSessions(grpc::ServerContext* ctx, const ddo::v1::L
       info->set_device_bytes(stream.device_bytes);
       info->set_schedule_length(stream.stats.schedule_length);
     }
-    info->set_session_id(session.session_id.substr(0, 8));
-    info->set_lease_id(session.lease_id.substr(0, 8));
-    info->set_client_pid(pids[session.lease_id]);
-    info->set_cache_key(session.cache_key);
+    info->set_session_id(session.host.session_id.substr(0, 8));
+    info->set_lease_id(session.host.lease_id.substr(0, 8));
+    info->set_client_pid(session.client_pid);
+    info->set_cache_key(session.host.cache_key);
   }
   return call.Finish(absl::OkStatus());
 }

@@ -21,6 +21,7 @@
 #include "daemon/service/rpc_counters.h"
 #include "daemon/store/component_store.h"
 #include "daemon/policy/resident_policy.h"
+#include "daemon/stream/session_directory.h"
 #include "daemon/stream/stream_sessions.h"
 #include "daemon/session/lease_registry.h"
 #include "ddo/v1/ddo.grpc.pb.h"
@@ -155,6 +156,7 @@ class DdoService final : public ddo::v1::Ddo::Service {
   StreamSessions& streams_;
   CallerRegistry& callers_;
   LeaseRegistry leases_;
+  SessionDirectory sessions_{leases_, store_, streams_};
   CallsPerUser calls_{kMaxCallsPerUser};
   RpcCounters counters_;
   std::atomic<bool> shutting_down_{false};

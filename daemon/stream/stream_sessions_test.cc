@@ -1,6 +1,6 @@
 // File: daemon/stream/stream_sessions_test.cc
 //
-// StreamSessions on the host backend ("cpu"): ddod's budget on a device (a refusal names the
+// StreamSessions on the host backend ("cpu"), and the SessionDirectory over it: ddod's budget on a device (a refusal names the
 // sizes and leaves nothing behind), every byte given back when sessions close, warm slabs
 // (reused, keeping only their share, giving way least recently used first), a Phase that
 // releases and prefetches them, and the end of a lease.
@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/temp_dir_for_test.h"
+#include "daemon/stream/session_directory.h"
 
 namespace ddo {
 namespace {
@@ -237,6 +238,51 @@ TEST_F(StreamSessionsTest, TheEndOfALeaseClosesItsSessionsOnly) {
   EXPECT_TRUE(sessions_->List().empty());
   EXPECT_EQ(sessions_->reserved_bytes("cpu"), 0u);
   EXPECT_EQ(HostSessionsOf("model"), 0u);
+}
+
+// SessionDirectory over the same registries: one entry point for both kinds of session.
+class SessionDirectoryTest : public StreamSessionsTest {
+ protected:
+  void SetUp() override {
+    StreamSessionsTest::SetUp();
+    Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/false);
+    ASSERT_TRUE(leases_.Open(lease_.caller, "test").ok());
+    directory_ = std::make_unique<SessionDirectory>(leases_, *store_, *sessions_);
+  }
+
+  LeaseRegistry leases_{LeaseLimits{}};
+  std::unique_ptr<SessionDirectory> directory_;
+};
+
+TEST_F(SessionDirectoryTest, ListsBothKindsDetachesWhereEachLivesAndEndsALease) {
+  Upload("model");
+  absl::StatusOr<ddo::v1::AttachResponse> streaming = Open("model");
+  ASSERT_TRUE(streaming.ok()) << streaming.status();
+  absl::StatusOr<HostAttachment> host = store_->AttachHost(lease_, "model");
+  ASSERT_TRUE(host.ok()) << host.status();
+
+  std::vector<SessionView> seen = directory_->SessionsOf(lease_.caller);
+  ASSERT_EQ(seen.size(), 2u);
+  int streamed = 0;
+  for (const SessionView& view : seen) streamed += view.stream.has_value() ? 1 : 0;
+  EXPECT_EQ(streamed, 1) << "the streaming session shows its stream, the host attach none";
+
+  // Another user sees neither and may detach neither.
+  const Caller stranger = CallerFromCredentials(4242, 4242, 1);
+  ASSERT_FALSE(stranger.admin);
+  EXPECT_TRUE(directory_->SessionsOf(stranger).empty());
+  EXPECT_TRUE(directory_->LeasesOf(stranger).empty());
+  EXPECT_TRUE(absl::IsPermissionDenied(directory_->Detach(streaming->session_id(), stranger)));
+  EXPECT_EQ(sessions_->List().size(), 1u);
+
+  ASSERT_TRUE(directory_->Detach(streaming->session_id(), lease_.caller).ok());
+  EXPECT_TRUE(sessions_->List().empty()) << "the stream closed";
+  EXPECT_EQ(HostSessionsOf("model"), 1u) << "the host attach stays";
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), 0u);
+
+  directory_->ReleaseLease(lease_.id);
+  EXPECT_EQ(HostSessionsOf("model"), 0u);
+  EXPECT_TRUE(directory_->SessionsOf(lease_.caller).empty());
 }
 
 }  // namespace
