@@ -2,7 +2,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/random_id.h"
-#include "daemon/session/lease_registry.h"
 
 namespace ddo {
 namespace {

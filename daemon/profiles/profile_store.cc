@@ -1,5 +1,4 @@
 // File: daemon/profiles/profile_store.cc
-#include "daemon/common/random_id.h"
 #include "daemon/profiles/profile_store.h"
 
 #include <dirent.h>
@@ -20,8 +19,8 @@
 #include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/posix_error.h"
+#include "daemon/common/random_id.h"
 #include "daemon/common/status_macros.h"
-#include "daemon/session/lease_registry.h"
 #include "nlohmann/json.hpp"
 
 namespace ddo {

@@ -21,6 +21,7 @@
 #include "daemon/service/grpc_status.h"
 #include "daemon/service/info_builder.h"
 #include "daemon/service/request_limits.h"
+#include "daemon/service/stream_proto.h"
 
 namespace ddo {
 namespace {
@@ -536,11 +537,17 @@ grpc::Status DdoService::Attach(grpc::ServerContext* ctx, const ddo::v1::AttachR
                              StreamSettings* settings, std::vector<PlanDecisionEntry>* decisions) {
       ApplyResidentPolicy(tensors, streamable, values, machine, settings, decisions);
     };
-    absl::StatusOr<ComponentSnapshot> component = streams_.Open(*lease, *request, policy, response);
-    if (!component.ok()) return call.Finish(component.status());
+    StreamOpenRequest open_request;
+    open_request.cache_key = request->cache_key();
+    open_request.device = request->device_uuid();
+    open_request.settings.insert(request->settings().begin(), request->settings().end());
+    open_request.streamable.insert(request->streamable().begin(), request->streamable().end());
+    absl::StatusOr<OpenedStream> opened = streams_.Open(*lease, open_request, policy);
+    if (!opened.ok()) return call.Finish(opened.status());
+    ToProto(*opened, ::getpid(), response);
     AddTransferEstimate(machine, response->mutable_plan());
     if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return call.Finish(open);
-    ToProto(*component, /*with_layout=*/true, response->mutable_component());
+    ToProto(opened->component, /*with_layout=*/true, response->mutable_component());
     GrantSegments(ctx, response->component());
     const std::string token = TokenOf(ctx);
     const auto& resources = response->device();

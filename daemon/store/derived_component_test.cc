@@ -512,24 +512,20 @@ class DerivedStreamingTest : public DerivedComponentTest {
   }
 
   // Opens a session with blocks.0 and blocks.1 resident, the others streamed.
-  absl::StatusOr<ddo::v1::AttachResponse> Open(const std::string& key) {
-    ddo::v1::AttachRequest request;
-    request.set_cache_key(key);
-    request.set_device_uuid("cpu");
-    (*request.mutable_settings())["DDO_SMALL_TENSOR_THRESHOLD_KB"] = "0";
-    request.add_streamable("blocks.2.weight");
-    request.add_streamable("blocks.3.weight");
-    ddo::v1::AttachResponse response;
-    auto opened = streams_->Open(lease_, request, nullptr, &response);
-    if (!opened.ok()) return opened.status();
-    return response;
+  absl::StatusOr<OpenedStream> Open(const std::string& key) {
+    StreamOpenRequest request;
+    request.cache_key = key;
+    request.device = "cpu";
+    request.settings["DDO_SMALL_TENSOR_THRESHOLD_KB"] = "0";
+    request.streamable = {"blocks.2.weight", "blocks.3.weight"};
+    return streams_->Open(lease_, request, nullptr);
   }
 
   // Whether the session's slab was warm or filled now (the last "slab" decision).
-  std::string SlabDecision(const ddo::v1::AttachResponse& response) {
+  std::string SlabDecision(const OpenedStream& opened) {
     std::string value;
-    for (const auto& decision : response.plan().decisions()) {
-      if (decision.key() == "slab") value = decision.value();
+    for (const PlanDecisionEntry& decision : opened.plan.decisions) {
+      if (decision.key == "slab") value = decision.value;
     }
     return value;
   }
@@ -543,9 +539,9 @@ TEST_F(DerivedStreamingTest, ItsSlabHoldsItsBytesAndItStartsWithItsBasesSchedule
 
   auto base_session = Open("base");
   ASSERT_TRUE(base_session.ok()) << base_session.status();
-  EXPECT_EQ(base_session->schedule_size(), 0);
-  ASSERT_TRUE(streams_->SetSchedule(base_session->session_id(), {0, 1}).ok());
-  ASSERT_TRUE(streams_->Detach(base_session->session_id()).ok());
+  EXPECT_TRUE(base_session->schedule.empty());
+  ASSERT_TRUE(streams_->SetSchedule(base_session->session_id, {0, 1}).ok());
+  ASSERT_TRUE(streams_->Detach(base_session->session_id).ok());
   ASSERT_EQ(streams_->warm_slab_count(), 1u);  // the base's slab stays warm
 
   auto derived_session = Open("base+lora");
@@ -553,23 +549,20 @@ TEST_F(DerivedStreamingTest, ItsSlabHoldsItsBytesAndItStartsWithItsBasesSchedule
   // The base's warm slab holds the base's blocks.1: never reused for the derived version.
   EXPECT_EQ(SlabDecision(*derived_session), "filled now");
   // The base's runners learned the order of the same units.
-  EXPECT_THAT(std::vector<uint32_t>(derived_session->schedule().begin(),
-                                    derived_session->schedule().end()),
-              ::testing::ElementsAre(0, 1));
+  EXPECT_THAT(derived_session->schedule, ::testing::ElementsAre(0, 1));
   // The slab: blocks.0 the base's bytes, blocks.1 the derived version's.
-  const auto& resources = derived_session->device();
-  auto slab = SharedSegment::Open(resources.resident_slab_shm());
+  auto slab = SharedSegment::Open(derived_session->memory.resident_slab_shm);
   ASSERT_TRUE(slab.ok()) << slab.status();
-  ASSERT_EQ(resources.resident_size(), 2);
+  ASSERT_EQ(derived_session->plan.resident.size(), 2u);
   const std::vector<TensorEntry> table = Table(4);
-  for (const auto& resident : resources.resident()) {
-    const TensorEntry& tensor = resident.name() == "blocks.0.weight" ? table[0] : table[1];
-    const std::string expected = Bytes(resident.name() == "blocks.0.weight" ? "base" : "lora",
-                                       tensor);
-    EXPECT_EQ(std::memcmp(slab->data() + resident.offset(), expected.data(), expected.size()), 0)
-        << resident.name();
+  for (const PlannedTensor& resident : derived_session->plan.resident) {
+    const std::string& name = derived_session->component.tensors[resident.table_index].name;
+    const TensorEntry& tensor = name == "blocks.0.weight" ? table[0] : table[1];
+    const std::string expected = Bytes(name == "blocks.0.weight" ? "base" : "lora", tensor);
+    EXPECT_EQ(std::memcmp(slab->data() + resident.offset, expected.data(), expected.size()), 0)
+        << name;
   }
-  ASSERT_TRUE(streams_->Detach(derived_session->session_id()).ok());
+  ASSERT_TRUE(streams_->Detach(derived_session->session_id).ok());
 
   // One warm slab per device, the newest: now the derived version's. It serves the derived
   // version again, never the base.
@@ -577,15 +570,15 @@ TEST_F(DerivedStreamingTest, ItsSlabHoldsItsBytesAndItStartsWithItsBasesSchedule
   auto base_again = Open("base");
   ASSERT_TRUE(base_again.ok()) << base_again.status();
   EXPECT_EQ(SlabDecision(*base_again), "filled now");
-  ASSERT_TRUE(streams_->Detach(base_again->session_id()).ok());
+  ASSERT_TRUE(streams_->Detach(base_again->session_id).ok());
   auto derived_again = Open("base+lora");
   ASSERT_TRUE(derived_again.ok()) << derived_again.status();
   EXPECT_EQ(SlabDecision(*derived_again), "filled now");  // the base's slab was the newest
-  ASSERT_TRUE(streams_->Detach(derived_again->session_id()).ok());
+  ASSERT_TRUE(streams_->Detach(derived_again->session_id).ok());
   auto derived_warm = Open("base+lora");
   ASSERT_TRUE(derived_warm.ok()) << derived_warm.status();
   EXPECT_EQ(SlabDecision(*derived_warm), "warm");  // its own slab
-  ASSERT_TRUE(streams_->Detach(derived_warm->session_id()).ok());
+  ASSERT_TRUE(streams_->Detach(derived_warm->session_id).ok());
 }
 
 }  // namespace

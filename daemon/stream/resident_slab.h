@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ddo/v1/sessions.pb.h"
+#include "daemon/stream/device_export.h"
 
 namespace ddo {
 
@@ -28,8 +28,8 @@ class ResidentSlab {
   // Enqueues a copy of host bytes to `offset`; Finish() waits for all of them.
   virtual absl::Status Copy(uint64_t offset, const void* source, uint64_t bytes) = 0;
   virtual absl::Status Finish() = 0;
-  // Sets the slab's handle or shared-memory name in `resources`.
-  virtual absl::Status Export(ddo::v1::DeviceResources* resources) const = 0;
+  // Sets the slab's handle or shared-memory name.
+  virtual absl::Status Export(DeviceExport* out) const = 0;
   virtual uint64_t device_bytes() const = 0;
 };
 

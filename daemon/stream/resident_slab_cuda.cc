@@ -31,9 +31,8 @@ class CudaSlab final : public ResidentSlab {
     DDO_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(ordinal_));
     return stream_.Synchronize();
   }
-  absl::Status Export(ddo::v1::DeviceResources* resources) const override {
-    DDO_ASSIGN_OR_RETURN(std::string handle, buffer_.ExportIpcHandle());
-    resources->set_resident_slab_handle(handle);
+  absl::Status Export(DeviceExport* out) const override {
+    DDO_ASSIGN_OR_RETURN(out->resident_slab_handle, buffer_.ExportIpcHandle());
     return absl::OkStatus();
   }
   uint64_t device_bytes() const override { return buffer_.size(); }

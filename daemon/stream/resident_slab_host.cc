@@ -26,8 +26,8 @@ class HostSlab final : public ResidentSlab {
     return absl::OkStatus();
   }
   absl::Status Finish() override { return absl::OkStatus(); }
-  absl::Status Export(ddo::v1::DeviceResources* resources) const override {
-    resources->set_resident_slab_shm(segment_.name());
+  absl::Status Export(DeviceExport* out) const override {
+    out->resident_slab_shm = segment_.name();
     return absl::OkStatus();
   }
   uint64_t device_bytes() const override { return segment_.size(); }

@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "ddo/v1/sessions.pb.h"
+#include "daemon/stream/device_export.h"
 
 namespace ddo {
 
@@ -42,8 +42,8 @@ class SessionDevice {
   // Waits for everything enqueued; DeadlineExceeded after `timeout` (work still queued).
   virtual absl::Status Drain(absl::Duration timeout) = 0;
 
-  // Fills the ring's and the events' handles or names in DeviceResources.
-  virtual absl::Status Export(ddo::v1::DeviceResources* resources) const = 0;
+  // Fills the ring's and the events' handles, or the ring's segment name.
+  virtual absl::Status Export(DeviceExport* out) const = 0;
   // Bytes of device memory held (the ring).
   virtual uint64_t device_bytes() const = 0;
 };

@@ -73,18 +73,17 @@ class CudaSessionDevice final : public SessionDevice {
     }
   }
 
-  absl::Status Export(ddo::v1::DeviceResources* resources) const override {
+  absl::Status Export(DeviceExport* out) const override {
     if (ring_.size() > 0) {
-      DDO_ASSIGN_OR_RETURN(std::string ring_handle, ring_.ExportIpcHandle());
-      resources->set_ring_handle(ring_handle);
+      DDO_ASSIGN_OR_RETURN(out->ring_handle, ring_.ExportIpcHandle());
     }
     for (const IpcEvent& event : ready_) {
       DDO_ASSIGN_OR_RETURN(std::string handle, event.ExportIpcHandle());
-      resources->add_ready_event_handles(handle);
+      out->ready_event_handles.push_back(std::move(handle));
     }
     for (const IpcEvent& event : consumed_) {
       DDO_ASSIGN_OR_RETURN(std::string handle, event.ExportIpcHandle());
-      resources->add_consumed_event_handles(handle);
+      out->consumed_event_handles.push_back(std::move(handle));
     }
     return absl::OkStatus();
   }

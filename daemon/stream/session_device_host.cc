@@ -35,9 +35,8 @@ class HostSessionDevice final : public SessionDevice {
   absl::StatusOr<bool> ReadyDone(uint32_t) override { return true; }
   absl::Status Drain(absl::Duration) override { return absl::OkStatus(); }
 
-  absl::Status Export(ddo::v1::DeviceResources* resources) const override {
-    resources->set_device_uuid("cpu");
-    resources->set_ring_shm(ring_.name());
+  absl::Status Export(DeviceExport* out) const override {
+    out->ring_shm = ring_.name();
     return absl::OkStatus();
   }
 

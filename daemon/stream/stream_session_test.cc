@@ -26,13 +26,15 @@ constexpr absl::Duration kPatience = absl::Seconds(10);
 // A runner of the protocol, as a runner process implements it.
 class TestRunner {
  public:
-  TestRunner(const ddo::v1::DeviceResources& resources, const SessionPlan& plan,
+  // The names a runner gets in its AttachResponse: the control block, the ring, the doorbell.
+  TestRunner(const std::string& control_shm, const std::string& ring_shm,
+             const std::string& doorbell_shm, const SessionPlan& plan,
              const std::vector<TensorEntry>& tensors, ComponentBytes host)
       : plan_(plan), tensors_(tensors), host_(std::move(host)) {
-    control_.emplace(*SharedSegment::Open(resources.control_block_shm()));
-    ring_.emplace(*SharedSegment::Open(resources.ring_shm()));
-    doorbell_.emplace(*SharedSegment::Open(resources.doorbell_shm()));
-    slots_ = resources.ring_slots();
+    control_.emplace(*SharedSegment::Open(control_shm));
+    ring_.emplace(*SharedSegment::Open(ring_shm));
+    doorbell_.emplace(*SharedSegment::Open(doorbell_shm));
+    slots_ = plan.ring_slots;
   }
 
   void SetSchedule(std::vector<uint32_t> schedule) { schedule_ = std::move(schedule); }
@@ -186,13 +188,11 @@ class StreamFixture {
                                               std::move(plan), slab, /*slab_filled=*/false,
                                               std::move(memory), std::move(control));
     EXPECT_TRUE(session->FillSlab().ok());
-    (void)session->device_memory().Export(&resources);
-    (void)session->slab()->Export(&resources);
-    resources.set_control_block_shm(session->control().name());
-    resources.set_ring_slots(session->plan().ring_slots);
-    resources.set_doorbell_shm(worker.doorbell_name());
+    (void)session->device_memory().Export(&memory_export);
+    (void)session->slab()->Export(&memory_export);
     worker.Add(session);
-    runner = std::make_unique<TestRunner>(resources, session->plan(), tensors, bytes);
+    runner = std::make_unique<TestRunner>(session->control().name(), memory_export.ring_shm,
+                                          worker.doorbell_name(), session->plan(), tensors, bytes);
   }
 
   ~StreamFixture() {
@@ -207,7 +207,7 @@ class StreamFixture {
   std::shared_ptr<PoolSegment> base;  // `derived` only
   ComponentBytes bytes;
   std::shared_ptr<StreamSession> session;
-  ddo::v1::DeviceResources resources;
+  DeviceExport memory_export;
   std::unique_ptr<TestRunner> runner;
 };
 
@@ -357,7 +357,7 @@ TEST_F(StreamSessionTest, SmallUnitsPackIntoTheArena) {
 TEST_F(StreamSessionTest, ADerivedVersionStreamsEachTensorFromItsOwnSegment) {
   StreamFixture fixture(*pool_, *worker_, 6, 3, /*derived=*/true);
   // The slab: every resident tensor (the biases) holds the bytes of its own segment.
-  auto slab = SharedSegment::Open(fixture.resources.resident_slab_shm());
+  auto slab = SharedSegment::Open(fixture.memory_export.resident_slab_shm);
   ASSERT_TRUE(slab.ok()) << slab.status();
   const SessionPlan& plan = fixture.session->plan();
   ASSERT_EQ(plan.resident.size(), 6u);

@@ -1,8 +1,5 @@
 // File: daemon/stream/stream_sessions.cc
-#include "daemon/common/random_id.h"
 #include "daemon/stream/stream_sessions.h"
-
-#include <unistd.h>
 
 #include <set>
 
@@ -12,25 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/random_id.h"
 #include "daemon/common/status_macros.h"
 
 namespace ddo {
-namespace {
-
-void PlanToProto(const SessionPlan& plan, ddo::v1::PlanExplanation* out) {
-  out->set_route("ddo_stream");
-  out->set_resident_bytes(plan.resident_bytes);
-  out->set_streamed_bytes(plan.streamed_bytes);
-  out->set_ring_slots(plan.ring_slots);
-  for (const PlanDecisionEntry& entry : plan.decisions) {
-    auto* decision = out->add_decisions();
-    decision->set_key(entry.key);
-    decision->set_value(entry.value);
-    decision->set_reason(entry.reason);
-  }
-}
-
-}  // namespace
 
 StreamSessions::StreamSessions(ComponentStore& store, HostPool& pool, GpuInventory gpus,
                                StreamSessionsOptions options)
@@ -91,16 +73,15 @@ absl::StatusOr<StreamWorker*> StreamSessions::WorkerFor(const Device& device) {
   return it->second.get();
 }
 
-absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
-                                                       const ddo::v1::AttachRequest& request,
-                                                       const ResidentPolicy& resident_policy,
-                                                       ddo::v1::AttachResponse* response) {
-  DDO_ASSIGN_OR_RETURN(Device device, ResolveDevice(request.device_uuid()));
-  std::map<std::string, std::string> values(request.settings().begin(), request.settings().end());
+absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease,
+                                                  const StreamOpenRequest& request,
+                                                  const ResidentPolicy& resident_policy) {
+  DDO_ASSIGN_OR_RETURN(Device device, ResolveDevice(request.device));
+  const std::map<std::string, std::string>& values = request.settings;
   DDO_ASSIGN_OR_RETURN(StreamSettings settings, ParseStreamSettings(values));
-  const std::set<std::string> streamable(request.streamable().begin(), request.streamable().end());
+  const std::set<std::string>& streamable = request.streamable;
 
-  DDO_ASSIGN_OR_RETURN(HostAttachment attached, store_.AttachHost(lease, request.cache_key()));
+  DDO_ASSIGN_OR_RETURN(HostAttachment attached, store_.AttachHost(lease, request.cache_key));
   // Until the session is registered, every failure gives the component back (after the
   // session and its reservation, declared later, are gone).
   absl::Cleanup give_back = [&] { (void)store_.Detach(attached.session_id, lease.caller); };
@@ -141,14 +122,14 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
     }
     if (!room) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "a session of '", request.cache_key(), "' needs ", FormatBytes(plan.device_bytes()),
+          "a session of '", request.cache_key, "' needs ", FormatBytes(plan.device_bytes()),
           " on ", device.label, " (slab ", FormatBytes(plan.slab_bytes), " + ring ",
           FormatBytes(plan.ring_bytes()), "); ddod's budget there is ",
           FormatBytes(device.budget_bytes), " of which sessions hold ",
           FormatBytes(budget_.reserved(device.label) - reservation.bytes())));
     }
     reservation.Merge(*std::move(room));
-    warm_.Remember(request.cache_key(),
+    warm_.Remember(request.cache_key,
                    SlabRecipe{device.label, device.ordinal, device.budget_bytes, bytes_identity,
                               plan.slab_signature, plan.resident, plan.slab_bytes});
   }
@@ -178,14 +159,14 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
   DDO_ASSIGN_OR_RETURN(StreamWorker * device_worker, WorkerFor(device));
 
   auto session = std::make_shared<StreamSession>(
-      attached.session_id, lease.id, request.cache_key(), device.label,
+      attached.session_id, lease.id, request.cache_key, device.label,
       attached.component.tensors, attached.bytes, std::move(plan), slab, slab_warm,
       std::move(memory), std::move(control));
   const absl::Time fill_start = absl::Now();
   DDO_RETURN_IF_ERROR(session->FillSlab());
   const double fill_seconds = absl::ToDoubleSeconds(absl::Now() - fill_start);
 
-  const std::string schedule_key = absl::StrCat(request.cache_key(), "/", session->plan().signature);
+  const std::string schedule_key = absl::StrCat(request.cache_key, "/", session->plan().signature);
   std::vector<uint32_t> known;
   bool known_from_base = false;
   {
@@ -204,43 +185,17 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
   }
   if (!known.empty()) (void)session->SetSchedule(known);
 
-  // The response.
-  ddo::v1::DeviceResources* resources = response->mutable_device();
-  DDO_RETURN_IF_ERROR(session->device_memory().Export(resources));
-  DDO_RETURN_IF_ERROR(session->slab()->Export(resources));
+  OpenedStream opened;
+  DDO_RETURN_IF_ERROR(session->device_memory().Export(&opened.memory));
+  DDO_RETURN_IF_ERROR(session->slab()->Export(&opened.memory));
   const SessionPlan& placed = session->plan();
-  resources->set_device_uuid(device.label);
-  resources->set_resident_slab_bytes(placed.slab_bytes);
-  for (const PlannedTensor& tensor : placed.resident) {
-    auto* out = resources->add_resident();
-    out->set_name(attached.component.tensors[tensor.table_index].name);
-    out->set_offset(tensor.offset);
-    out->set_byte_size(attached.component.tensors[tensor.table_index].byte_size);
-  }
-  resources->set_ring_slots(placed.ring_slots);
-  resources->set_ring_slot_bytes(placed.slot_bytes);
-  resources->set_ring_arena_bytes(placed.arena_bytes);
-  resources->set_control_block_shm(session->control().name());
-  resources->set_control_block_bytes(session->control().size());
-  resources->set_daemon_pid(::getpid());
-  for (uint32_t u = 0; u < placed.units.size(); ++u) {
-    const StreamUnit& unit = placed.units[u];
-    auto* out = resources->add_units();
-    out->set_unit(u);
-    out->set_name(unit.name);
-    out->set_byte_size(unit.span_bytes);
-    for (const PlannedTensor& tensor : unit.tensors) {
-      auto* placement = out->add_tensors();
-      placement->set_name(attached.component.tensors[tensor.table_index].name);
-      placement->set_offset(tensor.offset);
-      placement->set_byte_size(attached.component.tensors[tensor.table_index].byte_size);
-    }
-  }
-  PlanToProto(placed, response->mutable_plan());
-  for (uint32_t unit : known) response->add_schedule(unit);
-  response->set_session_id(attached.session_id);
-
-  resources->set_doorbell_shm(device_worker->doorbell_name());
+  opened.session_id = attached.session_id;
+  opened.device = device.label;
+  opened.plan = placed;
+  opened.control_block_shm = session->control().name();
+  opened.control_block_bytes = session->control().size();
+  opened.doorbell_shm = device_worker->doorbell_name();
+  opened.schedule = known;
   {
     absl::MutexLock lock(&mu_);
     sessions_[session->id()] = OpenSession{session, slab_key, std::move(reservation)};
@@ -250,11 +205,12 @@ absl::StatusOr<ComponentSnapshot> StreamSessions::Open(const Lease& lease,
   Logger("stream")->info(
       "session {} of '{}' on {}: slab {} {} in {:.3f} s, {} units streamed through a {} "
       "arena (up to {} in flight) + a {} out-of-schedule slot{}",
-      session->id().substr(0, 8), request.cache_key(), device.label, FormatBytes(placed.slab_bytes),
+      session->id().substr(0, 8), request.cache_key, device.label, FormatBytes(placed.slab_bytes),
       slab_warm ? "warm" : "filled", fill_seconds, placed.units.size(),
       FormatBytes(placed.arena_bytes), placed.ring_slots, FormatBytes(placed.slot_bytes),
       known.empty() ? "" : known_from_base ? ", schedule known from its base" : ", schedule known");
-  return attached.component;
+  opened.component = std::move(attached.component);
+  return opened;
 }
 
 absl::StatusOr<uint32_t> StreamSessions::SetSchedule(const std::string& session_id,

@@ -28,10 +28,11 @@
 #include "daemon/session/lease_registry.h"
 #include "daemon/store/component_store.h"
 #include "daemon/stream/device_budget.h"
+#include "daemon/stream/device_export.h"
+#include "daemon/stream/session_plan.h"
 #include "daemon/stream/stream_session.h"
 #include "daemon/stream/stream_worker.h"
 #include "daemon/stream/warm_slab_cache.h"
-#include "ddo/v1/sessions.pb.h"
 
 namespace ddo {
 
@@ -47,6 +48,27 @@ struct StreamSessionsOptions {
   // warm_process: a closed session's filled slab stays on its device for the next session of
   // the same component and plan, until its room is needed (least recently used first).
   bool keep_slabs_warm = false;
+};
+
+struct StreamOpenRequest {
+  std::string cache_key;
+  std::string device;  // "cpu", "cpu:<n>", a GPU UUID or "cuda:<n>"
+  std::map<std::string, std::string> settings;  // DDO_* values for the plan
+  std::set<std::string> streamable;  // tensor names the runner can take from the ring
+};
+
+// An open session as its runner needs it (docs/streaming.md): the service sends it as the
+// AttachResponse.
+struct OpenedStream {
+  ComponentSnapshot component;
+  std::string session_id;
+  std::string device;  // "cpu", "cpu:<n>" or the GPU UUID
+  DeviceExport memory;
+  SessionPlan plan;    // as placed: units, resident tensors, ring, decisions
+  std::string control_block_shm;
+  uint64_t control_block_bytes = 0;
+  std::string doorbell_shm;
+  std::vector<uint32_t> schedule;  // the one learned before for this component and plan
 };
 
 struct StreamSessionInfo {
@@ -79,19 +101,17 @@ class StreamSessions {
   StreamSessions& operator=(const StreamSessions&) = delete;
   ~StreamSessions();
 
-  // Opens a session for request->device_uuid ("cpu", a GPU UUID or "cuda:N") and fills the
-  // response's session id, device resources, plan and known schedule; returns the component
-  // (the caller describes it). NotFound (component, device), InvalidArgument (settings,
-  // streamable names), ResourceExhausted (VRAM budget, device memory), Unavailable (no CUDA).
+  // Opens a session of `request.cache_key` on `request.device` ("cpu", a GPU UUID or
+  // "cuda:N"). NotFound (component, device), InvalidArgument (settings, streamable names),
+  // ResourceExhausted (ddod's budget on the device, device memory), Unavailable (no CUDA).
   // `resident_policy` sizes the resident budget from the request's settings when they leave
   // it open (policy/resident_policy) and records its decisions in the plan.
   using ResidentPolicy = std::function<void(
       const std::vector<TensorEntry>& tensors, const std::set<std::string>& streamable,
       const std::map<std::string, std::string>& values, StreamSettings* settings,
       std::vector<PlanDecisionEntry>* decisions)>;
-  absl::StatusOr<ComponentSnapshot> Open(const Lease& lease, const ddo::v1::AttachRequest& request,
-                                         const ResidentPolicy& resident_policy,
-                                         ddo::v1::AttachResponse* response);
+  absl::StatusOr<OpenedStream> Open(const Lease& lease, const StreamOpenRequest& request,
+                                    const ResidentPolicy& resident_policy);
 
   // Returns the cycle length.
   absl::StatusOr<uint32_t> SetSchedule(const std::string& session_id,

@@ -80,26 +80,22 @@ class StreamSessionsTest : public ::testing::Test {
     ASSERT_TRUE(store_->Commit(lease_.id, registered->upload_id).ok());
   }
 
-  absl::StatusOr<ddo::v1::AttachResponse> Open(const std::string& key) {
-    ddo::v1::AttachRequest request;
-    request.set_cache_key(key);
-    request.set_device_uuid("cpu");
-    for (const std::string& name : MakeModel().streamable) request.add_streamable(name);
+  absl::StatusOr<OpenedStream> Open(const std::string& key) {
+    StreamOpenRequest request;
+    request.cache_key = key;
+    request.device = "cpu";
+    request.streamable = MakeModel().streamable;
     // The blocks stream (a ring), proj_in/proj_out and the small tensors stay (a slab).
-    (*request.mutable_settings())["DDO_RESIDENT_MODULE_BUDGET_GB"] = "0";
-    (*request.mutable_settings())["DDO_SMALL_TENSOR_THRESHOLD_KB"] = "16";
-    ddo::v1::AttachResponse response;
-    absl::StatusOr<ComponentSnapshot> opened =
-        sessions_->Open(lease_, request, /*resident_policy=*/nullptr, &response);
-    if (!opened.ok()) return opened.status();
-    return response;
+    request.settings["DDO_RESIDENT_MODULE_BUDGET_GB"] = "0";
+    request.settings["DDO_SMALL_TENSOR_THRESHOLD_KB"] = "16";
+    return sessions_->Open(lease_, request, /*resident_policy=*/nullptr);
   }
 
   // The plan's last decision named `key` (the last "slab": "warm" or "filled now").
-  static std::string Decision(const ddo::v1::AttachResponse& response, const std::string& key) {
+  static std::string Decision(const OpenedStream& opened, const std::string& key) {
     std::string value;
-    for (const auto& decision : response.plan().decisions()) {
-      if (decision.key() == key) value = decision.value();
+    for (const PlanDecisionEntry& decision : opened.plan.decisions) {
+      if (decision.key == key) value = decision.value;
     }
     return value;
   }
@@ -111,10 +107,7 @@ class StreamSessionsTest : public ::testing::Test {
     return 0;
   }
 
-  static uint64_t DeviceBytes(const ddo::v1::AttachResponse& response) {
-    return response.device().resident_slab_bytes() + response.device().ring_arena_bytes() +
-           response.device().ring_slot_bytes();
-  }
+  static uint64_t DeviceBytes(const OpenedStream& opened) { return opened.plan.device_bytes(); }
 
   TempDirForTest dir_;
   std::unique_ptr<HostPool> pool_;
@@ -126,7 +119,7 @@ class StreamSessionsTest : public ::testing::Test {
 TEST_F(StreamSessionsTest, ABudgetTooSmallIsRefusedWithTheSizesAndLeavesNothingBehind) {
   Start(/*host_budget_bytes=*/64 << 10, /*keep_slabs_warm=*/false);
   Upload("model");
-  absl::StatusOr<ddo::v1::AttachResponse> refused = Open("model");
+  absl::StatusOr<OpenedStream> refused = Open("model");
   ASSERT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
   EXPECT_THAT(refused.status().message(), HasSubstr("a session of 'model' needs "));
   EXPECT_THAT(refused.status().message(), HasSubstr("ddod's budget there is 64.0 KiB"));
@@ -138,31 +131,31 @@ TEST_F(StreamSessionsTest, ABudgetTooSmallIsRefusedWithTheSizesAndLeavesNothingB
 TEST_F(StreamSessionsTest, ClosingGivesEveryByteBack) {
   Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/false);
   Upload("model");
-  absl::StatusOr<ddo::v1::AttachResponse> opened = Open("model");
+  absl::StatusOr<OpenedStream> opened = Open("model");
   ASSERT_TRUE(opened.ok()) << opened.status();
-  EXPECT_GT(opened->device().resident_slab_bytes(), 0u);
-  EXPECT_GT(opened->device().ring_arena_bytes(), 0u);
+  EXPECT_GT(opened->plan.slab_bytes, 0u);
+  EXPECT_GT(opened->plan.arena_bytes, 0u);
   EXPECT_EQ(sessions_->reserved_bytes("cpu"), DeviceBytes(*opened));
   EXPECT_EQ(HostSessionsOf("model"), 1u);
-  ASSERT_TRUE(sessions_->Detach(opened->session_id()).ok());
+  ASSERT_TRUE(sessions_->Detach(opened->session_id).ok());
   EXPECT_EQ(sessions_->reserved_bytes("cpu"), 0u);
   EXPECT_EQ(sessions_->warm_slab_count(), 0u);
   EXPECT_EQ(HostSessionsOf("model"), 0u);
-  EXPECT_TRUE(absl::IsNotFound(sessions_->Detach(opened->session_id())));
+  EXPECT_TRUE(absl::IsNotFound(sessions_->Detach(opened->session_id)));
 }
 
 TEST_F(StreamSessionsTest, AWarmSlabIsReusedAndHoldsOnlyItsShare) {
   Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/true);
   Upload("model");
-  absl::StatusOr<ddo::v1::AttachResponse> first = Open("model");
+  absl::StatusOr<OpenedStream> first = Open("model");
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(Decision(*first, "slab"), "filled now");
-  ASSERT_TRUE(sessions_->Detach(first->session_id()).ok());
+  ASSERT_TRUE(sessions_->Detach(first->session_id).ok());
   EXPECT_EQ(sessions_->warm_slab_count(), 1u);
-  EXPECT_EQ(sessions_->reserved_bytes("cpu"), first->device().resident_slab_bytes())
+  EXPECT_EQ(sessions_->reserved_bytes("cpu"), first->plan.slab_bytes)
       << "the ring's share went back, the slab's stays";
 
-  absl::StatusOr<ddo::v1::AttachResponse> second = Open("model");
+  absl::StatusOr<OpenedStream> second = Open("model");
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(Decision(*second, "slab"), "warm");
   EXPECT_EQ(sessions_->warm_slab_count(), 0u);
@@ -176,24 +169,24 @@ TEST_F(StreamSessionsTest, WarmSlabsGiveWayLeastRecentlyUsedFirst) {
   Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/true);
   Upload("a");
   Upload("b");
-  absl::StatusOr<ddo::v1::AttachResponse> probe = Open("a");
+  absl::StatusOr<OpenedStream> probe = Open("a");
   ASSERT_TRUE(probe.ok()) << probe.status();
   const uint64_t session_bytes = DeviceBytes(*probe);
-  const uint64_t slab_bytes = probe->device().resident_slab_bytes();
+  const uint64_t slab_bytes = probe->plan.slab_bytes;
   sessions_.reset();
   Start(session_bytes + slab_bytes / 2, /*keep_slabs_warm=*/true);
 
-  absl::StatusOr<ddo::v1::AttachResponse> a = Open("a");
+  absl::StatusOr<OpenedStream> a = Open("a");
   ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(sessions_->Detach(a->session_id()).ok());
+  ASSERT_TRUE(sessions_->Detach(a->session_id).ok());
   ASSERT_EQ(sessions_->warm_slab_count(), 1u);
   // b's session does not fit beside a's warm slab: the slab gives way.
-  absl::StatusOr<ddo::v1::AttachResponse> b = Open("b");
+  absl::StatusOr<OpenedStream> b = Open("b");
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(sessions_->warm_slab_count(), 0u);
   EXPECT_EQ(sessions_->reserved_bytes("cpu"), DeviceBytes(*b));
   // Nothing gives way for a second open session: refused.
-  absl::StatusOr<ddo::v1::AttachResponse> a_again = Open("a");
+  absl::StatusOr<OpenedStream> a_again = Open("a");
   EXPECT_TRUE(absl::IsResourceExhausted(a_again.status())) << a_again.status();
   EXPECT_EQ(sessions_->reserved_bytes("cpu"), DeviceBytes(*b));
 }
@@ -201,10 +194,10 @@ TEST_F(StreamSessionsTest, WarmSlabsGiveWayLeastRecentlyUsedFirst) {
 TEST_F(StreamSessionsTest, APhaseReleasesWarmSlabsAndPrefetchesTheLastPlacement) {
   Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/true);
   Upload("model");
-  absl::StatusOr<ddo::v1::AttachResponse> first = Open("model");
+  absl::StatusOr<OpenedStream> first = Open("model");
   ASSERT_TRUE(first.ok()) << first.status();
-  const uint64_t slab_bytes = first->device().resident_slab_bytes();
-  ASSERT_TRUE(sessions_->Detach(first->session_id()).ok());
+  const uint64_t slab_bytes = first->plan.slab_bytes;
+  ASSERT_TRUE(sessions_->Detach(first->session_id).ok());
 
   StreamSessions::PhaseResult kept = sessions_->Phase(lease_, {"model"}, {});
   EXPECT_EQ(kept.released_bytes, 0u);
@@ -221,7 +214,7 @@ TEST_F(StreamSessionsTest, APhaseReleasesWarmSlabsAndPrefetchesTheLastPlacement)
   EXPECT_EQ(again.prefetched_bytes, 0u);
   EXPECT_THAT(again.notes, testing::Contains(HasSubstr("already on cpu")));
 
-  absl::StatusOr<ddo::v1::AttachResponse> next = Open("model");
+  absl::StatusOr<OpenedStream> next = Open("model");
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(Decision(*next, "slab"), "warm");
 }
@@ -229,7 +222,7 @@ TEST_F(StreamSessionsTest, APhaseReleasesWarmSlabsAndPrefetchesTheLastPlacement)
 TEST_F(StreamSessionsTest, TheEndOfALeaseClosesItsSessionsOnly) {
   Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/false);
   Upload("model");
-  absl::StatusOr<ddo::v1::AttachResponse> mine = Open("model");
+  absl::StatusOr<OpenedStream> mine = Open("model");
   ASSERT_TRUE(mine.ok()) << mine.status();
   const Lease other{RandomId(), 99, "other", absl::Now(), DaemonCaller()};
   sessions_->ReleaseLease(other.id);
@@ -256,7 +249,7 @@ class SessionDirectoryTest : public StreamSessionsTest {
 
 TEST_F(SessionDirectoryTest, ListsBothKindsDetachesWhereEachLivesAndEndsALease) {
   Upload("model");
-  absl::StatusOr<ddo::v1::AttachResponse> streaming = Open("model");
+  absl::StatusOr<OpenedStream> streaming = Open("model");
   ASSERT_TRUE(streaming.ok()) << streaming.status();
   absl::StatusOr<HostAttachment> host = store_->AttachHost(lease_, "model");
   ASSERT_TRUE(host.ok()) << host.status();
@@ -272,10 +265,10 @@ TEST_F(SessionDirectoryTest, ListsBothKindsDetachesWhereEachLivesAndEndsALease) 
   ASSERT_FALSE(stranger.admin);
   EXPECT_TRUE(directory_->SessionsOf(stranger).empty());
   EXPECT_TRUE(directory_->LeasesOf(stranger).empty());
-  EXPECT_TRUE(absl::IsPermissionDenied(directory_->Detach(streaming->session_id(), stranger)));
+  EXPECT_TRUE(absl::IsPermissionDenied(directory_->Detach(streaming->session_id, stranger)));
   EXPECT_EQ(sessions_->List().size(), 1u);
 
-  ASSERT_TRUE(directory_->Detach(streaming->session_id(), lease_.caller).ok());
+  ASSERT_TRUE(directory_->Detach(streaming->session_id, lease_.caller).ok());
   EXPECT_TRUE(sessions_->List().empty()) << "the stream closed";
   EXPECT_EQ(HostSessionsOf("model"), 1u) << "the host attach stays";
   EXPECT_EQ(sessions_->reserved_bytes("cpu"), 0u);
