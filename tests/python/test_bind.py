@@ -157,3 +157,34 @@ def test_bound_module_keeps_working_after_close(client):
     attached.bind(fresh)
     attached.close()
     assert torch.equal(run(fresh), expected)
+
+
+def test_an_attached_component_keeps_its_clients_lease(daemon):
+    """The session is the lease's: dropping the client while the attached component is in use
+    must not end the lease (the component holds the client's channel, which owns the lease);
+    dropping the component too ends it."""
+    import gc
+    import time
+
+    from diffusers_dynamic_offloader import DdoClient
+    from diffusers_dynamic_offloader._proto import sessions_pb2
+
+    def listed(observer: DdoClient) -> set:
+        answer = observer.rpc.unary("ListSessions", sessions_pb2.ListSessionsRequest())
+        return {session.session_id for session in answer.sessions}  # 8-digit prefixes
+
+    client = DdoClient.connect(daemon.address, timeout=10)
+    client.register_state_dict("bind/kept", {"w": torch.arange(8.0)})
+    attached = client.attach("bind/kept")
+    session = attached.session_id[:8]
+    del client
+    gc.collect()
+    with DdoClient.connect(daemon.address, timeout=10) as observer:
+        assert session in listed(observer)
+        assert torch.equal(attached.tensors["w"], torch.arange(8.0))
+        del attached
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while session in listed(observer) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert session not in listed(observer)  # the lease ended, and its session with it

@@ -59,7 +59,7 @@ def test_calibration_saves_the_budget_that_fits_and_later_runs_apply_it(client, 
     other = _enable(client, nn.Linear(8, 8), profile_name="never-calibrated")
     assert other.event_payload["profile"]["status"] == "missing"
     # The profile is one of ddod's files.
-    assert any(p.ref.name == "flux-1024" for p in client._unary(
+    assert any(p.ref.name == "flux-1024" for p in client.rpc.unary(
         "ListProfiles", ddo._proto.profiles_pb2.ListProfilesRequest(
             profile_dir=os.environ["DDO_PROFILE_DIR"])).profiles)
 

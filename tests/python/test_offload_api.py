@@ -185,7 +185,7 @@ def test_seed_style_settings_and_removal_by_module(daemon):
 def _listed_sessions(client):
     from diffusers_dynamic_offloader._proto import sessions_pb2
 
-    return {s.session_id for s in client._unary("ListSessions",
+    return {s.session_id for s in client.rpc.unary("ListSessions",
                                                  sessions_pb2.ListSessionsRequest()).sessions}
 
 

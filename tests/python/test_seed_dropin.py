@@ -126,7 +126,7 @@ def test_staged_loading_passes_the_keywords_through_and_can_stream_at_once(clien
     # Leaving the block released the session: ddod lists none, the module still computes.
     from diffusers_dynamic_offloader._proto import sessions_pb2
 
-    listed = client._unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
+    listed = client.rpc.unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
     assert [s for s in listed if s.device_uuid] == []
     assert streamed.hook is None and ddo.get_dynamic_offload_state(streamed.module) is None
     with torch.no_grad():

@@ -82,7 +82,7 @@ def test_staged_and_full_runs_give_the_same_output(client):
     # Everything was released: no session left, no state on the modules.
     from diffusers_dynamic_offloader._proto import sessions_pb2
 
-    listed = client._unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
+    listed = client.rpc.unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
     assert [s for s in listed if s.device_uuid] == []
     assert ddo.get_dynamic_offload_state(pipe.transformer) is None
 
@@ -104,7 +104,7 @@ def test_a_failing_pass_still_releases_everything(client):
         raise AssertionError("the decode error was swallowed")
     from diffusers_dynamic_offloader._proto import sessions_pb2
 
-    listed = client._unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
+    listed = client.rpc.unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
     assert [s for s in listed if s.device_uuid] == []
 
 

@@ -42,7 +42,7 @@ LINEAR_UNITS = DEPTH * LINEARS_PER_BLOCK
 def sessions(client: DdoClient):
     """ddod's ListSessions by session id prefix (ddod shows the first 8 hex digits only: a
     session id is a capability)."""
-    listed = client._unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
+    listed = client.rpc.unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
     return {info.session_id: info for info in listed}
 
 

@@ -37,7 +37,7 @@ def test_two_runners_on_two_devices_stream_one_host_copy(two_device_daemon):
             assert [message["device"] for message in opened] == ["cpu", "cpu:1"], opened
             assert all(child.read(60)["event"] == "streaming" for child in children)
             # Both sessions at once, one per device, on the same component.
-            listed = client._unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
+            listed = client.rpc.unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
             streaming = sorted(info.device_uuid for info in listed if info.device_uuid)
             assert streaming == ["cpu", "cpu:1"], listed
             for child in children:

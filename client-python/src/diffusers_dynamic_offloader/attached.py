@@ -9,21 +9,18 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
-import grpc
 import torch
 from torch import nn
 
-from ._proto import sessions_pb2
 from .component_info import Component
-from .errors import BindError, DaemonError, DdoError, describe_names
-from .module_tensors import alias_groups, assign, module_tensors
+from .detach import detach_session
+from .errors import BindError, DdoError, describe_names
+from .module_tensors import assign, match_module
+from .rpc_channel import RpcChannel
 from .shm import SegmentMapping
 from ._closeable import Closeable
-
-if TYPE_CHECKING:
-    from .client import DdoClient
 
 
 class BindResult(NamedTuple):
@@ -48,7 +45,7 @@ class AttachedComponent(Closeable):
 
     def __init__(
         self,
-        client: "DdoClient",
+        rpc: RpcChannel,
         session_id: str,
         component: Component,
         tensors: Dict[str, torch.Tensor],
@@ -57,7 +54,7 @@ class AttachedComponent(Closeable):
         """Takes ownership of an attached session's tensors and mappings; use ``attach()``."""
         self.session_id = session_id
         self.component = component
-        self._client: Optional["DdoClient"] = client
+        self._rpc: Optional[RpcChannel] = rpc
         self._tensors: Optional[Dict[str, torch.Tensor]] = tensors
         self._mappings = list(mappings)
 
@@ -104,24 +101,8 @@ class AttachedComponent(Closeable):
                 cannot convert). The message lists the names.
         """
         tensors = self._open_tensors()
-        entries = module_tensors(module)
-        module_names = {entry.name for entry in entries}
-        missing: List[str] = []
-        mismatched: List[str] = []
-        plan = []
-        for group in alias_groups(entries):
-            source = next((entry.name for entry in group if entry.name in tensors), None)
-            if source is None:
-                missing.extend(entry.name for entry in group)
-                continue
-            view, current = tensors[source], group[0].tensor
-            if view.shape != current.shape or view.dtype != current.dtype:
-                mismatched.append(
-                    f"{source}: component {_describe(view)}, module {_describe(current)}"
-                )
-                continue
-            plan.append((group, view))
-        unexpected = [name for name in tensors if name not in module_names]
+        match = match_module(module, tensors)
+        missing, unexpected, mismatched = match.missing, match.unexpected, match.mismatched
         if mismatched or (strict and (missing or unexpected)):
             raise BindError(
                 self._bind_message(module, missing, unexpected, mismatched, strict),
@@ -129,8 +110,8 @@ class AttachedComponent(Closeable):
                 unexpected=unexpected,
                 mismatched=mismatched,
             )
-        for group, view in plan:
-            assign(group, view)
+        for source, group in match.groups:
+            assign(group, tensors[source])
         return BindResult(missing, unexpected)
 
     def close(self) -> None:
@@ -146,14 +127,9 @@ class AttachedComponent(Closeable):
         for mapping in self._mappings:
             mapping.close()
         self._mappings = []
-        client, self._client = self._client, None
-        if client is not None and not client.closed:
-            try:
-                client._unary("Detach", sessions_pb2.DetachRequest(session_id=self.session_id))
-            except DaemonError as error:
-                # The lease may have ended (and taken the session with it) meanwhile.
-                if error.code != grpc.StatusCode.NOT_FOUND:
-                    raise
+        rpc, self._rpc = self._rpc, None
+        if rpc is not None:
+            detach_session(rpc, self.session_id)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self.component.tensor_count} tensors"
@@ -192,6 +168,3 @@ class AttachedComponent(Closeable):
             f"cannot bind {self.cache_key!r} to {type(module).__name__}: " + "; ".join(parts)
         )
 
-
-def _describe(tensor: torch.Tensor) -> str:
-    return f"{str(tensor.dtype).replace('torch.', '')} {list(tensor.shape)}"

@@ -6,8 +6,11 @@ to it over the identity socket (:mod:`diffusers_dynamic_offloader.identity`: eve
 carries the token it got there), then opens the client's lease, which it holds until
 :meth:`DdoClient.close`.
 
-The component store methods (``register_state_dict``, ``attach``, ...) are thin wrappers of
-:mod:`diffusers_dynamic_offloader.store`, which is imported (with torch) on first use.
+The client is a facade: the calls themselves go through its
+:class:`~diffusers_dynamic_offloader.rpc_channel.RpcChannel` (``client.rpc``), which the modules
+behind the methods take. The component store methods (``register_state_dict``, ``attach``, ...)
+are thin wrappers of :mod:`diffusers_dynamic_offloader.store`, which is imported (with torch)
+on first use.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import weakref
 from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import grpc
@@ -36,27 +38,24 @@ from .errors import (
     ConfigurationError,
     DaemonError,
     DaemonUnavailableError,
-    DdoError,
     EmbeddedDaemonError,
     IdentityError,
     describe_attempts,
 )
 from .identity import IdentityChannel, identity_socket_path
 from .lease import Lease
+from .rpc_channel import RpcChannel
 from ._closeable import Closeable
 
 if TYPE_CHECKING:
-    from torch import nn
-
-    from ._proto import sessions_pb2
-    from .resolved_settings import ResolvedSettings
     import torch
     from torch import nn
 
+    from ._proto import sessions_pb2
     from .attached import AttachedComponent
     from .component_info import Component
     from .progress import LogFunction
-    from .shm import SegmentOpener
+    from .resolved_settings import ResolvedSettings
     from .store import PathArgument, UnitsArgument
     from .streaming import StreamingSession
 
@@ -89,22 +88,19 @@ class DdoClient(Closeable):
     ) -> None:
         """Takes ownership of an open ``channel``, ``identity`` and ``lease``; use
         :meth:`connect`."""
-        self._channel = channel
         self._address = address
         self._lease = lease
-        self._timeout = timeout
         self._identity = identity
-        self._metadata = identity.metadata
         self._embedded_daemon = embedded_daemon
-        self._stub = ddo_pb2_grpc.DdoStub(channel)
+        # The channel owns the lease, the connections and the private ddod: they are released
+        # at close(), or when neither this client nor a session made through it is referenced.
+        self._rpc = RpcChannel(
+            channel, lease, identity, timeout=timeout, target=address.target,
+            on_close=embedded_daemon.stop if embedded_daemon is not None else None,
+        )
         # Cache keys this client stored or found warm (register_*, load_safetensors): what
         # clear_dynamic_offload_pinned_tensor_cache may evict.
         self.stored_keys: Set[str] = set()
-        # Releases everything at the latest when the client is collected or the interpreter
-        # exits; the lease and channel go first, so that a private ddod stops at once.
-        self._finalizer = weakref.finalize(
-            self, _release, lease, channel, identity, embedded_daemon
-        )
 
     @classmethod
     def connect(
@@ -219,7 +215,14 @@ class DdoClient(Closeable):
     @property
     def timeout(self) -> float:
         """The deadline in seconds of every RPC."""
-        return self._timeout
+        return self._rpc.timeout
+
+    @property
+    def rpc(self) -> RpcChannel:
+        """The channel this client's calls go through: what the modules behind its methods
+        (and code that makes calls the client has no method for) use; see
+        :mod:`diffusers_dynamic_offloader.rpc_channel`."""
+        return self._rpc
 
     @property
     def daemon_info(self) -> Optional[info_pb2.DaemonInfo]:
@@ -255,22 +258,22 @@ class DdoClient(Closeable):
 
     def info(self) -> info_pb2.DaemonInfo:
         """What ddod reports now: version, platform, backend, devices, budgets, addresses."""
-        return self._unary("GetInfo", info_pb2.GetInfoRequest())
+        return self._rpc.unary("GetInfo", info_pb2.GetInfoRequest())
 
     def stats(self) -> stats_pb2.Stats:
         """ddod's counters: uptime, leases, sessions, pool accounting, RPC counts."""
-        return self._unary("GetStats", stats_pb2.GetStatsRequest())
+        return self._rpc.unary("GetStats", stats_pb2.GetStatsRequest())
 
     def presets(self) -> settings_pb2.ListPresetsResponse:
         """The presets ddod knows, their aliases, and the preset ddod runs with."""
-        return self._unary("ListPresets", settings_pb2.ListPresetsRequest())
+        return self._rpc.unary("ListPresets", settings_pb2.ListPresetsRequest())
 
     def resolve_settings(self, preset: str = "", **kwargs: Any) -> "ResolvedSettings":
         """The DDO_* settings ddod resolves for one call; see
         :func:`diffusers_dynamic_offloader.resolved_settings.resolve_settings`."""
         from .resolved_settings import resolve_settings
 
-        return resolve_settings(self, preset, **kwargs)
+        return resolve_settings(self._rpc, preset, **kwargs)
 
     def explain_plan(
         self,
@@ -286,15 +289,11 @@ class DdoClient(Closeable):
         from .layout import explain_request
 
         request = explain_request(module, component=component, device=device, settings=settings)
-        return self._unary("ExplainPlan", request)
+        return self._rpc.unary("ExplainPlan", request)
 
     def health(self, service: str = "") -> str:
         """The standard health status of ``service`` ("" is the daemon), e.g. ``"SERVING"``."""
-        self._ensure_open()
-        try:
-            return check_health(self._channel, service, timeout=self._timeout)
-        except grpc.RpcError as error:
-            raise DaemonError("Health.Check", error) from error
+        return self._rpc.health(service)
 
     # Component store (see diffusers_dynamic_offloader.store for the details).
 
@@ -314,7 +313,7 @@ class DdoClient(Closeable):
         from . import store
 
         stored = store.register_state_dict(
-            self,
+            self._rpc,
             cache_key,
             state_dict,
             units=units,
@@ -342,7 +341,7 @@ class DdoClient(Closeable):
         from . import store
 
         stored = store.register_module(
-            self,
+            self._rpc,
             cache_key,
             module,
             units=units,
@@ -372,7 +371,7 @@ class DdoClient(Closeable):
         from . import store
 
         stored = store.load_safetensors(
-            self,
+            self._rpc,
             cache_key,
             paths,
             index_file=index_file,
@@ -391,7 +390,7 @@ class DdoClient(Closeable):
         only); see :func:`diffusers_dynamic_offloader.store.attach`."""
         from . import store
 
-        return store.attach(self, cache_key)
+        return store.attach(self._rpc, cache_key)
 
     def stream(
         self,
@@ -407,87 +406,46 @@ class DdoClient(Closeable):
         :func:`diffusers_dynamic_offloader.streaming.stream`."""
         from . import streaming
 
-        return streaming.stream(self, module, cache_key, device=device, settings=settings,
+        return streaming.stream(self._rpc, module, cache_key, device=device, settings=settings,
                                 keep_resident=keep_resident)
 
     def component(self, cache_key: str, *, with_layout: bool = False) -> "Component":
         """The READY component under ``cache_key``; DaemonError NOT_FOUND otherwise."""
         from . import store
 
-        return store.get_component(self, cache_key, with_layout=with_layout)
+        return store.get_component(self._rpc, cache_key, with_layout=with_layout)
 
     def components(self) -> "List[Component]":
         """Every component in ddod's store, uploads in progress included."""
         from . import store
 
-        return store.components(self)
+        return store.components(self._rpc)
 
     def evict(self, cache_key: str) -> int:
         """Evicts an unused component; returns the bytes freed."""
         from . import store
 
-        return store.evict(self, cache_key)
+        return store.evict(self._rpc, cache_key)
 
     # Lifetime.
 
     @property
     def closed(self) -> bool:
         """True after :meth:`close`."""
-        return not self._finalizer.alive
+        return self._rpc.closed
 
     def close(self) -> None:
         """Ends the lease, closes the channel and stops the private daemon, if any. Idempotent."""
-        self._finalizer()
+        self._rpc.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"lease_id={self.lease_id!r}"
         return f"DdoClient(address={self.address!r}, {state}, embedded={self.embedded})"
 
     def _unary(self, rpc: str, request: Message, *, timeout: Optional[float] = None) -> Any:
-        """Calls a unary RPC; failures become DaemonError."""
-        self._ensure_open()
-        try:
-            return getattr(self._stub, rpc)(
-                request,
-                timeout=timeout or self._timeout,
-                metadata=self._metadata,
-                wait_for_ready=False,
-            )
-        except grpc.RpcError as error:
-            raise DaemonError(rpc, error) from error
-
-    def _server_stream(self, rpc: str, request: Message, *, timeout: Optional[float] = None) -> Any:
-        """Starts a server-streaming RPC (no deadline unless ``timeout``); the caller iterates
-        it and turns grpc.RpcError into DaemonError."""
-        self._ensure_open()
-        return getattr(self._stub, rpc)(
-            request, timeout=timeout, metadata=self._metadata, wait_for_ready=False
-        )
-
-    @property
-    def _segment_opener(self) -> "SegmentOpener":
-        """How this client opens ddod's segments: by name when ddod runs as this user, else
-        through ddod (OPEN on the identity socket)."""
-        from .shm import SegmentOpener  # imports torch: only when segments are used
-
-        return SegmentOpener(self._identity.open_segment, self._identity.daemon_uid)
-
-    def _ensure_open(self) -> None:
-        if self.closed:
-            raise DdoError(f"the client of {self.address} is closed")
-
-
-def _release(
-    lease: Lease,
-    channel: grpc.Channel,
-    identity: IdentityChannel,
-    embedded_daemon: Optional[EmbeddedDaemon],
-) -> None:
-    lease.close()
-    channel.close()
-    identity.close()
-    if embedded_daemon is not None:
-        embedded_daemon.stop()
+        """Deprecated: ``client.rpc.unary``. Kept for the GPU tests and benchmarks that list
+        sessions through it."""
+        return self._rpc.unary(rpc, request, timeout=timeout)
 
 
 def _probe(address: DaemonAddress, timeout: float) -> Tuple[Optional[grpc.Channel], str]:

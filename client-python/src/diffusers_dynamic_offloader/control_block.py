@@ -21,16 +21,14 @@ before it is reported (see :meth:`ControlBlock.check_slot`).
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
-import stat
 import time
 from typing import List, Optional
 
 from . import futex
 from ._closeable import Closeable
 from .errors import DaemonGoneError, DdoError, SessionClosedError, StreamingError
-from .shm import BY_NAME, SegmentOpener, segment_path
+from .shm import SegmentMapping, SegmentOpener
 
 CONTROL_MAGIC = 0x434F4444  # "DDOC"
 CONTROL_VERSION = 2
@@ -60,53 +58,13 @@ _PID_CHECK_NS = 100_000_000
 DEFAULT_STALL_TIMEOUT_S = 120.0
 
 
-class _SharedSegment:
-    """A shared-memory segment mapped read-write, with ctypes words over it."""
-
-    def __init__(
-        self, shm_name: str, size: int, what: str, opener: Optional[SegmentOpener] = None
-    ) -> None:
-        self.name = shm_name
-        self.path = segment_path(shm_name)
-        if size <= 0:
-            raise DdoError(f"ddod sent the {what} {shm_name!r} with size {size}")
-        fd = (opener or BY_NAME).open(shm_name, True, what)
-        try:
-            status = os.fstat(fd)
-            if not stat.S_ISREG(status.st_mode):
-                raise DdoError(f"the {what} {self.path} is not a regular file")
-            if status.st_size < size:
-                raise DdoError(
-                    f"the {what} {self.path} holds {status.st_size} bytes, but ddod said {size}"
-                )
-            try:
-                self.mmap: Optional[mmap.mmap] = mmap.mmap(
-                    fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE
-                )
-            except (OSError, ValueError) as error:
-                raise DdoError(f"cannot map the {what} {self.path}: {error}") from error
-        finally:
-            os.close(fd)
-        self.size = size
-
-    def u32(self, offset: int) -> ctypes.c_uint32:
-        return ctypes.c_uint32.from_buffer(self.mmap, offset)
-
-    def u64(self, offset: int) -> ctypes.c_uint64:
-        return ctypes.c_uint64.from_buffer(self.mmap, offset)
-
-    def i64(self, offset: int) -> ctypes.c_int64:
-        return ctypes.c_int64.from_buffer(self.mmap, offset)
-
-    def close(self) -> None:
-        """Unmaps, once the owner dropped its words (each export pins the mapping)."""
-        mapping, self.mmap = self.mmap, None
-        if mapping is not None:
-            try:
-                mapping.close()
-            except BufferError:
-                # Someone still holds a word: the mapping goes with the last of them.
-                pass
+def _map_read_write(
+    shm_name: str, size: int, what: str, opener: Optional[SegmentOpener]
+) -> SegmentMapping:
+    """The segment mapped shared and read-write, its pages faulted in as they are touched."""
+    return SegmentMapping(
+        shm_name, size, writable=True, opener=opener, what=what, populate=False
+    )
 
 
 class Doorbell(Closeable):
@@ -124,7 +82,7 @@ class Doorbell(Closeable):
         Raises:
             DdoError: the segment is missing, too small, or not a doorbell.
         """
-        self._segment = _SharedSegment(shm_name, DOORBELL_BYTES, "doorbell", opener)
+        self._segment = _map_read_write(shm_name, DOORBELL_BYTES, "doorbell", opener)
         try:
             magic = self._segment.u32(_BELL_MAGIC).value
             if magic != DOORBELL_MAGIC:
@@ -152,11 +110,11 @@ class Doorbell(Closeable):
 
     @property
     def closed(self) -> bool:
-        return self._segment.mmap is None
+        return self._segment.closed
 
     def close(self) -> None:
         """Unmaps the doorbell. Idempotent."""
-        if self._segment.mmap is None:
+        if self._segment.closed:
             return
         del self.seq, self.daemon_sleeping
         self._segment.close()
@@ -194,13 +152,13 @@ class ControlBlock(Closeable):
             shm_name: DeviceResources.control_block_shm.
             size: DeviceResources.control_block_bytes.
             stall_timeout: Seconds a wait tolerates without any progress from ddod.
-            opener: How to open the segment (the client's ``_segment_opener``; default: by
+            opener: How to open the segment (the client's ``rpc.segment_opener``; default: by
                 name).
 
         Raises:
             DdoError: the segment is missing, too small for its K, or not a version 2 block.
         """
-        self._segment = _SharedSegment(shm_name, size, "control block", opener)
+        self._segment = _map_read_write(shm_name, size, "control block", opener)
         try:
             self._check_header()
         except BaseException:
@@ -342,11 +300,11 @@ class ControlBlock(Closeable):
 
     @property
     def closed(self) -> bool:
-        return self._segment.mmap is None
+        return self._segment.closed
 
     def close(self) -> None:
         """Unmaps the control block. Idempotent; the words must not be used afterwards."""
-        if self._segment.mmap is None:
+        if self._segment.closed:
             return
         for name in (
             "schedule_length", "ready", "consumed", "state", "runner_waiting", "sync_request",

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Sequence
 import torch
 
 from .hashing import content_hash, require_xxhash, tensor_bytes
+from .rpc_channel import RpcChannel
 from .shared_weights import plain
+from .store import register_derived
 
 if TYPE_CHECKING:
     from ._proto import components_pb2
-    from .client import DdoClient
 
 __all__ = ["EditSync", "derived_cache_key", "same_bytes", "store_edits"]
 
@@ -82,19 +83,18 @@ def derived_cache_key(base_key: str, names: Sequence[str], hash_of_changed: str)
 
 
 def store_edits(
-    client: "DdoClient",
+    rpc: RpcChannel,
     base_key: str,
     table: Sequence["components_pb2.TensorSpec"],
     changed: Mapping[str, torch.Tensor],
 ) -> EditSync:
     """Stores ``changed`` (name -> edited tensor, any device) as a derived version of the
-    component ``base_key`` whose tensor table is ``table``; returns what it did.
+    component ``base_key`` whose tensor table is ``table``, through ``rpc`` (the session's
+    client's channel); returns what it did.
 
     Raises:
         DaemonError: ddod refused (RESOURCE_EXHAUSTED: the pool cannot hold the changed bytes).
     """
-    from .store import register_derived
-
     started = time.perf_counter()
     order: List["components_pb2.TensorSpec"] = [spec for spec in table if spec.name in changed]
     # Host bytes once: hashed, then written.
@@ -104,7 +104,7 @@ def store_edits(
     hashed = time.perf_counter()
     key = derived_cache_key(base_key, names, digest)
     steps: Dict[str, float] = {}
-    component = register_derived(client, key, base_key, order, [host[name] for name in names],
+    component = register_derived(rpc, key, base_key, order, [host[name] for name in names],
                                  digest, seconds=steps)
     stored = time.perf_counter()
     uploaded = 0 if component.warm_hit else sum(spec.byte_size for spec in order)

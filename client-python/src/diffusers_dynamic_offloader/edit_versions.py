@@ -17,17 +17,16 @@ remembers the lineage state (:mod:`.edit_lineage`) of each tensor that version c
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Callable, Dict, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional
 
 import grpc
 import torch
 
+from .attached import AttachedComponent
 from .edit_lineage import root_state
 from .errors import DaemonError
-
-if TYPE_CHECKING:
-    from .attached import AttachedComponent
-    from .client import DdoClient
+from .rpc_channel import RpcChannel
+from .store import attach
 
 __all__ = ["EditVersions", "KEPT_VERSIONS"]
 
@@ -40,11 +39,11 @@ KEPT_VERSIONS = 2
 class EditVersions:
     """The known versions of one session's component (not thread-safe: the session's)."""
 
-    def __init__(self, client: Callable[[], "DdoClient"], root_key: str) -> None:
-        """``client`` gives the session's client; ``root_key`` is the component the session
-        started on."""
+    def __init__(self, rpc: Callable[[], RpcChannel], root_key: str) -> None:
+        """``rpc`` gives the channel of the session's client (DdoError once the session is
+        closed); ``root_key`` is the component the session started on."""
         self.root_key = root_key
-        self._client = client
+        self._rpc = rpc
         # Version key -> the state of every tensor it changed (absent: the root's bytes).
         self._states: Dict[str, Dict[str, str]] = {root_key: {}}
         self._held: "OrderedDict[str, AttachedComponent]" = OrderedDict()
@@ -101,10 +100,8 @@ class EditVersions:
         if attached is not None:
             self._held.move_to_end(key)
             return attached
-        from .store import attach
-
         try:
-            attached = attach(self._client(), key)
+            attached = attach(self._rpc(), key)
         except DaemonError as error:
             if error.code != grpc.StatusCode.NOT_FOUND:
                 raise

@@ -18,7 +18,7 @@ runner (:func:`runner_owned_tensors`): small, switched at will, and kept on the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 from torch import nn
@@ -146,11 +146,74 @@ def unique(entries: List[ModuleTensor]) -> List[ModuleTensor]:
 def assign(group: List[ModuleTensor], view: torch.Tensor, requires_grad: bool = False) -> None:
     """Binds every name of ``group`` (one tensor's aliases) to ``view``: buffers directly,
     parameters through one shared ``nn.Parameter``."""
-    parameter = None
+    bind_group(
+        group,
+        lambda parameter: nn.Parameter(view, requires_grad=requires_grad) if parameter else view,
+    )
+
+
+def bind_group(
+    group: List[ModuleTensor], make: Callable[[bool], torch.Tensor]
+) -> Optional[torch.Tensor]:
+    """Puts a tensor under every name of ``group`` (one tensor's aliases) into its owner's
+    ``_parameters`` or ``_buffers``: ``make(True)`` for the parameters and ``make(False)`` for
+    the buffers, each made once, when the first name of its kind comes, so tied names stay
+    tied. Every way this package rebinds a module (an attached component's ``bind``, a
+    streaming session binding and giving back its module) goes through here.
+
+    Returns:
+        The parameter made, else the buffer (None for an empty group).
+    """
+    made: Dict[bool, torch.Tensor] = {}
     for entry in group:
-        if entry.is_buffer:
-            entry.owner._buffers[entry.attribute] = view
-        else:
-            if parameter is None:
-                parameter = nn.Parameter(view, requires_grad=requires_grad)
-            entry.owner._parameters[entry.attribute] = parameter
+        parameter = not entry.is_buffer
+        tensor = made.get(parameter)
+        if tensor is None:
+            tensor = made[parameter] = make(parameter)
+        slots = entry.owner._parameters if parameter else entry.owner._buffers
+        slots[entry.attribute] = tensor
+    return made.get(True, made.get(False))
+
+
+class ModuleMatch(NamedTuple):
+    """How a module's tensors correspond to a component's (:func:`match_module`)."""
+
+    #: ``(component name, aliases)`` of every tensor that matches, in module order.
+    groups: List[Tuple[str, List[ModuleTensor]]]
+    #: Names the module has and the component lacks.
+    missing: List[str]
+    #: Names the component has and the module lacks.
+    unexpected: List[str]
+    #: ``"name: component <dtype> <shape>, module <dtype> <shape>"`` of every mismatch.
+    mismatched: List[str]
+
+
+def match_module(module: nn.Module, tensors: Mapping[str, torch.Tensor]) -> ModuleMatch:
+    """Matches every tensor of ``module`` (:func:`module_tensors`) with the component tensor
+    ``tensors`` holds under one of its names: the first name that has one. A tensor whose
+    shape or dtype differs does not match (a view cannot convert); the caller decides what
+    else is fatal."""
+    groups = []
+    missing: List[str] = []
+    mismatched: List[str] = []
+    known = set()
+    for group in alias_groups(module_tensors(module)):
+        known.update(entry.name for entry in group)
+        source = next((entry.name for entry in group if entry.name in tensors), None)
+        if source is None:
+            missing.extend(entry.name for entry in group)
+            continue
+        view, current = tensors[source], group[0].tensor
+        if view.shape != current.shape or view.dtype != current.dtype:
+            mismatched.append(
+                f"{source}: component {describe_tensor(view)}, module {describe_tensor(current)}"
+            )
+            continue
+        groups.append((source, group))
+    unexpected = [name for name in tensors if name not in known]
+    return ModuleMatch(groups, missing, unexpected, mismatched)
+
+
+def describe_tensor(tensor: torch.Tensor) -> str:
+    """``"float16 [4, 8]"``: a tensor's dtype and shape, for messages."""
+    return f"{str(tensor.dtype).replace('torch.', '')} {list(tensor.shape)}"

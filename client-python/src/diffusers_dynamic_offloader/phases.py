@@ -70,7 +70,7 @@ def enter_phase(
     gc.collect()
     _empty_cuda_cache()
     client = _client(client)
-    answer = client._unary("Phase", sessions_pb2.PhaseRequest(
+    answer = client.rpc.unary("Phase", sessions_pb2.PhaseRequest(
         lease_id=client.lease_id, phase=_KINDS[phase], needed=list(needed),
         prefetch=list(prefetch), purge_standby=purge_standby))
     result = {

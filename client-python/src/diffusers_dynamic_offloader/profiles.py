@@ -107,7 +107,7 @@ def load_dynamic_offload_profile(context: Any, profile_dir: Optional[os.PathLike
     directory = get_dynamic_offload_profile_dir(profile_dir)
     try:
         ddo = client_or_default(client)
-        answer = ddo._unary("GetProfile", profiles_pb2.GetProfileRequest(
+        answer = ddo.rpc.unary("GetProfile", profiles_pb2.GetProfileRequest(
             ref=profiles_pb2.ProfileRef(key=key), profile_dir=_profile_dir_request(ddo, directory)))
     except DaemonError as error:
         if error.code == grpc.StatusCode.NOT_FOUND:
@@ -174,7 +174,7 @@ def record_dynamic_offload_profile(context: Any, observation: Mapping[str, Any],
         record["recommendation"] = previous["recommendation"]
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
     ddo = client_or_default(client)
-    ddo._unary("PutProfile", profiles_pb2.PutProfileRequest(
+    ddo.rpc.unary("PutProfile", profiles_pb2.PutProfileRequest(
         profile=profiles_pb2.Profile(ref=profiles_pb2.ProfileRef(key=key), json=text),
         profile_dir=_profile_dir_request(ddo, directory)))
     return directory / f"{_FILE_PREFIX}{key}.json"

@@ -12,15 +12,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, Iterable, Mapping, Optional
+from typing import Dict, Iterable, Mapping, Optional
 
 import grpc
 
 from ._proto import settings_pb2
 from .errors import DaemonError, InvalidSettingError
-
-if TYPE_CHECKING:
-    from .client import DdoClient
+from .rpc_channel import RpcChannel
 
 #: SettingSource enum value -> the word ``source`` carries.
 _SOURCES = {
@@ -92,7 +90,7 @@ class ResolveInputs:
 
 
 def resolve_settings(
-    client: "DdoClient",
+    rpc: RpcChannel,
     preset: str = "",
     *,
     environ: Optional[Mapping[str, str]] = None,
@@ -100,9 +98,10 @@ def resolve_settings(
     components: Iterable[str] = (),
     component_policies: Optional[Mapping[str, Mapping[str, object]]] = None,
 ) -> ResolvedSettings:
-    """Asks ddod for the settings of one call.
+    """Asks ddod for the settings of one call (``client.resolve_settings(...)``).
 
     Args:
+        rpc: The channel of a connected client (``client.rpc``).
         preset: the ``preset=`` argument ("" for none; DDO_PRESET in ``environ`` wins).
         environ: the environment to read DDO_* variables from (default ``os.environ``; pass
             ``{}`` to ignore it, as the seed's ``use_environment=False``).
@@ -127,7 +126,7 @@ def resolve_settings(
             {str(key): setting_text(value) for key, value in policy.items()}
         )
     try:
-        resolved = ResolvedSettings.from_proto(client._unary("ResolveSettings", request))
+        resolved = ResolvedSettings.from_proto(rpc.unary("ResolveSettings", request))
     except DaemonError as error:
         if error.code != grpc.StatusCode.INVALID_ARGUMENT:
             raise

@@ -22,6 +22,7 @@ view never points at unmapped memory.
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import stat
@@ -127,7 +128,9 @@ def segment_path(shm_name: str) -> str:
 
 
 class SegmentMapping(Closeable):
-    """One segment mapped into this process, read-only or read-write.
+    """One segment mapped into this process, read-only or read-write: every segment of ddod
+    this package maps (a component's pool, an upload, a host-backend slab or ring, a session's
+    control block and its device's doorbell) is opened, checked and mapped here.
 
     Use it as a context manager, or call :meth:`close`. Not thread-safe: one owner at a time.
     """
@@ -140,11 +143,17 @@ class SegmentMapping(Closeable):
         writable: bool,
         opener: Optional[SegmentOpener] = None,
         copy_on_write: bool = True,
+        what: str = "shared-memory segment",
+        populate: bool = True,
     ) -> None:
         """Opens ``/dev/shm/<name>`` (through ``opener``: the client's
-        ``_segment_opener``; default: by name) and maps its first ``size`` bytes: read-write
+        ``rpc.segment_opener``; default: by name) and maps its first ``size`` bytes: read-write
         and shared when ``writable``; otherwise copy-on-write (``MAP_PRIVATE``; the segment is
         opened read-only), or shared and read-only with ``copy_on_write=False``.
+
+        ``what`` names the segment in messages (``"control block"``...). ``populate``: a
+        writable mapping maps every page at once (an upload writes them all); False for the
+        small control segments, whose pages fault in as they are touched.
 
         Raises:
             DdoError: the segment does not exist, is not a regular file, is smaller than
@@ -155,16 +164,18 @@ class SegmentMapping(Closeable):
         self.size = int(size)
         self.writable = writable
         self.copy_on_write = copy_on_write and not writable
+        self._what = what
+        self._populate = populate and writable
         if self.size <= 0:
-            raise DdoError(f"ddod sent segment {shm_name!r} with size {size}")
-        fd = (opener or BY_NAME).open(shm_name, writable)
+            raise DdoError(f"ddod sent the {what} {shm_name!r} with size {size}")
+        fd = (opener or BY_NAME).open(shm_name, writable, what)
         try:
             status = os.fstat(fd)
             if not stat.S_ISREG(status.st_mode):
-                raise DdoError(f"shared-memory segment {self.path} is not a regular file")
+                raise DdoError(f"the {what} {self.path} is not a regular file")
             if status.st_size < self.size:
                 raise DdoError(
-                    f"shared-memory segment {self.path} holds {status.st_size} bytes, "
+                    f"the {what} {self.path} holds {status.st_size} bytes, "
                     f"but ddod said {self.size}"
                 )
             self._mmap: Optional[mmap.mmap] = self._map(fd)
@@ -183,11 +194,11 @@ class SegmentMapping(Closeable):
                 # map it shared and read-only instead (the client guards its writes).
                 self.copy_on_write = False
         protection = mmap.PROT_READ | (mmap.PROT_WRITE if self.writable else 0)
-        flags = mmap.MAP_SHARED | (_MAP_POPULATE if self.writable else 0)
+        flags = mmap.MAP_SHARED | (_MAP_POPULATE if self._populate else 0)
         try:
             return mmap.mmap(fd, self.size, flags=flags, prot=protection)
         except (OSError, ValueError) as error:
-            raise DdoError(f"cannot map shared-memory segment {self.path}: {error}") from error
+            raise DdoError(f"cannot map the {self._what} {self.path}: {error}") from error
 
     @property
     def closed(self) -> bool:
@@ -261,12 +272,27 @@ class SegmentMapping(Closeable):
                 self._whole = torch.frombuffer(mapping, dtype=torch.uint8, count=self.size)
         return self._whole[offset : offset + byte_size].view(dtype).reshape(shape)
 
+    def u32(self, offset: int) -> ctypes.c_uint32:
+        """The 32-bit word at ``offset`` as a ctypes object over the mapping: reading or
+        setting its ``.value`` is one load or store of shared memory. Like a view, each word
+        keeps the mapping alive."""
+        return ctypes.c_uint32.from_buffer(self._open_mapping(), offset)
+
+    def u64(self, offset: int) -> ctypes.c_uint64:
+        """The unsigned 64-bit word at ``offset`` (see :meth:`u32`)."""
+        return ctypes.c_uint64.from_buffer(self._open_mapping(), offset)
+
+    def i64(self, offset: int) -> ctypes.c_int64:
+        """The signed 64-bit word at ``offset`` (see :meth:`u32`)."""
+        return ctypes.c_int64.from_buffer(self._open_mapping(), offset)
+
     def close(self) -> bool:
         """Gives up this object's hold on the mapping. Idempotent.
 
         Returns:
             True when the memory was unmapped now; False when tensors made by :meth:`tensor`
-            are still alive, in which case it is unmapped when the last of them is released.
+            (or words made by :meth:`u32`...) are still alive, in which case it is unmapped
+            when the last of them is released.
         """
         if self._mmap is None:
             return True

@@ -28,8 +28,9 @@ The tensors stay valid until ``close()``, and in fact for as long as any of them
 the mapping is released only when the last of them goes. After ``close()`` the session is gone
 and ddod may evict the component (its RAM then returns when the last view is released).
 
-These functions take a connected :class:`~diffusers_dynamic_offloader.DdoClient`; the client
-has a method for each (``client.register_state_dict(...)``, ``client.attach(...)``, ...).
+These functions take the :class:`~diffusers_dynamic_offloader.rpc_channel.RpcChannel` of a
+connected :class:`~diffusers_dynamic_offloader.DdoClient` (``client.rpc``); the client has a
+method for each (``client.register_state_dict(...)``, ``client.attach(...)``, ...).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ import stat
 import threading
 import time
 from typing import (
-    TYPE_CHECKING,
     Callable,
     Dict,
     List,
@@ -57,6 +57,7 @@ from . import dtypes
 from ._proto import components_pb2, sessions_pb2
 from .attached import AttachedComponent
 from .component_info import Component
+from .detach import detach_session
 from .errors import (
     ConfigurationError,
     DaemonError,
@@ -70,11 +71,10 @@ from .hashing import content_hash as compute_content_hash
 from .hashing import is_hash, tensor_bytes
 from .identity import check_file_name, quote
 from .module_tensors import module_tensors, unique
+from .pool_views import map_component
 from .progress import LogFunction, ProgressReporter, format_bytes
+from .rpc_channel import RpcChannel
 from .shm import SegmentMapping, SegmentOpener
-
-if TYPE_CHECKING:
-    from .client import DdoClient
 
 __all__ = [
     "AttachedComponent",
@@ -104,7 +104,7 @@ _WAIT_TIMEOUTS = 6
 
 
 def register_state_dict(
-    client: "DdoClient",
+    rpc: RpcChannel,
     cache_key: str,
     state_dict: Mapping[str, torch.Tensor],
     *,
@@ -121,7 +121,7 @@ def register_state_dict(
     is empty.
 
     Args:
-        client: A connected client.
+        rpc: The channel of a connected client (``client.rpc``).
         cache_key: The component's name in the store.
         state_dict: Names and tensors, in the order the table should have.
         units: ``"tensor"`` (default), ``"module"`` (tensors of one owning module form one
@@ -151,11 +151,11 @@ def register_state_dict(
             raise TensorTableError(f"state dict key {name!r} is not a string")
         module_path = name.rpartition(".")[0]
         entries.append(_Entry(name, tensor, module_path, "", False))
-    return _register(client, cache_key, entries, units, content_hash, progress, wait, log)
+    return _register(rpc, cache_key, entries, units, content_hash, progress, wait, log)
 
 
 def register_module(
-    client: "DdoClient",
+    rpc: RpcChannel,
     cache_key: str,
     module: nn.Module,
     *,
@@ -178,7 +178,7 @@ def register_module(
         _Entry(found.name, found.tensor, found.module_path, found.module_class, found.is_buffer)
         for found in unique(module_tensors(module))
     ]
-    return _register(client, cache_key, entries, units, content_hash, progress, wait, log)
+    return _register(rpc, cache_key, entries, units, content_hash, progress, wait, log)
 
 
 class _Entry:
@@ -197,7 +197,7 @@ class _Entry:
 
 
 def _register(
-    client: "DdoClient",
+    rpc: RpcChannel,
     cache_key: str,
     entries: List[_Entry],
     units: UnitsArgument,
@@ -214,29 +214,29 @@ def _register(
     reporter = ProgressReporter(cache_key, progress=progress, log=log)
     expected_hash = _content_hash_argument(content_hash, tensors)
     request = components_pb2.RegisterComponentRequest(
-        lease_id=client.lease_id, cache_key=cache_key, tensors=specs, content_hash=expected_hash
+        lease_id=rpc.lease_id, cache_key=cache_key, tensors=specs, content_hash=expected_hash
     )
-    response = _register_with_retry(client, request, wait)
+    response = _register_with_retry(rpc, request, wait)
     if response.warm_hit:
         reporter.start(total, bar=False)
         seconds = time.monotonic() - started
         reporter.message(
             f"ddo: {cache_key!r} is already in the pool ({format_bytes(total)}): nothing to upload"
         )
-        return _warm_component(client, response.component, specs, seconds)
+        return _warm_component(rpc, response.component, specs, seconds)
 
     with reporter:
         reporter.start(total)
         try:
-            _write_upload(response, specs, tensors, reporter, client._segment_opener)
-            info = client._unary(
+            _write_upload(response, specs, tensors, reporter, rpc.segment_opener)
+            info = rpc.unary(
                 "CommitUpload",
                 components_pb2.CommitUploadRequest(
-                    lease_id=client.lease_id, upload_id=response.upload_id
+                    lease_id=rpc.lease_id, upload_id=response.upload_id
                 ),
             )
         except BaseException:
-            _abort_upload(client, response.upload_id)
+            _abort_upload(rpc, response.upload_id)
             raise
         seconds = time.monotonic() - started
         reporter.finish("registered", count=total, seconds=seconds)
@@ -244,7 +244,7 @@ def _register(
 
 
 def register_derived(
-    client: "DdoClient",
+    rpc: RpcChannel,
     cache_key: str,
     base_key: str,
     changed_specs: Sequence[components_pb2.TensorSpec],
@@ -272,31 +272,31 @@ def register_derived(
     started = time.monotonic()
     _check_key(cache_key)
     request = components_pb2.RegisterComponentRequest(
-        lease_id=client.lease_id, cache_key=cache_key, base_cache_key=base_key,
+        lease_id=rpc.lease_id, cache_key=cache_key, base_cache_key=base_key,
         changed_tensors=[spec.name for spec in changed_specs], content_hash=content_hash,
     )
-    response = _register_with_retry(client, request, wait)
+    response = _register_with_retry(rpc, request, wait)
     registered = time.monotonic()
     steps = seconds if seconds is not None else {}
     steps["register"] = registered - started
     specs = list(changed_specs)
     if response.warm_hit:
-        info = client._unary("GetComponent", components_pb2.GetComponentRequest(
+        info = rpc.unary("GetComponent", components_pb2.GetComponentRequest(
             cache_key=cache_key))
         return Component.from_proto(info, warm_hit=True, seconds=time.monotonic() - started)
     reporter = ProgressReporter(cache_key, progress=False)
     try:
-        _write_upload(response, specs, list(changed_bytes), reporter, client._segment_opener)
+        _write_upload(response, specs, list(changed_bytes), reporter, rpc.segment_opener)
         written = time.monotonic()
         steps["write"] = written - registered
-        info = client._unary(
+        info = rpc.unary(
             "CommitUpload",
-            components_pb2.CommitUploadRequest(lease_id=client.lease_id,
+            components_pb2.CommitUploadRequest(lease_id=rpc.lease_id,
                                                upload_id=response.upload_id),
         )
         steps["commit"] = time.monotonic() - written
     except BaseException:
-        _abort_upload(client, response.upload_id)
+        _abort_upload(rpc, response.upload_id)
         raise
     return Component.from_proto(info, warm_hit=False, seconds=time.monotonic() - started)
 
@@ -383,16 +383,16 @@ def _content_hash_argument(content_hash: Union[bool, str], tensors: List[torch.T
 
 
 def _register_with_retry(
-    client: "DdoClient", request: components_pb2.RegisterComponentRequest, wait: Optional[float]
+    rpc: RpcChannel, request: components_pb2.RegisterComponentRequest, wait: Optional[float]
 ) -> components_pb2.RegisterComponentResponse:
     """RegisterComponent, retried every 100 ms while ddod answers ABORTED (someone else is
     uploading the key), for up to ``wait`` seconds."""
     if wait is None:
-        wait = client.timeout * _WAIT_TIMEOUTS
+        wait = rpc.timeout * _WAIT_TIMEOUTS
     deadline = time.monotonic() + wait
     while True:
         try:
-            return client._unary("RegisterComponent", request)
+            return rpc.unary("RegisterComponent", request)
         except DaemonError as error:
             left = deadline - time.monotonic()
             if error.code != grpc.StatusCode.ABORTED or left <= 0:
@@ -441,19 +441,19 @@ def _write_upload(
             mapping.close()
 
 
-def _abort_upload(client: "DdoClient", upload_id: str) -> None:
+def _abort_upload(rpc: RpcChannel, upload_id: str) -> None:
     """AbortUpload, ignoring its failure (the upload may already be gone)."""
     try:
-        client._unary(
+        rpc.unary(
             "AbortUpload",
-            components_pb2.AbortUploadRequest(lease_id=client.lease_id, upload_id=upload_id),
+            components_pb2.AbortUploadRequest(lease_id=rpc.lease_id, upload_id=upload_id),
         )
     except DdoError:
         pass
 
 
 def _warm_component(
-    client: "DdoClient",
+    rpc: RpcChannel,
     ref: components_pb2.ComponentRef,
     specs: List[components_pb2.TensorSpec],
     seconds: float,
@@ -461,7 +461,7 @@ def _warm_component(
     """The Component of a warm hit: ddod's current record of it, or, when it was evicted in
     the meantime, what the RegisterComponent answer said."""
     try:
-        info = client._unary(
+        info = rpc.unary(
             "GetComponent", components_pb2.GetComponentRequest(cache_key=ref.cache_key)
         )
     except DaemonError as error:
@@ -554,15 +554,14 @@ class _SafetensorsInputs:
             raise
         return opened
 
-    def pass_to(self, client: "DdoClient") -> "tuple[List[int], int]":
+    def pass_to(self, rpc: RpcChannel) -> "tuple[List[int], int]":
         """Passes every file over the client's identity socket; returns the handles of the
         files and of the index (0: none)."""
-        identity = client._identity
         everything = self.files + ([self.index] if self.index is not None else [])
         for opened in everything:  # every name is checked before anything is sent
             _check_name(opened)
-        handles = [identity.pass_file(opened.name, opened.fd) for opened in self.files]
-        index_handle = identity.pass_file(self.index.name, self.index.fd) if self.index else 0
+        handles = [rpc.pass_file(opened.name, opened.fd) for opened in self.files]
+        index_handle = rpc.pass_file(self.index.name, self.index.fd) if self.index else 0
         return handles, index_handle
 
     def names_and_paths(self) -> List["tuple[str, str]"]:
@@ -690,7 +689,7 @@ def _keep_alive_seconds(keep_alive: Optional[Union[float, str]]) -> int:
 
 
 def load_safetensors(
-    client: "DdoClient",
+    rpc: RpcChannel,
     cache_key: str,
     paths: Union[PathArgument, Sequence[PathArgument]],
     *,
@@ -709,7 +708,7 @@ def load_safetensors(
     back. Names, dtypes and shapes come from the files.
 
     Args:
-        client: A connected client.
+        rpc: The channel of a connected client (``client.rpc``).
         cache_key: The component's name in the store.
         paths: A ``*.safetensors`` file, a list of them, or a model folder; relative paths are
             made absolute here.
@@ -746,12 +745,12 @@ def load_safetensors(
     inputs = _SafetensorsInputs.open(list(paths), index_file)
     passed = inputs.names_and_paths()
     try:
-        file_handles, index_handle = inputs.pass_to(client)
+        file_handles, index_handle = inputs.pass_to(rpc)
     finally:
         inputs.close()  # ddod holds its own copies of the descriptors now
     # No paths: ddod reads only the descriptors passed above.
     request = components_pb2.LoadSafetensorsRequest(
-        lease_id=client.lease_id,
+        lease_id=rpc.lease_id,
         cache_key=cache_key,
         file_handles=file_handles,
         index_handle=index_handle,
@@ -760,8 +759,8 @@ def load_safetensors(
         keep_alive_seconds=keep_alive_seconds,
     )
     if stall_timeout is None:
-        stall_timeout = max(60.0, 12 * client.timeout)
-    call = client._server_stream("LoadSafetensors", request)
+        stall_timeout = max(60.0, 12 * rpc.timeout)
+    call = rpc.server_stream("LoadSafetensors", request)
     watchdog = _Watchdog(call.cancel, stall_timeout)
     final: Optional[components_pb2.LoadProgress] = None
     with ProgressReporter(cache_key, progress=progress, log=log) as reporter:
@@ -833,7 +832,7 @@ class _Watchdog:
 # Attaching and managing.
 
 
-def attach(client: "DdoClient", cache_key: str) -> AttachedComponent:
+def attach(rpc: RpcChannel, cache_key: str) -> AttachedComponent:
     """Opens a host session on a READY component and maps it copy-on-write into this process.
 
     Returns:
@@ -845,85 +844,46 @@ def attach(client: "DdoClient", cache_key: str) -> AttachedComponent:
         DdoError: the segment cannot be mapped, or ddod's layout is inconsistent.
     """
     _check_key(cache_key)
-    response = client._unary(
-        "Attach", sessions_pb2.AttachRequest(lease_id=client.lease_id, cache_key=cache_key)
+    response = rpc.unary(
+        "Attach", sessions_pb2.AttachRequest(lease_id=rpc.lease_id, cache_key=cache_key)
     )
     info = response.component
-    mappings: List[SegmentMapping] = []
-    opener = client._segment_opener
     try:
-        for segment in info.segments:
-            mappings.append(
-                SegmentMapping(segment.shm_name, segment.size_bytes, writable=False, opener=opener)
-            )
-        tensors = _views(info, mappings)
+        mappings, tensors = map_component(info, rpc.segment_opener)
     except BaseException:
-        for mapping in mappings:
-            mapping.close()
-        _detach(client, response.session_id)
+        detach_session(rpc, response.session_id, best_effort=True)
         raise
     return AttachedComponent(
-        client, response.session_id, Component.from_proto(info), tensors, mappings
+        rpc, response.session_id, Component.from_proto(info), tensors, mappings
     )
 
 
-def _views(
-    info: components_pb2.ComponentInfo, mappings: List[SegmentMapping]
-) -> Dict[str, torch.Tensor]:
-    """A zero-copy tensor per entry of the table, in table order."""
-    placements = {placement.name: placement for placement in info.placements}
-    tensors: Dict[str, torch.Tensor] = {}
-    for spec in info.tensors:
-        placement = placements.get(spec.name)
-        if placement is None or placement.segment >= len(mappings):
-            raise DdoError(
-                f"ddod gave no usable placement for {spec.name!r} of {info.ref.cache_key!r}"
-            )
-        if placement.byte_size != spec.byte_size:
-            raise DdoError(
-                f"ddod placed {placement.byte_size} bytes for {spec.name!r}, whose spec says "
-                f"{spec.byte_size}"
-            )
-        dtype = dtypes.to_torch(spec.dtype, tensor_name=spec.name)
-        tensors[spec.name] = mappings[placement.segment].tensor(
-            placement.offset, placement.byte_size, dtype, list(spec.shape)
-        )
-    return tensors
-
-
-def _detach(client: "DdoClient", session_id: str) -> None:
-    try:
-        client._unary("Detach", sessions_pb2.DetachRequest(session_id=session_id))
-    except DdoError:
-        pass
-
-
-def get_component(client: "DdoClient", cache_key: str, *, with_layout: bool = False) -> Component:
+def get_component(rpc: RpcChannel, cache_key: str, *, with_layout: bool = False) -> Component:
     """The READY component stored under ``cache_key``.
 
     Raises:
         DaemonError: NOT_FOUND when no READY component has the key.
     """
-    info = client._unary(
+    info = rpc.unary(
         "GetComponent",
         components_pb2.GetComponentRequest(cache_key=cache_key, with_layout=with_layout),
     )
     return Component.from_proto(info)
 
 
-def components(client: "DdoClient") -> List[Component]:
+def components(rpc: RpcChannel) -> List[Component]:
     """Every component in ddod's store, uploads in progress included (state UPLOADING)."""
-    response = client._unary("ListComponents", components_pb2.ListComponentsRequest())
+    response = rpc.unary("ListComponents", components_pb2.ListComponentsRequest())
     return [Component.from_proto(info) for info in response.components]
 
 
-def evict(client: "DdoClient", cache_key: str) -> int:
+def evict(rpc: RpcChannel, cache_key: str) -> int:
     """Removes a component from the pool; returns the bytes freed.
 
     Raises:
         DaemonError: NOT_FOUND (unknown key), FAILED_PRECONDITION (sessions hold it).
     """
-    response = client._unary(
+    response = rpc.unary(
         "EvictComponent", components_pb2.EvictComponentRequest(cache_key=cache_key)
     )
     return response.freed_bytes

@@ -41,7 +41,6 @@ import time
 import weakref
 
 from typing import (
-    TYPE_CHECKING,
     Any,
     Callable,
     Dict,
@@ -54,7 +53,6 @@ from typing import (
     Union,
 )
 
-import grpc
 import torch
 from torch import nn
 
@@ -64,6 +62,7 @@ from . import dtypes
 from .device_memory import DeviceMemory
 from .compile_support import eager_only, refuse_capture
 from .control_block import DEFAULT_STALL_TIMEOUT_S, ControlBlock, Doorbell
+from .detach import detach_session
 from .errors import BindError, ConfigurationError, DaemonError, DdoError, describe_names
 from .edit_lineage import root_state
 from .edit_sync import EditSync, same_bytes, store_edits
@@ -74,19 +73,20 @@ from .module_tensors import (
     ModuleTensor,
     alias_groups,
     assign,
+    bind_group,
+    match_module,
     module_tensors,
 )
+from .pool_views import map_component
 from .quantized import is_plain_tensor
 from .ring_consumer import RingConsumer, RingEvents, RingViews
+from .rpc_channel import RpcChannel
 from .runner_log import log_pass
 from .shared_weights import EditListener, WeightGuard, guard, is_guarded, plain
 from .shm import SegmentMapping
 from .streamed_linear import streamed_forward
 from .weight_watch import (WeightWatch, move_runner_owned, place_adapters_around,
                            structure_version)
-
-if TYPE_CHECKING:
-    from .client import DdoClient
 
 __all__ = ["StreamingSession", "stream", "streamable_weights"]
 
@@ -136,7 +136,7 @@ def _is_linear_weight(entry: ModuleTensor) -> bool:
 
 
 def stream(
-    client: "DdoClient",
+    rpc: RpcChannel,
     module: nn.Module,
     cache_key: str,
     *,
@@ -148,7 +148,7 @@ def stream(
     """Opens a streaming session of ``module`` on the component ``cache_key``.
 
     Args:
-        client: A connected client.
+        rpc: The channel of a connected client (``client.rpc``).
         module: A module of the component's architecture (its ``state_dict()`` names, shapes
             and dtypes); it is rebound in place.
         cache_key: The READY component in ddod's pool.
@@ -181,14 +181,14 @@ def stream(
     torch_device, device_uuid = _resolve_device(device)
     _check_transient_buffers(module)
     request = sessions_pb2.AttachRequest(
-        lease_id=client.lease_id,
+        lease_id=rpc.lease_id,
         cache_key=cache_key,
         device_uuid=device_uuid,
         settings=_settings_text(settings),
         streamable=streamable_weights(module, keep_resident),
     )
-    response = client._unary("Attach", request)
-    session = StreamingSession(client, module, response, torch_device, stall_timeout, request)
+    response = rpc.unary("Attach", request)
+    session = StreamingSession(rpc, module, response, torch_device, stall_timeout, request)
     try:
         session._open()
         session._watch_root()
@@ -281,7 +281,7 @@ class StreamingSession(Closeable, EditListener):
 
     def __init__(
         self,
-        client: "DdoClient",
+        rpc: RpcChannel,
         module: nn.Module,
         response: sessions_pb2.AttachResponse,
         device: torch.device,
@@ -301,7 +301,7 @@ class StreamingSession(Closeable, EditListener):
         self.log_name = response.component.ref.cache_key
         self.device = device
         self.module = module
-        self._client: Optional["DdoClient"] = client
+        self._rpc: Optional[RpcChannel] = rpc
         self._response = response
         self._request = request
         self._base_cache_key = (getattr(response.component, "base_cache_key", "")
@@ -329,7 +329,7 @@ class StreamingSession(Closeable, EditListener):
         # Edited tensors not yet stored in ddod, by component name.
         self._dirty: Dict[str, torch.Tensor] = {}
         # The versions of the component this session has streamed, and what they hold.
-        self._versions = EditVersions(self._open_client, self._base_cache_key)
+        self._versions = EditVersions(self._open_rpc, self._base_cache_key)
         self._watch: Optional[WeightWatch] = None
         self._adapter_methods: List[str] = []  # wrapped by _watch_root
         self._adapters_placed_at: Optional[int] = None  # structure_version() then
@@ -345,7 +345,7 @@ class StreamingSession(Closeable, EditListener):
         self._moved_buffers: List[Tuple[nn.Module, str, torch.Tensor]] = []
         # A session nobody closed (its module dropped with it) is detached when collected, so
         # ddod frees its device memory without waiting for the client's lease to end.
-        self._finalizer = weakref.finalize(self, _detach_quietly, client, response.session_id)
+        self._finalizer = _detach_when_collected(self, rpc, response.session_id)
         self._finalizer.atexit = False  # at exit the client's lease ends, and ddod frees it all
 
     # Opening.
@@ -359,16 +359,10 @@ class StreamingSession(Closeable, EditListener):
             )
         resources = response.device
         info = response.component
-        from .store import _views
-
-        opener = self._open_client()._segment_opener
-        for segment in info.segments:
-            self._pool_mappings.append(
-                SegmentMapping(segment.shm_name, segment.size_bytes, writable=False, opener=opener)
-            )
-        self._pool_views = _views(info, self._pool_mappings)
+        opener = self._open_rpc().segment_opener
+        self._pool_mappings, self._pool_views = map_component(info, opener)
         specs = {spec.name: spec for spec in info.tensors}
-        groups = self._match_module(specs)
+        groups = self._match_module()
 
         slots = resources.ring_slots
         slot_bytes = resources.ring_slot_bytes
@@ -421,29 +415,12 @@ class StreamingSession(Closeable, EditListener):
         )
         self._patch(groups, streamed)
 
-    def _match_module(
-        self, specs: Mapping[str, components_pb2.TensorSpec]
-    ) -> List[Tuple[str, List[ModuleTensor]]]:
+    def _match_module(self) -> List[Tuple[str, List[ModuleTensor]]]:
         """Every tensor of the module with the component's name for it; BindError when they
         do not correspond one to one, or a shape or dtype differs."""
-        groups = []
-        missing: List[str] = []
-        mismatched: List[str] = []
-        known = set()
-        for group in alias_groups(module_tensors(self.module)):
-            known.update(entry.name for entry in group)
-            source = next((entry.name for entry in group if entry.name in specs), None)
-            if source is None:
-                missing.extend(entry.name for entry in group)
-                continue
-            view, current = self._pool_views[source], group[0].tensor
-            if view.shape != current.shape or view.dtype != current.dtype:
-                mismatched.append(
-                    f"{source}: component {_describe(view)}, module {_describe(current)}"
-                )
-                continue
-            groups.append((source, group))
-        unexpected = [name for name in specs if name not in known]
+        match = match_module(self.module, self._pool_views)
+        groups, missing, mismatched = match.groups, match.missing, match.mismatched
+        unexpected = match.unexpected
         if missing or unexpected or mismatched:
             parts = []
             if missing:
@@ -622,7 +599,7 @@ class StreamingSession(Closeable, EditListener):
             take_over_merges(self.module, self.device, self._patched)
 
     def _send_schedule(self, order: List[int]) -> int:
-        response = self._open_client()._unary(
+        response = self._open_rpc().unary(
             "SetSchedule",
             sessions_pb2.SetScheduleRequest(session_id=self.session_id, unit_order=order),
         )
@@ -632,19 +609,11 @@ class StreamingSession(Closeable, EditListener):
         """Binds every name of one tensor to a guarded tensor over ``view``."""
         where = f"{group[0].name} ({type(self.module).__name__})"
         state = self._versions.state(self.cache_key, source)
-        parameter = buffer = None
-        for entry in group:
-            if entry.is_buffer:
-                if buffer is None:
-                    buffer = guard(view, name=source, where=where, parameter=False,
-                                   listener=self, state=state)
-                entry.owner._buffers[entry.attribute] = buffer
-            else:
-                if parameter is None:
-                    parameter = guard(view, name=source, where=where, parameter=True,
-                                      listener=self, state=state)
-                entry.owner._parameters[entry.attribute] = parameter
-        self._bound_tensors[source] = parameter if parameter is not None else buffer
+        self._bound_tensors[source] = bind_group(
+            group,
+            lambda parameter: guard(view, name=source, where=where, parameter=parameter,
+                                    listener=self, state=state),
+        )
         self._bound_views[source] = view
 
     def _watch_root(self) -> None:
@@ -777,7 +746,7 @@ class StreamingSession(Closeable, EditListener):
     def known_bytes(self, name: str, state: str) -> Optional[torch.Tensor]:
         """ddod's bytes of ``name`` in lineage ``state``, if a version at hand has them
         (EditListener)."""
-        if self._closed or self._client is None:
+        if self._closed or self._rpc is None:
             return None
         try:
             return self._versions.view(name, state, self.cache_key, self._pool_views)
@@ -804,7 +773,7 @@ class StreamingSession(Closeable, EditListener):
         if not self._dirty or self._closed:
             return None
         started = time.perf_counter()
-        client = self._open_client()
+        rpc = self._open_rpc()
         dirty, self._dirty = self._dirty, {}
         try:
             current = self._versions.states(self.cache_key)
@@ -838,7 +807,7 @@ class StreamingSession(Closeable, EditListener):
                                    **{f"reattach_{step}": value for step, value in steps.items()}})
                 self._edit_syncs += 1
             else:
-                stored = store_edits(client, self.cache_key, self._response.component.tensors,
+                stored = store_edits(rpc, self.cache_key, self._response.component.tensors,
                                      changed)
                 self._versions.add(stored.cache_key, self._with(current, states))
                 attaching = time.perf_counter()
@@ -894,21 +863,20 @@ class StreamingSession(Closeable, EditListener):
         the old session ends, the module is bound and patched anew. If that fails, the module
         is left on host views (and its private edits), and the session closed. Returns the
         seconds of each step (``detach``, ``attach``: ddod opens the new session, ``bind``)."""
-        client = self._open_client()
+        rpc = self._open_rpc()
         started = time.perf_counter()
         self._end_session(restore_for_release=False)
         request = sessions_pb2.AttachRequest()
         request.CopyFrom(self._request)
         request.cache_key = cache_key
-        request.lease_id = client.lease_id
+        request.lease_id = rpc.lease_id
         try:
             detached = time.perf_counter()
-            response = client._unary("Attach", request)
+            response = rpc.unary("Attach", request)
             attached = time.perf_counter()
             self._response = response
             self.session_id = response.session_id
-            self._finalizer = weakref.finalize(self, _detach_quietly, client,
-                                               response.session_id)
+            self._finalizer = _detach_when_collected(self, rpc, response.session_id)
             self._finalizer.atexit = False
             self._open()
         except BaseException:
@@ -1035,7 +1003,7 @@ class StreamingSession(Closeable, EditListener):
             try:
                 self._versions.close()
             finally:
-                self._client = None
+                self._rpc = None
 
     def _end_session(self, restore_for_release: bool) -> None:
         """Stops streaming and detaches; the module is left on host views (given back for
@@ -1100,20 +1068,13 @@ class StreamingSession(Closeable, EditListener):
 
     def _detach(self) -> None:
         self._finalizer.detach()
-        client = self._client
-        if client is None or client.closed:
-            return
-        try:
-            client._unary("Detach", sessions_pb2.DetachRequest(session_id=self.session_id))
-        except DaemonError as error:
-            # The lease (and the session with it) may be gone, or ddod itself.
-            if error.code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE):
-                raise
+        if self._rpc is not None:
+            detach_session(self._rpc, self.session_id)
 
-    def _open_client(self) -> "DdoClient":
-        if self._client is None:
+    def _open_rpc(self) -> RpcChannel:
+        if self._rpc is None:
             raise DdoError(f"the streaming session of {self.cache_key!r} is closed")
-        return self._client
+        return self._rpc
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._response.device.units)} units"
@@ -1133,15 +1094,13 @@ def _fused_lora_mode(request: Optional[sessions_pb2.AttachRequest]) -> str:
     return value
 
 
-def _detach_quietly(client: "DdoClient", session_id: str) -> None:
-    """Detaches a session that was collected without close() (best effort: ddod also frees
-    it when the client's lease ends)."""
-    if client.closed:
-        return
-    try:
-        client._unary("Detach", sessions_pb2.DetachRequest(session_id=session_id), timeout=2)
-    except Exception:  # noqa: BLE001 - nothing to report to: the session's owner is gone
-        pass
+def _detach_when_collected(
+    session: "StreamingSession", rpc: RpcChannel, session_id: str
+) -> weakref.finalize:
+    """Detaches a session that was collected without close() (best effort, with nobody to
+    report to: ddod also frees it when the client's lease ends)."""
+    return weakref.finalize(session, detach_session, rpc, session_id, best_effort=True,
+                            timeout=2)
 
 
 def _spec(
@@ -1155,10 +1114,6 @@ def _spec(
 
 def _dtype(spec: components_pb2.TensorSpec) -> torch.dtype:
     return dtypes.to_torch(spec.dtype, tensor_name=spec.name)
-
-
-def _describe(tensor: torch.Tensor) -> str:
-    return f"{str(tensor.dtype).replace('torch.', '')} {list(tensor.shape)}"
 
 
 #: The seed's name for the object that streams a module's weights (its Diffusers ModelHook):
