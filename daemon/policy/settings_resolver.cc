@@ -139,6 +139,7 @@ absl::Status ResolveComponent(const ddo::v1::ResolveSettingsRequest& request,
                               bool wsl_without_pinning, ddo::v1::ComponentSettings* out) {
   out->set_component(component);
   const std::string prefix = ComponentPrefix(component);
+  out->set_variable_prefix(absl::StrCat("DDO_", prefix, "_"));
   std::map<std::string, std::string> resolved;
   for (const SettingSpec& spec : ComponentSettings()) {
     const std::string variable = absl::StrCat("DDO_", prefix, "_", spec.name);

@@ -142,6 +142,15 @@ TEST_F(SettingsResolverTest, OffAndCompatPresetsLeaveUnflaggedComponentsAlone) {
   EXPECT_EQ(GetComponent(resolved, "vae", "DDO_VAE_ROUTE").value, "none");
 }
 
+TEST_F(SettingsResolverTest, EachComponentCarriesItsVariablePrefix) {
+  request_.add_components("Text-Encoder 2");
+  request_.add_components("");
+  ddo::v1::ResolvedSettings resolved = Resolve();
+  ASSERT_EQ(resolved.components_size(), 2);
+  EXPECT_EQ(resolved.components(0).variable_prefix(), "DDO_TEXT_ENCODER_2_");
+  EXPECT_EQ(resolved.components(1).variable_prefix(), "DDO_MODEL_");
+}
+
 TEST_F(SettingsResolverTest, ComponentLookupOrderAndEmptyValuesMoveOn) {
   request_.set_preset("one_shot_fast");
   request_.add_components("Text-Encoder");
