@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/service/tensor_proto.h"
 #include "daemon/store/dtype.h"
 
 namespace ddo {

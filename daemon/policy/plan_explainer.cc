@@ -2,26 +2,15 @@
 #include "daemon/policy/plan_explainer.h"
 
 #include <set>
-#include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/status_macros.h"
-#include "daemon/config/setting_catalog.h"
-#include "daemon/config/values.h"
-#include "daemon/policy/resident_policy.h"
-#include "daemon/store/tensor_table.h"
-#include "daemon/stream/session_plan.h"
+#include "daemon/policy/settings_resolver.h"
+#include "daemon/policy/stream_planning.h"
+#include "daemon/policy/stream_settings.h"
 
 namespace ddo {
 namespace {
-
-void Decide(ddo::v1::PlanExplanation* out, std::string key, std::string value, std::string reason) {
-  auto* decision = out->add_decisions();
-  decision->set_key(std::move(key));
-  decision->set_value(std::move(value));
-  decision->set_reason(std::move(reason));
-}
 
 // A dense Linear weight as the layout describes it (the runner would stream it).
 bool IsFloatingWeight(const TensorEntry& tensor) {
@@ -29,45 +18,51 @@ bool IsFloatingWeight(const TensorEntry& tensor) {
          tensor.name == tensor.module_path + ".weight";
 }
 
-}  // namespace
-
-absl::StatusOr<ddo::v1::PlanExplanation> ExplainPlan(
-    const ddo::v1::ExplainPlanRequest& request,
-    const std::map<std::string, std::string>& daemon_environment, const MachineFacts& machine) {
-  DDO_ASSIGN_OR_RETURN(std::vector<TensorEntry> tensors, TensorTableFromProto(request.tensors()));
-  const std::string component = request.component().empty() ? "model" : request.component();
-
-  // Settings: the request's settings are explicit overrides; DDO_PRESET among them picks the
-  // preset (default auto, as the seed's enable_* helpers).
-  ddo::v1::ResolveSettingsRequest resolve;
-  resolve.set_preset("auto");
-  for (const auto& [name, value] : request.settings()) {
+// The call's settings as a resolution request: explicit overrides, DDO_PRESET the preset
+// (default auto, as the seed's enable_* helpers).
+SettingsRequest ResolutionOf(const std::string& component,
+                             const std::map<std::string, std::string>& settings) {
+  SettingsRequest resolve;
+  resolve.preset = "auto";
+  for (const auto& [name, value] : settings) {
     if (name == "DDO_PRESET") {
-      resolve.set_preset(value);
+      resolve.preset = value;
     } else {
-      (*resolve.mutable_overrides())[name] = value;
+      resolve.overrides[name] = value;
     }
   }
-  resolve.add_components(component);
-  DDO_ASSIGN_OR_RETURN(ddo::v1::ResolvedSettings resolved,
-                       ResolveSettings(resolve, daemon_environment, machine.platform));
-  std::map<std::string, std::string> values;
-  for (const auto& value : resolved.values()) values[value.name()] = value.value();
-  for (const auto& value : resolved.components(0).values()) values[value.name()] = value.value();
-  const std::string prefix = absl::StrCat("DDO_", ComponentPrefix(component), "_");
+  resolve.components.push_back(component);
+  return resolve;
+}
 
-  ddo::v1::PlanExplanation out;
-  Decide(&out, "preset", resolved.effective_preset().empty() ? "none" : resolved.effective_preset(),
-         resolved.requested_preset() == resolved.effective_preset()
+}  // namespace
+
+absl::StatusOr<PlanExplanation> ExplainPlan(
+    const std::vector<TensorEntry>& tensors, const std::string& requested_component,
+    const std::map<std::string, std::string>& settings,
+    const std::map<std::string, std::string>& daemon_environment, const MachineFacts& machine) {
+  const std::string component = requested_component.empty() ? "model" : requested_component;
+  DDO_ASSIGN_OR_RETURN(const ResolvedSettings resolved,
+                       ResolveSettings(ResolutionOf(component, settings), daemon_environment,
+                                       machine.platform));
+  std::map<std::string, std::string> values = resolved.ValuesByName(0);
+  const std::string& prefix = resolved.components[0].variable_prefix;
+
+  PlanExplanation out;
+  auto decide = [&out](std::string key, std::string value, std::string reason) {
+    out.decisions.push_back({std::move(key), std::move(value), std::move(reason)});
+  };
+  decide("preset", resolved.effective_preset.empty() ? "none" : resolved.effective_preset,
+         resolved.requested_preset == resolved.effective_preset
              ? "as requested"
-             : absl::StrCat("'", resolved.requested_preset(), "' resolves to it"));
+             : absl::StrCat("'", resolved.requested_preset, "' resolves to it"));
   const std::string route = values[prefix + "ROUTE"];
-  Decide(&out, "route", route, absl::StrCat(prefix, "ROUTE, ", prefix, "GROUP_OFFLOAD, ",
-                                            prefix, "DYNAMIC_OFFLOAD and DDO_EXECUTION_MODE=",
-                                            values["DDO_EXECUTION_MODE"]));
+  decide("route", route, absl::StrCat(prefix, "ROUTE, ", prefix, "GROUP_OFFLOAD, ", prefix,
+                                      "DYNAMIC_OFFLOAD and DDO_EXECUTION_MODE=",
+                                      values["DDO_EXECUTION_MODE"]));
   if (route == "diffusers_group_offload") {
-    out.set_route("diffusers_group_offload");
-    auto& args = *out.mutable_group_offload_args();
+    out.route = "diffusers_group_offload";
+    auto& args = out.group_offload_args;
     const std::string type = values[prefix + "OFFLOAD_TYPE"];
     args["offload_type"] = type;
     args["use_stream"] = values[prefix + "OFFLOAD_STREAM"] == "1" ? "True" : "False";
@@ -77,37 +72,27 @@ absl::StatusOr<ddo::v1::PlanExplanation> ExplainPlan(
     return out;
   }
   if (route != "dynamic_offload") {
-    out.set_route("none");
+    out.route = "none";
     return out;
   }
-  out.set_route("ddo_stream");
+  out.route = "ddo_stream";
 
   std::set<std::string> streamable;
   for (const TensorEntry& tensor : tensors) {
     if (IsFloatingWeight(tensor)) streamable.insert(tensor.name);
   }
-  absl::StatusOr<StreamSettings> stream_settings = ParseStreamSettings(
-      {{"DDO_STREAM_UNIT", values["DDO_STREAM_UNIT"]},
-       {"DDO_RING_SLOTS", values["DDO_RING_SLOTS"]},
-       {"DDO_VRAM_BUDGET_GB", values["DDO_VRAM_BUDGET_GB"]},
-       {"DDO_ACTIVATION_RESERVE_GB", values["DDO_ACTIVATION_RESERVE_GB"]},
-       {"DDO_RESIDENT_MODULE_SELECTION", values["DDO_RESIDENT_MODULE_SELECTION"]},
-       {"DDO_SMALL_TENSOR_THRESHOLD_KB", values["DDO_SMALL_TENSOR_THRESHOLD_KB"]},
-       {"DDO_ALWAYS_RESIDENT_MODULE_PATTERNS", values["DDO_ALWAYS_RESIDENT_MODULE_PATTERNS"]}});
-  if (!stream_settings.ok()) return stream_settings.status();
-
-  std::vector<PlanDecisionEntry> policy;
-  ApplyResidentPolicy(tensors, streamable, values, machine, &*stream_settings, &policy);
-  for (const PlanDecisionEntry& entry : policy) Decide(&out, entry.key, entry.value, entry.reason);
-
-  DDO_ASSIGN_OR_RETURN(SessionPlan plan, PlanSession(tensors, streamable, *stream_settings));
-  for (const PlanDecisionEntry& entry : plan.decisions) Decide(&out, entry.key, entry.value, entry.reason);
-  out.set_resident_bytes(plan.resident_bytes);
-  out.set_streamed_bytes(plan.streamed_bytes);
-  out.set_ring_slots(plan.ring_slots);
-  Decide(&out, "device_bytes", absl::StrCat(plan.device_bytes()),
+  DDO_ASSIGN_OR_RETURN(StreamSettings stream_settings, ParseStreamSettings(values));
+  DDO_ASSIGN_OR_RETURN(SessionPlan plan, PlanStreamSession(tensors, streamable, std::move(stream_settings),
+                                                           values, machine));
+  out.decisions.insert(out.decisions.end(), plan.decisions.begin(), plan.decisions.end());
+  out.resident_bytes = plan.resident_bytes;
+  out.streamed_bytes = plan.streamed_bytes;
+  out.ring_slots = plan.ring_slots;
+  decide("device_bytes", absl::StrCat(plan.device_bytes()),
          "slab + ring that a streaming session of this plan allocates");
-  AddTransferEstimate(machine, &out);
+  if (std::optional<PlanDecisionEntry> transfer = TransferPerPass(machine, plan.streamed_bytes)) {
+    out.decisions.push_back(*transfer);
+  }
   return out;
 }
 

@@ -7,6 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "daemon/config/values.h"
 #include "daemon/policy/balanced_planner.h"
+#include "daemon/policy/module_blocks.h"
+#include "daemon/policy/session_planner.h"
 
 namespace ddo {
 namespace {
@@ -188,17 +190,6 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
                        usable_gib, in.total_vram_gib, std::max(0.0, headroom - reserve_gib),
                        reserve_gib, streamed_gib, transfer(streamed_gib), against,
                        seed_budget_gib)});
-}
-
-void AddTransferEstimate(const MachineFacts& machine, ddo::v1::PlanExplanation* plan) {
-  if (machine.h2d_gbps <= 0 || plan->route() != "ddo_stream") return;
-  auto* decision = plan->add_decisions();
-  decision->set_key("transfer_per_pass");
-  decision->set_value(absl::StrFormat("%.3f s", plan->streamed_bytes() / 1e9 / machine.h2d_gbps));
-  decision->set_reason(absl::StrFormat(
-      "streamed bytes per pass at the device's measured pinned H2D bandwidth, %.1f GB/s: the "
-      "least a pass can take, however fast the compute",
-      machine.h2d_gbps));
 }
 
 }  // namespace ddo

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "daemon/policy/settings_resolver.h"
+#include "daemon/policy/stream_settings.h"
 #include "daemon/store/tensor_table.h"
 #include "daemon/stream/session_plan.h"
-#include "ddo/v1/sessions.pb.h"
 
 namespace ddo {
 
@@ -42,10 +42,6 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
                          const std::map<std::string, std::string>& values,
                          const MachineFacts& machine, StreamSettings* settings,
                          std::vector<PlanDecisionEntry>* decisions);
-
-// Appends "transfer_per_pass": the plan's streamed bytes over the device's measured
-// bandwidth (nothing when the bandwidth is unknown).
-void AddTransferEstimate(const MachineFacts& machine, ddo::v1::PlanExplanation* plan);
 
 }  // namespace ddo
 

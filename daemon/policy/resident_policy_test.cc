@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/config/values.h"
+#include "daemon/policy/session_planner.h"
 
 namespace ddo {
 namespace {

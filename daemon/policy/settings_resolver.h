@@ -16,9 +16,10 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
-#include "ddo/v1/settings.pb.h"
+#include "absl/strings/string_view.h"
 
 namespace ddo {
 
@@ -28,11 +29,54 @@ struct PlatformFacts {
   bool windows = false;
 };
 
+// What one API call asks to resolve (ResolveSettingsRequest).
+struct SettingsRequest {
+  std::string preset;  // the preset= argument; "" means none
+  std::map<std::string, std::string> environment;  // the client's DDO_* variables
+  std::map<std::string, std::string> overrides;    // explicit arguments, by variable name
+  std::vector<std::string> components;
+  // component_policies={"transformer": {"route": ...}} of the seed's API.
+  std::map<std::string, std::map<std::string, std::string>> component_policies;
+};
+
+// Where a resolved value came from.
+enum class SettingSource {
+  kDefault,
+  kPreset,
+  kDaemon,
+  kEnvironment,
+  kRequest,
+  kComponentPolicy,
+  kPlatform,  // a platform rule changed the value
+};
+
+struct SettingValue {
+  std::string name;   // the DDO_* variable
+  std::string value;  // normalised ("1"/"0" for booleans)
+  SettingSource source = SettingSource::kDefault;
+};
+
+struct ResolvedComponent {
+  std::string component;
+  std::string variable_prefix;  // "DDO_<C>_"
+  std::vector<SettingValue> values;
+};
+
+struct ResolvedSettings {
+  std::string requested_preset;
+  std::string effective_preset;
+  std::vector<SettingValue> values;
+  std::vector<ResolvedComponent> components;
+
+  // The library values and those of components[component_index] by name.
+  std::map<std::string, std::string> ValuesByName(size_t component_index) const;
+};
+
 // InvalidArgument for an unknown preset, or a value its setting does not accept (the message
 // names the variable, the value, where it came from and what is valid).
-absl::StatusOr<ddo::v1::ResolvedSettings> ResolveSettings(
-    const ddo::v1::ResolveSettingsRequest& request,
-    const std::map<std::string, std::string>& daemon_environment, const PlatformFacts& platform);
+absl::StatusOr<ResolvedSettings> ResolveSettings(
+    const SettingsRequest& request, const std::map<std::string, std::string>& daemon_environment,
+    const PlatformFacts& platform);
 
 }  // namespace ddo
 

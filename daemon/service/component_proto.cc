@@ -1,5 +1,7 @@
 #include "daemon/service/component_proto.h"
 
+#include "daemon/service/tensor_proto.h"
+
 namespace ddo {
 namespace {
 

@@ -9,6 +9,7 @@
 
 #include "daemon/policy/plan_explainer.h"
 #include "daemon/policy/settings_resolver.h"
+#include "daemon/policy/stream_planning.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -21,7 +22,10 @@
 #include "daemon/service/grpc_status.h"
 #include "daemon/service/info_builder.h"
 #include "daemon/service/request_limits.h"
+#include "daemon/service/settings_proto.h"
+#include "daemon/service/stream_opener.h"
 #include "daemon/service/stream_proto.h"
+#include "daemon/service/tensor_proto.h"
 
 namespace ddo {
 namespace {
@@ -241,10 +245,10 @@ grpc::Status DdoService::ResolveSettings(grpc::ServerContext* ctx,
   PlatformFacts platform;
   platform.wsl = context_.wsl;
   platform.windows = context_.windows;
-  absl::StatusOr<ddo::v1::ResolvedSettings> resolved =
-      ddo::ResolveSettings(*request, *context_.SettingLayer(), platform);
+  absl::StatusOr<ddo::ResolvedSettings> resolved =
+      ddo::ResolveSettings(FromProto(*request), *context_.SettingLayer(), platform);
   if (!resolved.ok()) return call.Finish(resolved.status());
-  *response = *std::move(resolved);
+  ToProto(*resolved, response);
   return call.Finish(absl::OkStatus());
 }
 
@@ -278,10 +282,15 @@ grpc::Status DdoService::ExplainPlan(grpc::ServerContext* ctx,
   Call call(*this, kMethod);
   absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
   if (!caller.ok()) return call.Finish(caller.status());
-  absl::StatusOr<ddo::v1::PlanExplanation> plan = ddo::ExplainPlan(
-      *request, *context_.SettingLayer(), MachineFactsFor(request->device_uuid()));
+  absl::StatusOr<std::vector<TensorEntry>> tensors = TensorTableFromProto(request->tensors());
+  if (!tensors.ok()) return call.Finish(tensors.status());
+  const std::map<std::string, std::string> settings(request->settings().begin(),
+                                                    request->settings().end());
+  absl::StatusOr<ddo::PlanExplanation> plan =
+      ddo::ExplainPlan(*tensors, request->component(), settings, *context_.SettingLayer(),
+                       MachineFactsFor(request->device_uuid()));
   if (!plan.ok()) return call.Finish(plan.status());
-  *response = *std::move(plan);
+  ToProto(*plan, response);
   return call.Finish(absl::OkStatus());
 }
 
@@ -531,21 +540,17 @@ grpc::Status DdoService::Attach(grpc::ServerContext* ctx, const ddo::v1::AttachR
       return call.Finish(served);
     }
     const MachineFacts machine = MachineFactsFor(request->device_uuid());
-    auto policy = [&machine](const std::vector<TensorEntry>& tensors,
-                             const std::set<std::string>& streamable,
-                             const std::map<std::string, std::string>& values,
-                             StreamSettings* settings, std::vector<PlanDecisionEntry>* decisions) {
-      ApplyResidentPolicy(tensors, streamable, values, machine, settings, decisions);
-    };
-    StreamOpenRequest open_request;
+    StreamAttachRequest open_request;
     open_request.cache_key = request->cache_key();
     open_request.device = request->device_uuid();
     open_request.settings.insert(request->settings().begin(), request->settings().end());
     open_request.streamable.insert(request->streamable().begin(), request->streamable().end());
-    absl::StatusOr<OpenedStream> opened = streams_.Open(*lease, open_request, policy);
+    absl::StatusOr<OpenedStream> opened = OpenStream(store_, streams_, *lease, open_request, machine);
     if (!opened.ok()) return call.Finish(opened.status());
     ToProto(*opened, ::getpid(), response);
-    AddTransferEstimate(machine, response->mutable_plan());
+    if (std::optional<PlanDecisionEntry> transfer = TransferPerPass(machine, opened->plan.streamed_bytes)) {
+      ToProto(*transfer, response->mutable_plan()->add_decisions());
+    }
     if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return call.Finish(open);
     ToProto(opened->component, /*with_layout=*/true, response->mutable_component());
     GrantSegments(ctx, response->component());

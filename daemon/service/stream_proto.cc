@@ -1,3 +1,4 @@
+// File: daemon/service/stream_proto.cc
 #include "daemon/service/stream_proto.h"
 
 namespace ddo {
@@ -29,12 +30,23 @@ void ToProto(const SessionPlan& plan, ddo::v1::PlanExplanation* out) {
   out->set_resident_bytes(plan.resident_bytes);
   out->set_streamed_bytes(plan.streamed_bytes);
   out->set_ring_slots(plan.ring_slots);
-  for (const PlanDecisionEntry& entry : plan.decisions) {
-    auto* decision = out->add_decisions();
-    decision->set_key(entry.key);
-    decision->set_value(entry.value);
-    decision->set_reason(entry.reason);
-  }
+  for (const PlanDecisionEntry& entry : plan.decisions) ToProto(entry, out->add_decisions());
+}
+
+void ToProto(const PlanDecisionEntry& entry, ddo::v1::PlanDecision* out) {
+  out->set_key(entry.key);
+  out->set_value(entry.value);
+  out->set_reason(entry.reason);
+}
+
+void ToProto(const PlanExplanation& plan, ddo::v1::PlanExplanation* out) {
+  out->set_route(plan.route);
+  for (const PlanDecisionEntry& entry : plan.decisions) ToProto(entry, out->add_decisions());
+  out->set_resident_bytes(plan.resident_bytes);
+  out->set_streamed_bytes(plan.streamed_bytes);
+  out->set_ring_slots(plan.ring_slots);
+  out->mutable_group_offload_args()->insert(plan.group_offload_args.begin(),
+                                            plan.group_offload_args.end());
 }
 
 void ToProto(const OpenedStream& opened, int64_t daemon_pid, ddo::v1::AttachResponse* response) {

@@ -11,6 +11,7 @@
 #include "daemon/common/temp_dir_for_test.h"
 #include "daemon/pool/shared_segment.h"
 #include "daemon/service/component_proto.h"
+#include "daemon/service/stream_opener.h"
 #include "daemon/store/component_store.h"
 #include "daemon/stream/stream_sessions.h"
 #include "gmock/gmock.h"
@@ -513,12 +514,12 @@ class DerivedStreamingTest : public DerivedComponentTest {
 
   // Opens a session with blocks.0 and blocks.1 resident, the others streamed.
   absl::StatusOr<OpenedStream> Open(const std::string& key) {
-    StreamOpenRequest request;
+    StreamAttachRequest request;
     request.cache_key = key;
     request.device = "cpu";
     request.settings["DDO_SMALL_TENSOR_THRESHOLD_KB"] = "0";
     request.streamable = {"blocks.2.weight", "blocks.3.weight"};
-    return streams_->Open(lease_, request, nullptr);
+    return OpenStream(*store_, *streams_, lease_, request, MachineFacts{});
   }
 
   // Whether the session's slab was warm or filled now (the last "slab" decision).

@@ -1,3 +1,4 @@
+// File: daemon/store/dtype.cc
 #include "daemon/store/dtype.h"
 
 #include <limits>
@@ -13,26 +14,25 @@ struct DTypeInfo {
   DType dtype;
   const char* safetensors_name;
   size_t size;
-  ddo::v1::DType proto;
 };
 
 // Indexed by the enum's value (checked below), so lookups by DType need no search.
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kF64, "F64", 8, ddo::v1::DTYPE_F64},
-    {DType::kF32, "F32", 4, ddo::v1::DTYPE_F32},
-    {DType::kF16, "F16", 2, ddo::v1::DTYPE_F16},
-    {DType::kBF16, "BF16", 2, ddo::v1::DTYPE_BF16},
-    {DType::kF8E4M3, "F8_E4M3", 1, ddo::v1::DTYPE_F8_E4M3},
-    {DType::kF8E5M2, "F8_E5M2", 1, ddo::v1::DTYPE_F8_E5M2},
-    {DType::kI64, "I64", 8, ddo::v1::DTYPE_I64},
-    {DType::kI32, "I32", 4, ddo::v1::DTYPE_I32},
-    {DType::kI16, "I16", 2, ddo::v1::DTYPE_I16},
-    {DType::kI8, "I8", 1, ddo::v1::DTYPE_I8},
-    {DType::kU8, "U8", 1, ddo::v1::DTYPE_U8},
-    {DType::kBool, "BOOL", 1, ddo::v1::DTYPE_BOOL},
-    {DType::kU16, "U16", 2, ddo::v1::DTYPE_U16},
-    {DType::kU32, "U32", 4, ddo::v1::DTYPE_U32},
-    {DType::kU64, "U64", 8, ddo::v1::DTYPE_U64},
+    {DType::kF64, "F64", 8},
+    {DType::kF32, "F32", 4},
+    {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2},
+    {DType::kF8E4M3, "F8_E4M3", 1},
+    {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kI64, "I64", 8},
+    {DType::kI32, "I32", 4},
+    {DType::kI16, "I16", 2},
+    {DType::kI8, "I8", 1},
+    {DType::kU8, "U8", 1},
+    {DType::kBool, "BOOL", 1},
+    {DType::kU16, "U16", 2},
+    {DType::kU32, "U32", 4},
+    {DType::kU64, "U64", 8},
 };
 
 constexpr bool TableIsIndexedByEnum() {
@@ -81,20 +81,6 @@ bool IsFloatingPoint(DType dtype) {
       return false;
   }
 }
-
-absl::StatusOr<DType> FromProto(ddo::v1::DType dtype) {
-  for (const DTypeInfo& info : kDTypes) {
-    if (dtype == info.proto) {
-      return info.dtype;
-    }
-  }
-  if (dtype == ddo::v1::DTYPE_UNSPECIFIED) {
-    return absl::InvalidArgumentError("dtype is not set (DTYPE_UNSPECIFIED)");
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown dtype value ", static_cast<int>(dtype)));
-}
-
-ddo::v1::DType ToProto(DType dtype) { return Info(dtype).proto; }
 
 absl::StatusOr<uint64_t> TensorByteSize(DType dtype, const std::vector<int64_t>& shape) {
   bool empty = false;

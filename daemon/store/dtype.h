@@ -1,7 +1,7 @@
 // File: daemon/store/dtype.h
 //
 // Element types of stored tensors: the safetensors names ("BF16", "F8_E4M3", ...), their
-// sizes in bytes, and the mapping to and from the protocol's ddo.v1.DType.
+// sizes in bytes (service/tensor_proto.h maps them to and from the protocol's ddo.v1.DType).
 //
 // Thread-safety: pure functions, safe from any thread.
 #ifndef DDO_DAEMON_STORE_DTYPE_H_
@@ -13,7 +13,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "ddo/v1/components.pb.h"
 
 namespace ddo {
 
@@ -48,10 +47,6 @@ size_t DTypeSize(DType dtype);
 
 // F64, F32, F16, BF16 and the F8 types.
 bool IsFloatingPoint(DType dtype);
-
-// DTYPE_UNSPECIFIED and values this build does not know are InvalidArgument.
-absl::StatusOr<DType> FromProto(ddo::v1::DType dtype);
-ddo::v1::DType ToProto(DType dtype);
 
 // Elements x DTypeSize. An empty shape is a scalar (one element); any zero dimension makes
 // the tensor empty. Negative dimensions and products past 2^64 - 1 are InvalidArgument.

@@ -47,27 +47,6 @@ TEST(DTypeTest, UnknownNamesListTheValidOnes) {
   }
 }
 
-TEST(DTypeTest, ProtoRoundTrip) {
-  for (const DType dtype : kAll) {
-    auto back = FromProto(ToProto(dtype));
-    ASSERT_TRUE(back.ok()) << SafetensorsDTypeName(dtype);
-    EXPECT_EQ(*back, dtype);
-  }
-  EXPECT_EQ(ToProto(DType::kF64), ddo::v1::DTYPE_F64);
-  EXPECT_EQ(ToProto(DType::kBF16), ddo::v1::DTYPE_BF16);
-  EXPECT_EQ(ToProto(DType::kF8E5M2), ddo::v1::DTYPE_F8_E5M2);
-  EXPECT_EQ(ToProto(DType::kBool), ddo::v1::DTYPE_BOOL);
-  EXPECT_EQ(ToProto(DType::kU64), ddo::v1::DTYPE_U64);
-}
-
-TEST(DTypeTest, UnspecifiedAndUnknownProtoValuesAreRejected) {
-  auto unspecified = FromProto(ddo::v1::DTYPE_UNSPECIFIED);
-  EXPECT_TRUE(absl::IsInvalidArgument(unspecified.status()));
-  auto unknown = FromProto(static_cast<ddo::v1::DType>(99));
-  EXPECT_TRUE(absl::IsInvalidArgument(unknown.status()));
-  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("99"));
-}
-
 TEST(DTypeTest, TensorByteSize) {
   EXPECT_EQ(*TensorByteSize(DType::kBF16, {2, 3}), 12u);
   EXPECT_EQ(*TensorByteSize(DType::kF32, {}), 4u);  // a scalar

@@ -22,57 +22,40 @@ constexpr absl::string_view kSeparator("\0", 1);
 
 }  // namespace
 
-absl::StatusOr<std::vector<TensorEntry>> TensorTableFromProto(
-    const google::protobuf::RepeatedPtrField<ddo::v1::TensorSpec>& specs) {
-  if (specs.empty()) {
+absl::Status ValidateTensorTable(const std::vector<TensorEntry>& tensors) {
+  if (tensors.empty()) {
     return absl::InvalidArgumentError("the tensor table is empty");
   }
-  std::vector<TensorEntry> tensors;
-  tensors.reserve(specs.size());
   std::set<std::string> names;
   uint64_t total = 0;
-  for (const ddo::v1::TensorSpec& spec : specs) {
-    if (spec.name().empty()) {
+  for (size_t index = 0; index < tensors.size(); ++index) {
+    const TensorEntry& tensor = tensors[index];
+    if (tensor.name.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor #", tensors.size(), " of the table has no name"));
+          absl::StrCat("tensor #", index, " of the table has no name"));
     }
-    if (!names.insert(spec.name()).second) {
+    if (!names.insert(tensor.name).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", spec.name(), "' appears twice in the table"));
+          absl::StrCat("tensor '", tensor.name, "' appears twice in the table"));
     }
-    TensorEntry entry;
-    entry.name = spec.name();
-    auto dtype = FromProto(spec.dtype());
-    if (!dtype.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", spec.name(), "': ", dtype.status().message()));
-    }
-    entry.dtype = *dtype;
-    entry.shape.assign(spec.shape().begin(), spec.shape().end());
-    auto bytes = TensorByteSize(entry.dtype, entry.shape);
+    absl::StatusOr<uint64_t> bytes = TensorByteSize(tensor.dtype, tensor.shape);
     if (!bytes.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", spec.name(), "': ", bytes.status().message()));
+          absl::StrCat("tensor '", tensor.name, "': ", bytes.status().message()));
     }
-    if (*bytes != spec.byte_size()) {
+    if (*bytes != tensor.byte_size) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", spec.name(), "': byte_size ", spec.byte_size(), " does not match its shape ",
+          "tensor '", tensor.name, "': byte_size ", tensor.byte_size, " does not match its shape ",
           "and dtype (", *bytes, " bytes)"));
     }
-    entry.byte_size = spec.byte_size();
-    if (entry.byte_size > kMaxComponentBytes - total) {
+    if (tensor.byte_size > kMaxComponentBytes - total) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", spec.name(), "' takes the table past ", kMaxComponentBytes,
+          "tensor '", tensor.name, "' takes the table past ", kMaxComponentBytes,
           " bytes, the largest component ddod holds"));
     }
-    total += entry.byte_size;
-    entry.module_path = spec.module_path();
-    entry.module_class = spec.module_class();
-    entry.unit = spec.unit();
-    entry.is_buffer = spec.is_buffer();
-    tensors.push_back(std::move(entry));
+    total += tensor.byte_size;
   }
-  return tensors;
+  return absl::OkStatus();
 }
 
 uint64_t LayOut(std::vector<TensorEntry>& tensors) {
@@ -129,17 +112,6 @@ std::string ContentHash(const std::vector<TensorEntry>& tensors, const char* bas
     hasher.Update(base + tensor.offset, tensor.byte_size);
   }
   return hasher.Digest();
-}
-
-void ToProto(const TensorEntry& tensor, ddo::v1::TensorSpec* spec) {
-  spec->set_name(tensor.name);
-  spec->set_dtype(ToProto(tensor.dtype));
-  for (int64_t dim : tensor.shape) spec->add_shape(dim);
-  spec->set_byte_size(tensor.byte_size);
-  spec->set_module_path(tensor.module_path);
-  spec->set_module_class(tensor.module_class);
-  spec->set_unit(tensor.unit);
-  spec->set_is_buffer(tensor.is_buffer);
 }
 
 }  // namespace ddo

@@ -15,8 +15,6 @@
 #include "absl/status/statusor.h"
 #include "daemon/common/xxh3_hasher.h"
 #include "daemon/store/dtype.h"
-#include "ddo/v1/components.pb.h"
-#include "google/protobuf/repeated_field.h"
 
 namespace ddo {
 
@@ -42,11 +40,11 @@ inline constexpr uint64_t kUnitAlignment = 4096;
 inline constexpr uint64_t kMaxComponentBytes = 1ull << 50;
 inline constexpr uint64_t kTensorAlignment = 256;
 
-// Validates a table from a request: names non-empty and unique, dtypes known, dimensions
-// non-negative, byte_size == product(shape) * dtype size, the total at most kMaxComponentBytes.
-// InvalidArgument names the tensor.
-absl::StatusOr<std::vector<TensorEntry>> TensorTableFromProto(
-    const google::protobuf::RepeatedPtrField<ddo::v1::TensorSpec>& specs);
+// Validates a table from a request (service/tensor_proto.h converts it): not empty, names
+// non-empty and unique, dimensions non-negative, byte_size == product(shape) * dtype size, the
+// total at most kMaxComponentBytes. InvalidArgument names the tensor. Offsets and segments
+// are not looked at (LayOut assigns them).
+absl::Status ValidateTensorTable(const std::vector<TensorEntry>& tensors);
 
 // Assigns offsets (see the file comment) and returns the bytes the layout spans.
 uint64_t LayOut(std::vector<TensorEntry>& tensors);
@@ -73,8 +71,6 @@ class ContentHasher {
  private:
   Xxh3Hasher hasher_;
 };
-
-void ToProto(const TensorEntry& tensor, ddo::v1::TensorSpec* spec);
 
 }  // namespace ddo
 

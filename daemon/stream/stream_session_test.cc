@@ -14,6 +14,7 @@
 #include "daemon/common/random_id.h"
 #include "daemon/pool/host_pool.h"
 #include "daemon/session/lease_registry.h"
+#include "daemon/policy/session_planner.h"
 #include "daemon/stream/control_block.h"
 #include "daemon/stream/stream_session.h"
 #include "daemon/stream/stream_worker.h"

@@ -73,25 +73,15 @@ absl::StatusOr<StreamWorker*> StreamSessions::WorkerFor(const Device& device) {
   return it->second.get();
 }
 
-absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease,
-                                                  const StreamOpenRequest& request,
-                                                  const ResidentPolicy& resident_policy) {
-  DDO_ASSIGN_OR_RETURN(Device device, ResolveDevice(request.device));
-  const std::map<std::string, std::string>& values = request.settings;
-  DDO_ASSIGN_OR_RETURN(StreamSettings settings, ParseStreamSettings(values));
-  const std::set<std::string>& streamable = request.streamable;
+absl::Status StreamSessions::CheckDevice(const std::string& device) const {
+  return ResolveDevice(device).status();
+}
 
-  DDO_ASSIGN_OR_RETURN(HostAttachment attached, store_.AttachHost(lease, request.cache_key));
-  // Until the session is registered, every failure gives the component back (after the
-  // session and its reservation, declared later, are gone).
-  absl::Cleanup give_back = [&] { (void)store_.Detach(attached.session_id, lease.caller); };
-  std::vector<PlanDecisionEntry> policy_decisions;
-  if (resident_policy) {
-    resident_policy(attached.component.tensors, streamable, values, &settings, &policy_decisions);
-  }
-  DDO_ASSIGN_OR_RETURN(SessionPlan plan,
-                       PlanSession(attached.component.tensors, streamable, settings));
-  plan.decisions.insert(plan.decisions.begin(), policy_decisions.begin(), policy_decisions.end());
+absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttachment attached,
+                                                  const std::string& requested_device,
+                                                  SessionPlan plan) {
+  DDO_ASSIGN_OR_RETURN(Device device, ResolveDevice(requested_device));
+  const std::string cache_key = attached.component.cache_key;
   if (device.ordinal >= 0 && !attached.bytes.AllPinned()) {
     plan.decisions.push_back({"host_memory", "not pinned",
                               "copies from pageable memory are staged by the driver (slower)"});
@@ -122,14 +112,14 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease,
     }
     if (!room) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "a session of '", request.cache_key, "' needs ", FormatBytes(plan.device_bytes()),
+          "a session of '", cache_key, "' needs ", FormatBytes(plan.device_bytes()),
           " on ", device.label, " (slab ", FormatBytes(plan.slab_bytes), " + ring ",
           FormatBytes(plan.ring_bytes()), "); ddod's budget there is ",
           FormatBytes(device.budget_bytes), " of which sessions hold ",
           FormatBytes(budget_.reserved(device.label) - reservation.bytes())));
     }
     reservation.Merge(*std::move(room));
-    warm_.Remember(request.cache_key,
+    warm_.Remember(cache_key,
                    SlabRecipe{device.label, device.ordinal, device.budget_bytes, bytes_identity,
                               plan.slab_signature, plan.resident, plan.slab_bytes});
   }
@@ -159,14 +149,14 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease,
   DDO_ASSIGN_OR_RETURN(StreamWorker * device_worker, WorkerFor(device));
 
   auto session = std::make_shared<StreamSession>(
-      attached.session_id, lease.id, request.cache_key, device.label,
+      attached.session_id, lease.id, cache_key, device.label,
       attached.component.tensors, attached.bytes, std::move(plan), slab, slab_warm,
       std::move(memory), std::move(control));
   const absl::Time fill_start = absl::Now();
   DDO_RETURN_IF_ERROR(session->FillSlab());
   const double fill_seconds = absl::ToDoubleSeconds(absl::Now() - fill_start);
 
-  const std::string schedule_key = absl::StrCat(request.cache_key, "/", session->plan().signature);
+  const std::string schedule_key = absl::StrCat(cache_key, "/", session->plan().signature);
   std::vector<uint32_t> known;
   bool known_from_base = false;
   {
@@ -200,12 +190,11 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease,
     absl::MutexLock lock(&mu_);
     sessions_[session->id()] = OpenSession{session, slab_key, std::move(reservation)};
   }
-  std::move(give_back).Cancel();  // the session holds the component now
   device_worker->Add(session);
   Logger("stream")->info(
       "session {} of '{}' on {}: slab {} {} in {:.3f} s, {} units streamed through a {} "
       "arena (up to {} in flight) + a {} out-of-schedule slot{}",
-      session->id().substr(0, 8), request.cache_key, device.label, FormatBytes(placed.slab_bytes),
+      session->id().substr(0, 8), cache_key, device.label, FormatBytes(placed.slab_bytes),
       slab_warm ? "warm" : "filled", fill_seconds, placed.units.size(),
       FormatBytes(placed.arena_bytes), placed.ring_slots, FormatBytes(placed.slot_bytes),
       known.empty() ? "" : known_from_base ? ", schedule known from its base" : ", schedule known");

@@ -1,11 +1,11 @@
 // File: daemon/stream/stream_sessions.h
 //
 // Every streaming session of this ddod, and the one place that opens and closes them: opening
-// (device, plan, ddod's budget there, device memory, control block, slab fill), the copy
-// worker of each device, schedules (and the schedule remembered per component and plan for the
-// next runner), closing by Detach, by the end of a lease or at shutdown. ddod's budget on each
-// device is a DeviceBudget (each open session holds a Reservation); warm slabs live in a
-// WarmSlabCache.
+// a plan that policy decided (ddod's budget on the device, device memory, control block, slab
+// fill), the copy worker of each device, schedules (and the schedule remembered per component
+// and plan for the next runner), closing by Detach, by the end of a lease or at shutdown.
+// ddod's budget on each device is a DeviceBudget (each open session holds a Reservation); warm
+// slabs live in a WarmSlabCache.
 //
 // Thread-safety: all methods may be called from any thread; mu_ guards the maps and the warm
 // slab cache. Slow work (allocating device memory, filling the slab, draining) runs outside it.
@@ -13,7 +13,6 @@
 #define DDO_DAEMON_STREAM_STREAM_SESSIONS_H_
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -48,13 +47,6 @@ struct StreamSessionsOptions {
   // warm_process: a closed session's filled slab stays on its device for the next session of
   // the same component and plan, until its room is needed (least recently used first).
   bool keep_slabs_warm = false;
-};
-
-struct StreamOpenRequest {
-  std::string cache_key;
-  std::string device;  // "cpu", "cpu:<n>", a GPU UUID or "cuda:<n>"
-  std::map<std::string, std::string> settings;  // DDO_* values for the plan
-  std::set<std::string> streamable;  // tensor names the runner can take from the ring
 };
 
 // An open session as its runner needs it (docs/streaming.md): the service sends it as the
@@ -101,17 +93,17 @@ class StreamSessions {
   StreamSessions& operator=(const StreamSessions&) = delete;
   ~StreamSessions();
 
-  // Opens a session of `request.cache_key` on `request.device` ("cpu", a GPU UUID or
-  // "cuda:N"). NotFound (component, device), InvalidArgument (settings, streamable names),
-  // ResourceExhausted (ddod's budget on the device, device memory), Unavailable (no CUDA).
-  // `resident_policy` sizes the resident budget from the request's settings when they leave
-  // it open (policy/resident_policy) and records its decisions in the plan.
-  using ResidentPolicy = std::function<void(
-      const std::vector<TensorEntry>& tensors, const std::set<std::string>& streamable,
-      const std::map<std::string, std::string>& values, StreamSettings* settings,
-      std::vector<PlanDecisionEntry>* decisions)>;
-  absl::StatusOr<OpenedStream> Open(const Lease& lease, const StreamOpenRequest& request,
-                                    const ResidentPolicy& resident_policy);
+  // NotFound when ddod has no device `device` ("cpu", "cpu:<n>", a GPU UUID or "cuda:N"); the
+  // message lists those it has.
+  absl::Status CheckDevice(const std::string& device) const;
+
+  // Opens a session on `device` of the component `lease` attached on the host (`attached`),
+  // placed by `plan` (decided by policy for attached.component.tensors: policy/stream_planning).
+  // On success the session holds the attachment until it closes; on failure the caller gives
+  // it back. NotFound (device), ResourceExhausted (ddod's budget on the device, device memory),
+  // Unavailable (no CUDA).
+  absl::StatusOr<OpenedStream> Open(const Lease& lease, HostAttachment attached,
+                                    const std::string& device, SessionPlan plan);
 
   // Returns the cycle length.
   absl::StatusOr<uint32_t> SetSchedule(const std::string& session_id,

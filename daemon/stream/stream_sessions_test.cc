@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/temp_dir_for_test.h"
+#include "daemon/policy/session_planner.h"
 #include "daemon/stream/session_directory.h"
 
 namespace ddo {
@@ -80,15 +81,25 @@ class StreamSessionsTest : public ::testing::Test {
     ASSERT_TRUE(store_->Commit(lease_.id, registered->upload_id).ok());
   }
 
+  // Attaches `key` on the host, plans it as policy would and opens the session; gives the
+  // attachment back when the session does not open (Open's contract).
   absl::StatusOr<OpenedStream> Open(const std::string& key) {
-    StreamOpenRequest request;
-    request.cache_key = key;
-    request.device = "cpu";
-    request.streamable = MakeModel().streamable;
+    absl::StatusOr<HostAttachment> attached = store_->AttachHost(lease_, key);
+    if (!attached.ok()) return attached.status();
+    const std::string attachment = attached->session_id;
     // The blocks stream (a ring), proj_in/proj_out and the small tensors stay (a slab).
-    request.settings["DDO_RESIDENT_MODULE_BUDGET_GB"] = "0";
-    request.settings["DDO_SMALL_TENSOR_THRESHOLD_KB"] = "16";
-    return sessions_->Open(lease_, request, /*resident_policy=*/nullptr);
+    absl::StatusOr<StreamSettings> settings = ParseStreamSettings(
+        {{"DDO_RESIDENT_MODULE_BUDGET_GB", "0"}, {"DDO_SMALL_TENSOR_THRESHOLD_KB", "16"}});
+    EXPECT_TRUE(settings.ok()) << settings.status();
+    absl::StatusOr<SessionPlan> plan =
+        PlanSession(attached->component.tensors, MakeModel().streamable, *settings);
+    absl::StatusOr<OpenedStream> opened =
+        plan.ok() ? sessions_->Open(lease_, *std::move(attached), "cpu", *std::move(plan))
+                  : absl::StatusOr<OpenedStream>(plan.status());
+    if (!opened.ok()) {
+      EXPECT_TRUE(store_->Detach(attachment, lease_.caller).ok());
+    }
+    return opened;
   }
 
   // The plan's last decision named `key` (the last "slab": "warm" or "filled now").
