@@ -9,6 +9,7 @@
 
 #include "daemon/policy/plan_explainer.h"
 #include "daemon/policy/settings_resolver.h"
+#include "daemon/policy/standby_purge.h"
 #include "daemon/policy/stream_planning.h"
 
 #include "absl/strings/match.h"
@@ -242,20 +243,23 @@ grpc::Status DdoService::ResolveSettings(grpc::ServerContext* ctx,
   Call call(*this, kMethod);
   absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
   if (!caller.ok()) return call.Finish(caller.status());
-  PlatformFacts platform;
-  platform.wsl = context_.wsl;
-  platform.windows = context_.windows;
   absl::StatusOr<ddo::ResolvedSettings> resolved =
-      ddo::ResolveSettings(FromProto(*request), *context_.SettingLayer(), platform);
+      ddo::ResolveSettings(FromProto(*request), *context_.SettingLayer(), Platform());
   if (!resolved.ok()) return call.Finish(resolved.status());
   ToProto(*resolved, response);
   return call.Finish(absl::OkStatus());
 }
 
+PlatformFacts DdoService::Platform() const {
+  PlatformFacts platform;
+  platform.wsl = context_.wsl;
+  platform.windows = context_.windows;
+  return platform;
+}
+
 MachineFacts DdoService::MachineFactsFor(const std::string& device_uuid) const {
   MachineFacts machine;
-  machine.platform.wsl = context_.wsl;
-  machine.platform.windows = context_.windows;
+  machine.platform = Platform();
   // The device's VRAM: the one named, else the first GPU; unknown on the host backend.
   // ddod's own VRAM budget, when set, is the device it may use.
   for (const GpuDevice& gpu : context_.gpus.devices) {
@@ -658,11 +662,9 @@ grpc::Status DdoService::Phase(grpc::ServerContext* ctx, const ddo::v1::PhaseReq
   response->set_released_bytes(result.released_bytes);
   response->set_prefetched_bytes(result.prefetched_bytes);
   for (std::string& note : result.notes) response->add_notes(std::move(note));
-  // The standby list is Windows's; ddod is not built for Windows yet (docs/architecture.md).
-  response->set_purged(false);
-  response->set_purge_reason(!request->purge_standby() ? "disabled"
-                             : context_.windows        ? "windows_purge_not_built"
-                                                       : "non_windows");
+  const StandbyPurge purge = DecideStandbyPurge(request->purge_standby(), Platform());
+  response->set_purged(purge.purged);
+  response->set_purge_reason(purge.reason);
   Logger("service")->info("phase {} of lease {}: released {}, prefetched {}",
                           ddo::v1::PhaseKind_Name(request->phase()), lease->id.substr(0, 8),
                           FormatBytes(result.released_bytes), FormatBytes(result.prefetched_bytes));

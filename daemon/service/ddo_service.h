@@ -147,6 +147,8 @@ class DdoService final : public ddo::v1::Ddo::Service {
   static std::string TokenOf(grpc::ServerContext* ctx);
   // Lets the caller open these segments through the identity socket (docs/security.md).
   void GrantSegments(grpc::ServerContext* ctx, const ddo::v1::ComponentInfo& component);
+  // The platform ddod runs on (the facts the settings' platform rules read).
+  PlatformFacts Platform() const;
   // The platform, the named device's VRAM (else the first GPU's) and the available RAM.
   MachineFacts MachineFactsFor(const std::string& device_uuid) const;
 
