@@ -108,8 +108,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
     }
     streams.keep_slabs_warm = ParseSeedBool(warm);
   }
-  daemon->streams_ = std::make_unique<StreamSessions>(*daemon->store_, *daemon->pool_,
-                                                      context.gpus, streams);
+  daemon->streams_ = std::make_unique<StreamSessions>(
+      *daemon->store_, *daemon->session_registry_, *daemon->pool_, context.gpus, streams);
   // Callers identify themselves before their first RPC: the identity socket comes first.
   IdentityServerOptions identity;
   identity.socket_path = IdentitySocketPath(socket_path);
@@ -121,7 +121,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   context.identity_socket = identity.socket_path;
   LeaseLimits lease_limits;
   lease_limits.per_uid = static_cast<size_t>(context.options.max_leases_per_user);
-  daemon->service_ = std::make_unique<DdoService>(context, *daemon->pool_, *daemon->store_,
+  daemon->service_ = std::make_unique<DdoService>(context, *daemon->pool_,
+                                                  *daemon->session_registry_, *daemon->store_,
                                                   *daemon->streams_, daemon->callers_,
                                                   lease_limits);
   context.bandwidth = &daemon->bandwidth_;
@@ -155,9 +156,10 @@ absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
   store_manifest_path_ = store.manifest_path;
   store.read_threads = static_cast<int>(std::clamp(system.cpu_count, 2u, 16u));
   store.max_uploads_per_uid = static_cast<size_t>(options.max_uploads_per_user);
-  store.max_sessions_per_uid = static_cast<size_t>(options.max_sessions_per_user);
   store.max_bytes_per_uid = options.max_user_pool_gb ? GiBToBytes(*options.max_user_pool_gb) : 0;
-  store_ = std::make_unique<ComponentStore>(*pool_, store);
+  session_registry_ =
+      std::make_unique<SessionRegistry>(static_cast<size_t>(options.max_sessions_per_user));
+  store_ = std::make_unique<ComponentStore>(*pool_, *session_registry_, store);
   store_->AdoptPrevious();
   return absl::OkStatus();
 }

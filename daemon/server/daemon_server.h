@@ -80,6 +80,7 @@ class DaemonServer {
   DaemonContext context_;
   std::unique_ptr<LiveSettings> live_settings_;
   std::unique_ptr<HostPool> pool_;
+  std::unique_ptr<SessionRegistry> session_registry_;
   std::unique_ptr<ComponentStore> store_;
   std::unique_ptr<StreamSessions> streams_;
   CallerRegistry callers_;

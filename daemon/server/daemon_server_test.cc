@@ -231,10 +231,11 @@ TEST_F(DaemonServerTest, RequestsAreRefusedWhileShuttingDown) {
   DaemonContext context;
   context.options = Options();
   HostPool pool(PoolOptions{});
-  ComponentStore store(pool, StoreOptions{});
-  StreamSessions streams(store, pool, context.gpus, StreamSessionsOptions{});
+  SessionRegistry sessions;
+  ComponentStore store(pool, sessions, StoreOptions{});
+  StreamSessions streams(store, sessions, pool, context.gpus, StreamSessionsOptions{});
   CallerRegistry callers;
-  DdoService service(context, pool, store, streams, callers);
+  DdoService service(context, pool, sessions, store, streams, callers);
   service.BeginShutdown("test");
   ddo::v1::DaemonInfo info;
   grpc::ServerContext server_context;

@@ -594,12 +594,9 @@ grpc::Status DdoService::SetSchedule(grpc::ServerContext* ctx, const ddo::v1::Se
   Call call(*this, kMethod);
   absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
   if (!caller.ok()) return call.Finish(caller.status());
-  if (absl::Status owner = store_.CheckSessionOwner(request->session_id(), *caller);
-      !owner.ok()) {
-    return call.Finish(owner);
-  }
   std::vector<uint32_t> order(request->unit_order().begin(), request->unit_order().end());
-  absl::StatusOr<uint32_t> length = streams_.SetSchedule(request->session_id(), std::move(order));
+  absl::StatusOr<uint32_t> length =
+      sessions_.SetSchedule(request->session_id(), *caller, std::move(order));
   if (!length.ok()) return call.Finish(length.status());
   response->set_uses_per_cycle(*length);
   return call.Finish(absl::OkStatus());
@@ -634,10 +631,10 @@ grpc::Status DdoService::ListSessions(grpc::ServerContext* ctx, const ddo::v1::L
       info->set_device_bytes(stream.device_bytes);
       info->set_schedule_length(stream.stats.schedule_length);
     }
-    info->set_session_id(session.host.session_id.substr(0, 8));
-    info->set_lease_id(session.host.lease_id.substr(0, 8));
+    info->set_session_id(session.record.id.substr(0, 8));
+    info->set_lease_id(session.record.lease_id.substr(0, 8));
     info->set_client_pid(session.client_pid);
-    info->set_cache_key(session.host.cache_key);
+    info->set_cache_key(session.record.cache_key);
   }
   return call.Finish(absl::OkStatus());
 }

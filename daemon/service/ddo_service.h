@@ -33,10 +33,12 @@ class DdoService final : public ddo::v1::Ddo::Service {
   // Calls (other than Connect streams) one non-admin user may have running at once.
   static constexpr size_t kMaxCallsPerUser = 64;
 
-  DdoService(const DaemonContext& context, HostPool& pool, ComponentStore& store,
-             StreamSessions& streams, CallerRegistry& callers, LeaseLimits lease_limits = {})
+  DdoService(const DaemonContext& context, HostPool& pool, SessionRegistry& session_registry,
+             ComponentStore& store, StreamSessions& streams, CallerRegistry& callers,
+             LeaseLimits lease_limits = {})
       : context_(context),
         pool_(pool),
+        session_registry_(session_registry),
         store_(store),
         streams_(streams),
         callers_(callers),
@@ -154,11 +156,12 @@ class DdoService final : public ddo::v1::Ddo::Service {
 
   const DaemonContext& context_;
   HostPool& pool_;
+  SessionRegistry& session_registry_;
   ComponentStore& store_;
   StreamSessions& streams_;
   CallerRegistry& callers_;
   LeaseRegistry leases_;
-  SessionDirectory sessions_{leases_, store_, streams_};
+  SessionDirectory sessions_{leases_, session_registry_, store_, streams_};
   CallsPerUser calls_{kMaxCallsPerUser};
   RpcCounters counters_;
   std::atomic<bool> shutting_down_{false};

@@ -89,8 +89,8 @@ std::string ComponentId(const std::string& cache_key, const std::string& structu
   return absl::StrFormat("%016x", XXH3_64bits(text.data(), text.size()));
 }
 
-ComponentStore::ComponentStore(HostPool& pool, StoreOptions options)
-    : pool_(pool), options_(std::move(options)) {}
+ComponentStore::ComponentStore(HostPool& pool, SessionRegistry& sessions, StoreOptions options)
+    : pool_(pool), sessions_(sessions), options_(std::move(options)) {}
 
 ComponentStore::~ComponentStore() { Close(/*discard=*/false); }
 
@@ -935,65 +935,33 @@ absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
     return absl::NotFoundError(
         absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
   }
-  if (!lease.caller.admin) {
-    size_t of_uid = 0;
-    for (const auto& [id, session] : sessions_) of_uid += session.uid == lease.caller.uid ? 1 : 0;
-    if (of_uid >= options_.max_sessions_per_uid) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "uid ", lease.caller.uid, " already holds ", of_uid,
-          " sessions, the limit per user (", options_.max_sessions_per_uid, ")"));
-    }
-  }
+  DDO_ASSIGN_OR_RETURN(const std::string session_id, sessions_.Add(lease, cache_key));
   it->second.info.sessions += 1;
   it->second.info.last_used = absl::Now();
-  const std::string session_id = RandomId();
-  sessions_[session_id] = Session{lease.id, cache_key, lease.caller.uid};
   return HostAttachment{session_id, SnapshotLocked(it->second),
                         ComponentBytes(it->second.segments)};
 }
 
-absl::Status ComponentStore::SessionOwnedLocked(const std::string& session_id,
-                                                const Caller& caller) const {
-  auto session = sessions_.find(session_id);
-  if (session == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat("no session ", EscapeForDisplay(session_id, 8), "..."));
+void ComponentStore::UnpinLocked(const std::string& cache_key) {
+  if (auto it = components_.find(cache_key); it != components_.end()) {
+    it->second.info.sessions -= 1;
+    it->second.info.last_used = absl::Now();
   }
-  if (session->second.uid != caller.uid && !caller.admin) {
-    return absl::PermissionDeniedError("that session belongs to another user");
-  }
-  return absl::OkStatus();
 }
 
 absl::Status ComponentStore::Detach(const std::string& session_id, const Caller& caller) {
   absl::MutexLock lock(&mu_);
-  DDO_RETURN_IF_ERROR(SessionOwnedLocked(session_id, caller));
-  auto session = sessions_.find(session_id);
-  if (auto it = components_.find(session->second.cache_key); it != components_.end()) {
-    it->second.info.sessions -= 1;
-    it->second.info.last_used = absl::Now();
+  DDO_RETURN_IF_ERROR(sessions_.FindFor(session_id, caller).status());
+  if (std::optional<SessionRecord> session = sessions_.Remove(session_id)) {
+    UnpinLocked(session->cache_key);
   }
-  sessions_.erase(session);
   return absl::OkStatus();
-}
-
-absl::Status ComponentStore::CheckSessionOwner(const std::string& session_id,
-                                               const Caller& caller) const {
-  absl::MutexLock lock(&mu_);
-  return SessionOwnedLocked(session_id, caller);
 }
 
 void ComponentStore::ReleaseLease(const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
-  for (auto session = sessions_.begin(); session != sessions_.end();) {
-    if (session->second.lease_id != lease_id) {
-      ++session;
-      continue;
-    }
-    if (auto it = components_.find(session->second.cache_key); it != components_.end()) {
-      it->second.info.sessions -= 1;
-      it->second.info.last_used = absl::Now();
-    }
-    session = sessions_.erase(session);
+  for (const SessionRecord& session : sessions_.RemoveLease(lease_id)) {
+    UnpinLocked(session.cache_key);
   }
   for (auto it = components_.begin(); it != components_.end();) {
     if (it->second.info.state == ComponentState::kUploading &&
@@ -1020,15 +988,6 @@ StoreStats ComponentStore::Stats() const {
   stats.evictions = evictions_;
   stats.adopted = adopted_;
   return stats;
-}
-
-std::vector<SessionSnapshot> ComponentStore::Sessions() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<SessionSnapshot> result;
-  for (const auto& [id, session] : sessions_) {
-    result.push_back({id, session.lease_id, session.cache_key, session.uid});
-  }
-  return result;
 }
 
 void ComponentStore::AdoptPrevious() {
@@ -1159,7 +1118,6 @@ void ComponentStore::Close(bool discard) {
   absl::MutexLock lock(&mu_);
   if (closed_) return;
   closed_ = true;
-  sessions_.clear();
   for (auto it = components_.begin(); it != components_.end();) {
     auto current = it++;
     if (discard || current->second.info.state != ComponentState::kReady) {

@@ -32,6 +32,7 @@
 #include "daemon/identity/caller.h"
 #include "daemon/pool/host_pool.h"
 #include "daemon/session/lease_registry.h"
+#include "daemon/session/session_registry.h"
 #include "daemon/store/component_bytes.h"
 #include "daemon/store/file_identity.h"
 #include "daemon/store/safetensors.h"
@@ -111,13 +112,6 @@ struct HostAttachment {
   ComponentBytes bytes;
 };
 
-struct SessionSnapshot {
-  std::string session_id;
-  std::string lease_id;
-  std::string cache_key;
-  uid_t uid = 0;
-};
-
 struct StoreStats {
   uint32_t components = 0;  // READY
   uint64_t used_bytes = 0;  // tensor bytes of READY components
@@ -131,16 +125,17 @@ struct StoreOptions {
   std::string manifest_path;
   // Threads that read safetensors files.
   int read_threads = 4;
-  // Per uid (admins excepted): uploads in progress, host sessions, and pool bytes of the
+  // Per uid (admins excepted): uploads in progress and pool bytes of the
   // components it owns; 0 bytes: the pool budget is the only bound.
   size_t max_uploads_per_uid = 8;
-  size_t max_sessions_per_uid = 256;
   uint64_t max_bytes_per_uid = 0;
 };
 
 class ComponentStore {
  public:
-  ComponentStore(HostPool& pool, StoreOptions options);
+  // Sessions (host attaches) are recorded in `sessions`, the daemon's one registry; the store
+  // keeps each component's count of them (a component in use is never evicted).
+  ComponentStore(HostPool& pool, SessionRegistry& sessions, StoreOptions options);
   ComponentStore(const ComponentStore&) = delete;
   ComponentStore& operator=(const ComponentStore&) = delete;
   ~ComponentStore();
@@ -213,19 +208,17 @@ class ComponentStore {
   std::vector<std::string> EvictIdle(absl::Time now, absl::Duration fallback);
 
   // A host session: the component stays until Detach or the lease ends. The lease's caller
-  // must be allowed to read the component.
+  // must be allowed to read the component (NOT_FOUND otherwise, as if absent); the session is
+  // added to the registry (RESOURCE_EXHAUSTED at the uid's limit of sessions).
   absl::StatusOr<HostAttachment> AttachHost(const Lease& lease, const std::string& cache_key);
-  // PERMISSION_DENIED unless `caller` runs as the session's uid or is an admin.
+  // Ends a session and lets its component go: NOT_FOUND, or PERMISSION_DENIED unless `caller`
+  // runs as the session's uid or is an admin (SessionRegistry::FindFor).
   absl::Status Detach(const std::string& session_id, const Caller& caller);
-  // OK when the session exists and `caller` runs as its uid or is an admin; NOT_FOUND or
-  // PERMISSION_DENIED otherwise. Streaming sessions are host sessions too, by the same id.
-  absl::Status CheckSessionOwner(const std::string& session_id, const Caller& caller) const;
 
-  // Everything a lease owned: uploads discarded, sessions detached.
+  // Everything a lease owned: uploads discarded, sessions ended.
   void ReleaseLease(const std::string& lease_id);
 
   StoreStats Stats() const;
-  std::vector<SessionSnapshot> Sessions() const;
 
   // At shutdown: with `discard`, every segment and the manifest are removed; otherwise
   // READY components stay in /dev/shm for the next ddod, unfinished uploads are removed.
@@ -244,12 +237,6 @@ class ComponentStore {
     // ProofDigest): computed when a proof first needs it, not at load; "" until then.
     std::string proof_digest;
   };
-  struct Session {
-    std::string lease_id;
-    std::string cache_key;
-    uid_t uid = 0;
-  };
-
   static bool MayRead(const Caller& caller, const Component& component);
   // Another user's READY component under `cache_key` with this structure, loaded from files
   // (an upload from memory is never shared, nor is a derived version), that `caller` may not
@@ -281,9 +268,8 @@ class ComponentStore {
   absl::StatusOr<ComponentSnapshot> AddReader(const std::string& cache_key, const Caller& caller,
                                               const std::string& segment_name,
                                               const std::string& content_hash);
-  // NOT_FOUND or PERMISSION_DENIED unless the session exists and is `caller`'s (or an admin's).
-  absl::Status SessionOwnedLocked(const std::string& session_id, const Caller& caller) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One session fewer on the component under `cache_key` (if it is still there).
+  void UnpinLocked(const std::string& cache_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED naming the limit when `caller` (not an admin) may not start an upload
   // of `bytes` more.
   absl::Status CheckUploadLimitsLocked(const Caller& caller, uint64_t bytes) const
@@ -341,11 +327,11 @@ class ComponentStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   HostPool& pool_;
+  SessionRegistry& sessions_;
   const StoreOptions options_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, Component> components_ ABSL_GUARDED_BY(mu_);  // by cache key
-  std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);       // by session id
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t adopted_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

@@ -54,9 +54,10 @@ class ComponentStoreTest : public ::testing::Test {
   // A new pool and store over the same segments and manifest, as a restarted ddod.
   void Restart() {
     store_.reset();
+    registry_ = std::make_unique<SessionRegistry>();
     pool_ = std::make_unique<HostPool>(pool_options_);
     store_ = std::make_unique<ComponentStore>(
-        *pool_, StoreOptions{dir_.Join("manifest.json"), 2});
+        *pool_, *registry_, StoreOptions{dir_.Join("manifest.json"), 2});
     store_->AdoptPrevious();
   }
 
@@ -90,6 +91,7 @@ class ComponentStoreTest : public ::testing::Test {
 
   TempDirForTest dir_;
   PoolOptions pool_options_;
+  std::unique_ptr<SessionRegistry> registry_;  // a restarted ddod has a new one
   std::unique_ptr<HostPool> pool_;
   std::unique_ptr<ComponentStore> store_;
   Lease lease_{RandomId(), 1234, "test", absl::Now(), DaemonCaller()};
@@ -349,9 +351,12 @@ TEST_F(ComponentStoreTest, ASessionIsDetachedOnlyByItsUser) {
   ASSERT_TRUE(attached.ok());
   EXPECT_TRUE(absl::IsPermissionDenied(store_->Detach(attached->session_id, attacker.caller)));
   EXPECT_TRUE(absl::IsPermissionDenied(
-      store_->CheckSessionOwner(attached->session_id, attacker.caller)));
-  EXPECT_TRUE(store_->CheckSessionOwner(attached->session_id, victim.caller).ok());
+      registry_->FindFor(attached->session_id, attacker.caller).status()));
+  EXPECT_EQ(store_->Get("victim/model", victim.caller)->sessions, 1u);
   EXPECT_TRUE(store_->Detach(attached->session_id, victim.caller).ok());
+  EXPECT_EQ(store_->Get("victim/model", victim.caller)->sessions, 0u);
+  EXPECT_EQ(registry_->size(), 0u);
+  EXPECT_TRUE(absl::IsNotFound(store_->Detach(attached->session_id, victim.caller)));
 }
 
 TEST_F(ComponentStoreTest, AnUploadFromMemoryIsNeverShared) {
@@ -373,7 +378,7 @@ TEST_F(ComponentStoreTest, UploadsPerUserAreBoundedAndTheLimitIsNamed) {
   StoreOptions options{dir_.Join("manifest.json"), 2};
   options.max_uploads_per_uid = 2;
   options.max_bytes_per_uid = 6 * kMiB;
-  store_ = std::make_unique<ComponentStore>(*pool_, options);
+  store_ = std::make_unique<ComponentStore>(*pool_, *registry_, options);
   const Lease user = LeaseOf(5001);
   ASSERT_TRUE(store_->Register(user, "a", Table(1, kMiB), "").ok());
   ASSERT_TRUE(store_->Register(user, "b", Table(1, kMiB), "").ok());

@@ -81,7 +81,7 @@ class DerivedComponentTest : public ::testing::Test {
   void Restart() {
     store_.reset();
     pool_ = std::make_unique<HostPool>(pool_options_);
-    store_ = std::make_unique<ComponentStore>(*pool_, StoreOptions{dir_.Join("manifest.json"), 2});
+    store_ = std::make_unique<ComponentStore>(*pool_, registry_, StoreOptions{dir_.Join("manifest.json"), 2});
     store_->AdoptPrevious();
   }
 
@@ -153,6 +153,7 @@ class DerivedComponentTest : public ::testing::Test {
 
   TempDirForTest dir_;
   PoolOptions pool_options_;
+  SessionRegistry registry_;  // outlives the store
   std::unique_ptr<HostPool> pool_;
   std::unique_ptr<ComponentStore> store_;
   Lease lease_{RandomId(), 1234, "test", absl::Now(), DaemonCaller()};
@@ -505,7 +506,7 @@ class DerivedStreamingTest : public DerivedComponentTest {
     DerivedComponentTest::SetUp();
     StreamSessionsOptions options;
     options.keep_slabs_warm = true;
-    streams_ = std::make_unique<StreamSessions>(*store_, *pool_, GpuInventory{}, options);
+    streams_ = std::make_unique<StreamSessions>(*store_, registry_, *pool_, GpuInventory{}, options);
   }
   void TearDown() override {
     streams_.reset();

@@ -112,7 +112,7 @@ class SharingProofTest : public ::testing::Test {
     pool_options_.budget_bytes = 8 * kMiB;
     pool_options_.name_namespace = PoolNamespace(dir_.Join("sock"));
     pool_ = std::make_unique<HostPool>(pool_options_);
-    store_ = std::make_unique<ComponentStore>(*pool_, StoreOptions{dir_.Join("manifest.json"), 2});
+    store_ = std::make_unique<ComponentStore>(*pool_, registry_, StoreOptions{dir_.Join("manifest.json"), 2});
   }
   void TearDown() override {
     store_->Close(/*discard=*/true);
@@ -127,6 +127,7 @@ class SharingProofTest : public ::testing::Test {
 
   TempDirForTest dir_;
   PoolOptions pool_options_;
+  SessionRegistry registry_;  // outlives the store
   std::unique_ptr<HostPool> pool_;
   std::unique_ptr<ComponentStore> store_;
 };

@@ -1,3 +1,4 @@
+// File: daemon/stream/session_directory.cc
 #include "daemon/stream/session_directory.h"
 
 #include <map>
@@ -11,11 +12,18 @@ void SessionDirectory::ReleaseLease(const std::string& lease_id) {
 }
 
 absl::Status SessionDirectory::Detach(const std::string& session_id, const Caller& caller) {
-  if (absl::Status owner = store_.CheckSessionOwner(session_id, caller); !owner.ok()) {
-    return owner;
-  }
-  if (streams_.Owns(session_id)) return streams_.Detach(session_id);
+  absl::StatusOr<SessionRecord> session = sessions_.FindFor(session_id, caller);
+  if (!session.ok()) return session.status();
+  if (!session->device.empty()) return streams_.Detach(session_id);
   return store_.Detach(session_id, caller);
+}
+
+absl::StatusOr<uint32_t> SessionDirectory::SetSchedule(const std::string& session_id,
+                                                       const Caller& caller,
+                                                       std::vector<uint32_t> schedule) {
+  absl::Status owner = sessions_.FindFor(session_id, caller).status();
+  if (!owner.ok()) return owner;
+  return streams_.SetSchedule(session_id, std::move(schedule));
 }
 
 std::vector<Lease> SessionDirectory::LeasesOf(const Caller& caller) const {
@@ -35,14 +43,14 @@ std::vector<SessionView> SessionDirectory::SessionsOf(const Caller& caller) cons
     streaming.emplace(std::move(id), std::move(stream));
   }
   std::vector<SessionView> visible;
-  for (SessionSnapshot& session : store_.Sessions()) {
+  for (SessionRecord& session : sessions_.List()) {
     if (!caller.admin && session.uid != caller.uid) continue;
     SessionView view;
-    if (auto it = streaming.find(session.session_id); it != streaming.end()) {
+    if (auto it = streaming.find(session.id); it != streaming.end()) {
       view.stream = std::move(it->second);
     }
     if (auto it = pids.find(session.lease_id); it != pids.end()) view.client_pid = it->second;
-    view.host = std::move(session);
+    view.record = std::move(session);
     visible.push_back(std::move(view));
   }
   return visible;

@@ -14,9 +14,9 @@
 
 namespace ddo {
 
-StreamSessions::StreamSessions(ComponentStore& store, HostPool& pool, GpuInventory gpus,
-                               StreamSessionsOptions options)
-    : store_(store), pool_(pool), gpus_(std::move(gpus)), options_(options) {}
+StreamSessions::StreamSessions(ComponentStore& store, SessionRegistry& registry, HostPool& pool,
+                               GpuInventory gpus, StreamSessionsOptions options)
+    : store_(store), registry_(registry), pool_(pool), gpus_(std::move(gpus)), options_(options) {}
 
 StreamSessions::~StreamSessions() { CloseAll(); }
 
@@ -189,6 +189,8 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
   {
     absl::MutexLock lock(&mu_);
     sessions_[session->id()] = OpenSession{session, slab_key, std::move(reservation)};
+    // The registry's record says where the session runs (SessionDirectory detaches by it).
+    (void)registry_.MarkStreaming(session->id(), device.label);
   }
   device_worker->Add(session);
   Logger("stream")->info(
@@ -225,11 +227,6 @@ absl::StatusOr<uint32_t> StreamSessions::SetSchedule(const std::string& session_
   }
   worker->Ring();
   return length;
-}
-
-bool StreamSessions::Owns(const std::string& session_id) {
-  absl::MutexLock lock(&mu_);
-  return sessions_.count(session_id) != 0;
 }
 
 absl::Status StreamSessions::Detach(const std::string& session_id) {

@@ -25,6 +25,7 @@
 #include "daemon/platform/gpu_inventory.h"
 #include "daemon/pool/host_pool.h"
 #include "daemon/session/lease_registry.h"
+#include "daemon/session/session_registry.h"
 #include "daemon/store/component_store.h"
 #include "daemon/stream/device_budget.h"
 #include "daemon/stream/device_export.h"
@@ -87,8 +88,10 @@ struct StreamTotals {
 
 class StreamSessions {
  public:
-  StreamSessions(ComponentStore& store, HostPool& pool, GpuInventory gpus,
-                 StreamSessionsOptions options);
+  // A session opens on a host attachment of `store` (recorded in `registry`, where this marks
+  // it as streaming).
+  StreamSessions(ComponentStore& store, SessionRegistry& registry, HostPool& pool,
+                 GpuInventory gpus, StreamSessionsOptions options);
   StreamSessions(const StreamSessions&) = delete;
   StreamSessions& operator=(const StreamSessions&) = delete;
   ~StreamSessions();
@@ -111,7 +114,6 @@ class StreamSessions {
 
   // NotFound when the id is not a streaming session (it may be a host attach).
   absl::Status Detach(const std::string& session_id);
-  bool Owns(const std::string& session_id);
 
   void ReleaseLease(const std::string& lease_id);
   // Closes everything (ddod stops).
@@ -164,6 +166,7 @@ class StreamSessions {
   std::string NewSegmentName(char kind) const;
 
   ComponentStore& store_;
+  SessionRegistry& registry_;
   HostPool& pool_;
   const GpuInventory gpus_;
   const StreamSessionsOptions options_;

@@ -61,7 +61,7 @@ class StreamSessionsTest : public ::testing::Test {
     pool.budget_bytes = 64 * kMiB;
     pool.name_namespace = PoolNamespace(dir_.Join("sock"));
     pool_ = std::make_unique<HostPool>(pool);
-    store_ = std::make_unique<ComponentStore>(*pool_, StoreOptions{dir_.Join("manifest.json"), 2});
+    store_ = std::make_unique<ComponentStore>(*pool_, registry_, StoreOptions{dir_.Join("manifest.json"), 2});
   }
   void TearDown() override {
     sessions_.reset();
@@ -72,7 +72,7 @@ class StreamSessionsTest : public ::testing::Test {
     StreamSessionsOptions options;
     options.host_budget_bytes = host_budget_bytes;
     options.keep_slabs_warm = keep_slabs_warm;
-    sessions_ = std::make_unique<StreamSessions>(*store_, *pool_, GpuInventory{}, options);
+    sessions_ = std::make_unique<StreamSessions>(*store_, registry_, *pool_, GpuInventory{}, options);
   }
 
   void Upload(const std::string& key) {
@@ -121,6 +121,7 @@ class StreamSessionsTest : public ::testing::Test {
   static uint64_t DeviceBytes(const OpenedStream& opened) { return opened.plan.device_bytes(); }
 
   TempDirForTest dir_;
+  SessionRegistry registry_;  // outlives the store
   std::unique_ptr<HostPool> pool_;
   std::unique_ptr<ComponentStore> store_;
   std::unique_ptr<StreamSessions> sessions_;
@@ -251,7 +252,7 @@ class SessionDirectoryTest : public StreamSessionsTest {
     StreamSessionsTest::SetUp();
     Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/false);
     ASSERT_TRUE(leases_.Open(lease_.caller, "test").ok());
-    directory_ = std::make_unique<SessionDirectory>(leases_, *store_, *sessions_);
+    directory_ = std::make_unique<SessionDirectory>(leases_, registry_, *store_, *sessions_);
   }
 
   LeaseRegistry leases_{LeaseLimits{}};

@@ -1,0 +1,61 @@
+"""The daemon's folders are layers (docs/architecture.md §2, "Layers"): a folder includes only
+lower ones, and protobuf messages appear only at the gRPC edge. Read from the sources, so that
+a change that breaks the shape fails here rather than in review."""
+
+import re
+from pathlib import Path
+
+DAEMON = Path(__file__).resolve().parents[2] / "daemon"
+
+#: Each folder's layer; a folder may include folders of a lower layer only.
+LAYER = {
+    "common": 0,
+    "config": 1, "identity": 1, "device": 1,
+    "session": 2, "pool": 2, "platform": 2, "profiles": 2,
+    "store": 3,
+    "stream": 4,
+    "policy": 5,
+    "service": 6,
+    "server": 7, "ctl": 7,
+    "main": 8,
+}
+
+#: Where ddo::v1 messages may be read or written.
+PROTO_EDGE = {"service", "ctl", "server", "main"}
+
+INCLUDE = re.compile(r'^#include "(daemon/([a-z_]+)/[^"]+|ddo/v1/[^"]+|[^"]+\.pb\.h)"', re.M)
+
+
+def _sources():
+    for path in sorted(DAEMON.rglob("*")):
+        if path.suffix in (".cc", ".h") and not path.name.endswith("_test.cc"):
+            yield path, path.relative_to(DAEMON).parts[0]
+
+
+def test_every_folder_has_a_layer():
+    folders = {path.name for path in DAEMON.iterdir() if path.is_dir()}
+    assert folders == set(LAYER), "a new folder needs its place in LAYER and in the docs"
+
+
+def test_folders_include_only_lower_layers():
+    wrong = []
+    for path, folder in _sources():
+        for match in INCLUDE.finditer(path.read_text()):
+            included = match.group(2)
+            if included and included != folder and LAYER[included] >= LAYER[folder]:
+                wrong.append(f"{path.relative_to(DAEMON)} includes {match.group(1)}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_protobuf_stays_at_the_edge():
+    wrong = []
+    for path, folder in _sources():
+        if folder in PROTO_EDGE:
+            continue
+        text = path.read_text()
+        for match in INCLUDE.finditer(text):
+            if match.group(2) is None:
+                wrong.append(f"{path.relative_to(DAEMON)} includes {match.group(1)}")
+        if "ddo::v1::" in text:
+            wrong.append(f"{path.relative_to(DAEMON)} names ddo::v1")
+    assert not wrong, "\n".join(wrong)
