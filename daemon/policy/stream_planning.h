@@ -1,8 +1,9 @@
 // File: daemon/policy/stream_planning.h
 //
 // The plan a streaming session of a component gets on a device, decided in one place for
-// Attach and ExplainPlan: the session's DDO_* values parsed (stream_settings), the resident
-// budget chosen when they leave it open (resident_policy), the tensors placed
+// Attach and ExplainPlan: from the session's settings (parsed by the caller with
+// ParseStreamSettings, so that a bad value is refused before anything is attached), the
+// resident budget chosen when they leave it open (resident_policy), then the tensors placed
 // (session_planner). The policy's decisions come first in the plan.
 //
 // Thread-safety: pure functions.

@@ -76,7 +76,8 @@ class DaemonServer {
   // only when ddod created that directory at this start (never /run or a user's directory).
   absl::Status SetSocketPermissions(bool created_socket_directory) const;
 
-  // Destroyed in reverse order: the server, the service, the store, then the pool.
+  // Destroyed in reverse order: the server, the service, the streams, the store, the session
+  // registry, then the pool.
   DaemonContext context_;
   std::unique_ptr<LiveSettings> live_settings_;
   std::unique_ptr<HostPool> pool_;
