@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/common/temp_dir_for_test.h"
 #include "daemon/policy/session_planner.h"
+#include "daemon/service/stream_opener.h"
 #include "daemon/stream/session_directory.h"
 
 namespace ddo {
@@ -61,7 +62,8 @@ class StreamSessionsTest : public ::testing::Test {
     pool.budget_bytes = 64 * kMiB;
     pool.name_namespace = PoolNamespace(dir_.Join("sock"));
     pool_ = std::make_unique<HostPool>(pool);
-    store_ = std::make_unique<ComponentStore>(*pool_, registry_, StoreOptions{dir_.Join("manifest.json"), 2});
+    store_ = std::make_unique<ComponentStore>(*pool_, registry_,
+                                              StoreOptions{dir_.Join("manifest.json"), 2});
   }
   void TearDown() override {
     sessions_.reset();
@@ -72,7 +74,8 @@ class StreamSessionsTest : public ::testing::Test {
     StreamSessionsOptions options;
     options.host_budget_bytes = host_budget_bytes;
     options.keep_slabs_warm = keep_slabs_warm;
-    sessions_ = std::make_unique<StreamSessions>(*store_, registry_, *pool_, GpuInventory{}, options);
+    sessions_ =
+        std::make_unique<StreamSessions>(*store_, registry_, *pool_, GpuInventory{}, options);
   }
 
   void Upload(const std::string& key) {
@@ -245,6 +248,47 @@ TEST_F(StreamSessionsTest, TheEndOfALeaseClosesItsSessionsOnly) {
   EXPECT_EQ(HostSessionsOf("model"), 0u);
 }
 
+// OpenStream (the service's Attach to a device): each refusal comes before or after the host
+// attach, and none leaves a session, a reservation or a count on the component behind.
+TEST_F(StreamSessionsTest, OpenStreamRefusesInOrderAndLeavesNothingBehind) {
+  Start(/*host_budget_bytes=*/64 << 10, /*keep_slabs_warm=*/false);
+  Upload("model");
+  StreamAttachRequest request;
+  request.cache_key = "model";
+  request.device = "cpu";
+  request.streamable = MakeModel().streamable;
+  auto open = [&](StreamAttachRequest changed) {
+    return OpenStream(*store_, *sessions_, lease_, changed, MachineFacts{}).status();
+  };
+  auto nothing_left = [&] {
+    EXPECT_EQ(registry_.size(), 0u);
+    EXPECT_EQ(HostSessionsOf("model"), 0u);
+    EXPECT_EQ(sessions_->reserved_bytes("cpu"), 0u);
+    EXPECT_TRUE(sessions_->List().empty());
+  };
+  StreamAttachRequest unknown_device = request;
+  unknown_device.device = "cpu:7";  // ddod serves one host device
+  EXPECT_TRUE(absl::IsNotFound(open(unknown_device)));
+  StreamAttachRequest bad_setting = request;
+  bad_setting.settings["DDO_STREAM_UNIT"] = "layer";
+  bad_setting.cache_key = "absent";  // the setting is refused before the component is looked up
+  EXPECT_TRUE(absl::IsInvalidArgument(open(bad_setting)));
+  StreamAttachRequest absent = request;
+  absent.cache_key = "absent";
+  EXPECT_TRUE(absl::IsNotFound(open(absent)));
+  nothing_left();
+  // After the attach: a name the component does not have, then ddod's budget on the device.
+  StreamAttachRequest bad_name = request;
+  bad_name.streamable.insert("blocks.9.nothing.weight");
+  absl::Status refused = open(bad_name);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("is not in the component"));
+  nothing_left();
+  refused = open(request);
+  EXPECT_TRUE(absl::IsResourceExhausted(refused)) << refused;
+  nothing_left();
+}
+
 // SessionDirectory over the same registries: one entry point for both kinds of session.
 class SessionDirectoryTest : public StreamSessionsTest {
  protected:
@@ -278,7 +322,14 @@ TEST_F(SessionDirectoryTest, ListsBothKindsDetachesWhereEachLivesAndEndsALease) 
   EXPECT_TRUE(directory_->SessionsOf(stranger).empty());
   EXPECT_TRUE(directory_->LeasesOf(stranger).empty());
   EXPECT_TRUE(absl::IsPermissionDenied(directory_->Detach(streaming->session_id, stranger)));
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      directory_->SetSchedule(streaming->session_id, stranger, {0, 1}).status()));
   EXPECT_EQ(sessions_->List().size(), 1u);
+  // The registry's record says where each session runs.
+  EXPECT_EQ(registry_.FindFor(streaming->session_id, lease_.caller)->device, "cpu");
+  EXPECT_EQ(registry_.FindFor(host->session_id, lease_.caller)->device, "");
+  EXPECT_TRUE(absl::IsNotFound(directory_->SetSchedule(host->session_id, lease_.caller, {0}).status()))
+      << "a host attach has no schedule";
 
   ASSERT_TRUE(directory_->Detach(streaming->session_id, lease_.caller).ok());
   EXPECT_TRUE(sessions_->List().empty()) << "the stream closed";
