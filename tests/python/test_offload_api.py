@@ -11,14 +11,14 @@ import torch
 from torch import nn
 
 from diffusers_dynamic_offloader import DdoClient
-from diffusers_dynamic_offloader.offload_api import (
+from diffusers_dynamic_offloader.seed_compat.offload_api import (
     enable_diffusers_group_offload,
     enable_offload,
     enable_pipeline_offload,
     get_dynamic_offload_state,
     remove_dynamic_offload,
 )
-from diffusers_dynamic_offloader.offload_settings import load_dynamic_offload_settings_from_env
+from diffusers_dynamic_offloader.seed_compat.offload_settings import load_dynamic_offload_settings_from_env
 from streaming_support import frozen_copy, make_model, mismatches
 
 

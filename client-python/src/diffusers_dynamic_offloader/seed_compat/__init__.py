@@ -1,0 +1,25 @@
+"""The seed's API, on top of the client: what a runner written for the seed
+(research/seed-ddo.md §1-§7) calls, with the seed's names, arguments, result objects and events.
+
+What belongs here: the modules that exist only to give the seed's API:
+
+- ``offload_api``: ``enable_offload`` (resolve, choose the route, apply) and the other entry
+  points, their result objects;
+- ``offload_settings``: ``DynamicOffloadConfig``, ``DynamicOffloadSettings``;
+- ``offload_hook``, ``offload_state``, ``plan_tools``, ``event_payload``: the seed's hook,
+  state, plan helpers and event payload of the DDO route;
+- ``presets``, ``profiles``, ``named_profiles``: the seed's preset functions, capacity and
+  named profiles;
+- ``phases``, ``staged``, ``loading``: phases and the standby purge, staged runs, loading one
+  component.
+
+What does not: the client these modules use, which a program may use without the seed's API
+(``DdoClient``, the component store, streaming, ``resolved_settings`` for ``ResolveSettings``,
+quantized detection, ``runner_log``, ``default_client``). Modules outside this package never
+import it (tests/python/test_import_graph.py). Every rule ddod owns (presets, settings,
+component prefixes, routes) is ddod's answer here, not a copy.
+
+The seed's module paths (``diffusers_dynamic_offloader.offload_api``, ``.presets``,
+``.profiles``...) are these modules under their old names; the package root exports the same
+names as before.
+"""
