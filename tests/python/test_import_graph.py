@@ -20,10 +20,10 @@ PACKAGE = diffusers_dynamic_offloader.__name__
 PACKAGE_DIR = os.path.dirname(diffusers_dynamic_offloader.__file__)
 
 #: Imports left out of the graph, each with its reason. The seed's DynamicOffloadHook routes
-#: its module through enable_dynamic_offload (``initialize_hook``), which in turn returns such
-#: hooks: the two are mutually recursive by the seed's API, and the hook's side imports inside
-#: its methods. Breaking it means merging the modules (or moving the hook's construction out of
-#: offload_api), a change of its own.
+#: its module through enable_dynamic_offload (``initialize_hook``), whose apply step in turn
+#: makes such hooks: the two are mutually recursive by the seed's API, and the hook's side
+#: imports inside that one method. Breaking it means defining the hook where the DDO route is
+#: applied (offload_api) or handing the hook class to the apply step, both worse to read.
 ALLOWED = {("seed_compat.offload_hook", "seed_compat.offload_api")}
 
 #: The seed's API (``seed_compat``) sits on top of the client: the client never imports it. The

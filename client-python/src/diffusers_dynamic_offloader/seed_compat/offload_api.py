@@ -1,19 +1,19 @@
 """The seed's entry points, backed by ddod: ``enable_offload``, ``enable_pipeline_offload``,
 ``enable_dynamic_offload`` and ``enable_diffusers_group_offload``.
 
-ddod decides: the settings are resolved by ``ResolveSettings`` (explicit keywords > the DDO_*
-environment > ddod's environment > the preset > defaults), the route per component follows
-from them, and a component whose weights are quantized or packed is diverted to Diffusers
-group offload when its route was left to ``auto``. The DDO route uploads the component into
-ddod's pool (a warm hit when ddod already holds the same bytes) and opens a streaming session
-on the execution device; the group route calls ``diffusers.hooks.apply_group_offloading``
-with the resolved arguments; ``none`` moves the module to the execution device.
+``enable_offload`` is three steps. Resolve: ddod resolves the settings (``ResolveSettings``:
+explicit keywords > the DDO_* environment > ddod's environment > the preset > defaults).
+Choose the route: ddod's answer gives it, and a component whose weights are quantized or
+packed is diverted to Diffusers group offload when its route was left to ``auto``
+(offload_call.py has both). Apply (here): the DDO route uploads the component into ddod's pool
+(a warm hit when ddod already holds the same bytes) and opens a streaming session on the
+execution device; the group route calls ``diffusers.hooks.apply_group_offloading`` with the
+resolved arguments; ``none`` moves the module to the execution device.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
@@ -22,45 +22,26 @@ import torch
 from torch import nn
 
 from ..errors import ConfigurationError, DaemonError
+from ..resolved_settings import ResolvedSettings
+from .offload_call import (
+    CONFIG_FIELDS,
+    PYTHON_ONLY_FIELDS,
+    ComponentArguments,
+    ResolvedCall,
+    RouteChoice,
+    adds_to,
+    choose_route,
+    client_of as _client,
+    config_fields,
+    device_text,
+    resolve_again,
+    resolve_call,
+    resolve_offload_settings,
+    resolved_of,
+    setting_overrides,
+    with_named_profile,
+)
 from .offload_settings import DynamicOffloadSettings
-from ..quantized import detect_quantized_backend_modules
-from ..resolved_settings import ResolvedSettings, setting_text
-
-#: Keyword overrides of the seed's DynamicOffloadConfig, by field name -> DDO_* variable.
-CONFIG_FIELDS: Dict[str, str] = {
-    "execution_mode": "DDO_EXECUTION_MODE",
-    "linear_runtime_strategy": "DDO_LINEAR_RUNTIME_STRATEGY",
-    "pin_cpu_memory": "DDO_PIN_CPU_MEMORY",
-    "allow_pin_memory_fallback": "DDO_ALLOW_PIN_MEMORY_FALLBACK",
-    "pin_cpu_workers": "DDO_PIN_CPU_WORKERS",
-    "cache_plan": "DDO_CACHE_PLAN",
-    "cache_pinned_weights": "DDO_CACHE_PINNED_WEIGHTS",
-    "pinned_weight_cache_namespace": "DDO_PINNED_WEIGHT_CACHE_NAMESPACE",
-    "auto_budget_policy": "DDO_AUTO_BUDGET_POLICY",
-    "max_resident_module_budget_gb": "DDO_MAX_RESIDENT_MODULE_BUDGET_GB",
-    "auto_vram_headroom_gb": "DDO_AUTO_VRAM_HEADROOM_GB",
-    "auto_full_pin_min_model_to_vram_ratio": "DDO_AUTO_FULL_PIN_MIN_MODEL_TO_VRAM_RATIO",
-    "max_pin_weight_budget_gb": "DDO_MAX_PIN_WEIGHT_BUDGET_GB",
-    "system_ram_headroom_gb": "DDO_SYSTEM_RAM_HEADROOM_GB",
-    "pin_weight_budget_gb": "DDO_PIN_WEIGHT_BUDGET_GB",
-    "pin_weight_budget_ratio": "DDO_PIN_WEIGHT_BUDGET_RATIO",
-    "pin_weight_selection": "DDO_PIN_WEIGHT_SELECTION",
-    "resident_module_budget_gb": "DDO_RESIDENT_MODULE_BUDGET_GB",
-    "resident_module_patterns": "DDO_RESIDENT_MODULE_PATTERNS",
-    "resident_module_selection": "DDO_RESIDENT_MODULE_SELECTION",
-    "small_tensor_threshold_kb": "DDO_SMALL_TENSOR_THRESHOLD_KB",
-    "always_resident_modules_pattern": "DDO_ALWAYS_RESIDENT_MODULE_PATTERNS",
-    "stream_unit": "DDO_STREAM_UNIT",
-    "ring_slots": "DDO_RING_SLOTS",
-    "vram_budget_gb": "DDO_VRAM_BUDGET_GB",
-    "activation_reserve_gb": "DDO_ACTIVATION_RESERVE_GB",
-    "available_system_ram_gb": "DDO_AVAILABLE_SYSTEM_RAM_GB",
-    "profile_vram_headroom_gb": "DDO_PROFILE_VRAM_HEADROOM_GB",
-    "load_safetensors_backend": "DDO_LOAD_SAFETENSORS_BACKEND",
-    "verbose": "DDO_VERBOSE",
-    "show_profile": "DDO_SHOW_PROFILE",
-    "profile_resident_module_budget_gb": "DDO_PROFILE_RESIDENT_MODULE_BUDGET_GB",
-}
 
 #: The resolved settings a streaming session reads (docs/streaming.md), and those of the
 #: balanced planner that sizes its resident budget when none is explicit.
@@ -76,22 +57,6 @@ SESSION_SETTINGS = (
     "DDO_RESIDENT_BUDGET_RULE", "DDO_FUSED_LORA",
 )
 
-VALID_ROUTES = "auto, dynamic_offload, diffusers_group_offload, none"
-
-#: DynamicOffloadConfig fields with no DDO_* variable: accepted, reported in the payload.
-_PYTHON_ONLY_FIELDS = ("profile_name", "build_profile", "target_module_classes",
-                       "skip_modules_pattern", "execution_device", "offload_device",
-                       "small_tensor_threshold_bytes", "_profile_budget_applied")
-
-
-def _config_fields(config: Any):
-    """The fields of a DynamicOffloadConfig (or any dataclass with the seed's field names)."""
-    from dataclasses import fields as dataclass_fields
-
-    for item in dataclass_fields(config):
-        yield item.name, getattr(config, item.name)
-
-
 # The streaming session and the state of a module enable_offload put on the DDO route live in
 # the module's own attributes: nothing global keeps a module (or its device memory) alive, so
 # dropping a pipeline without releasing its results still frees everything when collected.
@@ -105,6 +70,8 @@ def _attach_to(module: nn.Module, name: str, value: Any) -> None:
 
 def _detach_from(module: nn.Module, name: str) -> Any:
     return module.__dict__.pop(name, None)
+
+
 EventCallback = Callable[..., Any]
 
 
@@ -158,44 +125,6 @@ class DiffusersGroupOffloadResult:
     event_payload: Dict[str, Any] = field(default_factory=dict)
 
 
-def _client(client):
-    from ..default_client import client_or_default
-
-    return client_or_default(client)
-
-
-def _prefix(component: str) -> str:
-    """The seed's DDO_<C>_ prefix of a component name."""
-    out, pending = [], False
-    for char in component.upper():
-        if char.isascii() and char.isalnum():
-            if pending and out:
-                out.append("_")
-            pending = False
-            out.append(char)
-        else:
-            pending = True
-    return "DDO_" + ("".join(out) or "MODEL") + "_"
-
-
-def resolve_offload_settings(
-    *,
-    components: Iterable[str],
-    preset: str = "auto",
-    environ: Optional[Mapping[str, str]] = None,
-    use_environment: bool = True,
-    overrides: Optional[Mapping[str, object]] = None,
-    component_policies: Optional[Mapping[str, Mapping[str, object]]] = None,
-    client=None,
-) -> ResolvedSettings:
-    """ddod's settings for these components (``use_environment=False``: an empty environment,
-    as in the seed)."""
-    return _client(client).resolve_settings(
-        preset, environ=environ if use_environment else {}, overrides=overrides or {},
-        components=list(components), component_policies=component_policies,
-    )
-
-
 def enable_offload(
     module: nn.Module,
     *,
@@ -239,259 +168,234 @@ def enable_offload(
     ``environ`` (default ``os.environ``; none with ``use_environment=False``), as in the seed.
 
     Raises:
-        ValueError: an invalid route ("Valid values: auto, dynamic_offload, ...").
+        ValueError: an invalid route (ddod's InvalidSettingError: "DDO_<C>_ROUTE='x' must be
+            one of auto, dynamic_offload, ...").
         TypeError: a keyword that is no DynamicOffloadConfig field.
         DaemonError: ddod refused a setting (INVALID_ARGUMENT names it).
     """
-    unknown = sorted(set(config_overrides) - set(CONFIG_FIELDS) - set(_PYTHON_ONLY_FIELDS))
-    if unknown:
-        raise TypeError(f"Unknown DynamicOffloadConfig override(s): {', '.join(unknown)}")
-    prefix = _prefix(component)
-    # Explicit fields, weakest first: a config edited on pre-resolved settings
-    # (dataclasses.replace), config=, then keyword overrides. None means "the default".
-    explicit = _edited_config_fields(settings) if isinstance(settings, DynamicOffloadSettings) else {}
-    if config is not None:
-        explicit.update(_config_fields(config))
-    explicit.update(config_overrides)
-    explicit = {name: value for name, value in explicit.items() if value is not None}
-    overrides = _setting_overrides(explicit)
-    explicit_route = route is not None and route.strip().lower() != "auto"
-    for suffix, value in (("ROUTE", route), ("GROUP_OFFLOAD", group_offload),
-                          ("DYNAMIC_OFFLOAD", dynamic_offload), ("OFFLOAD_TYPE", offload_type),
-                          ("OFFLOAD_STREAM", use_stream), ("OFFLOAD_RECORD_STREAM", record_stream),
-                          ("OFFLOAD_LOW_CPU_MEM_USAGE", group_low_cpu_mem_usage),
-                          ("NUM_BLOCKS_PER_GROUP", num_blocks_per_group)):
-        if value is not None:
-            overrides[prefix + suffix] = value
-    if route is not None and route.strip().lower() not in {
-            "auto", "dynamic_offload", "diffusers_group_offload", "none", "diffusers",
-            "diffusers_group", "group", "group_offload", "dynamic", "ddo", "cuda", "standard", "off"}:
-        raise ValueError(f"Invalid route {route!r}. Valid values: {VALID_ROUTES}")
-    client = _client(client)
-    given = settings
-    settings = _resolved_of(settings)
-    seed_config = getattr(given, "config", None) if given is not None else config
-    if execution_device is None:
-        execution_device = getattr(seed_config, "execution_device", None) or "cuda:0"
-    if offload_device is None:
-        offload_device = getattr(seed_config, "offload_device", None) or "cpu"
-    call_environ: Mapping[str, str] = (
-        (os.environ if environ is None else environ) if use_environment else (environ or {}))
-    component_environ = _component_variables(call_environ, prefix)
-    if settings is None and isinstance(given, DynamicOffloadSettings):
-        # Settings built by hand are used as given (the seed did): their preset, even "", their
-        # plan switch and every config field; of the environment only the component's variables.
-        overrides.setdefault("DDO_PLAN", given.plan)
-        settings = resolve_offload_settings(
-            components=[component], preset=given.effective_preset, environ=component_environ,
-            overrides=overrides, component_policies=component_policies or given.component_policies,
-            client=client)
-    elif settings is None:
-        settings = resolve_offload_settings(
-            components=[component], preset=preset, environ=environ,
-            use_environment=use_environment, overrides=overrides,
-            component_policies=component_policies, client=client)
-    elif (_adds_to(settings, overrides) or component_policies
-          or component not in settings.components
-          or component_environ != _component_variables(settings.inputs.environ, prefix)):
-        # Pre-resolved settings (the seed's from_env) serve as they are unless this call adds
-        # overrides, policies, a component they lack, or the component's variables changed
-        # since: then ddod resolves again from what they were resolved from (their preset,
-        # library environment and policies), with the component's variables read now.
-        library_environ = {name: value for name, value in settings.inputs.environ.items()
-                           if name not in _component_variables(settings.inputs.environ, prefix)}
-        settings = _resolve_again(settings, component, overrides, component_policies, client,
-                                  environ={**library_environ, **component_environ})
-    quantized = detect_quantized_backend_modules(module)
-    chosen = _chosen_route(settings, component, prefix, quantized, explicit_route)
-    if explicit.get("build_profile") and chosen.value != "dynamic_offload":
-        raise ValueError("Profile calibration requires the dynamic_offload route.")
-    profile = None
-    if explicit.get("profile_name") or explicit.get("build_profile"):
-        # A named profile: calibration keeps nothing resident, a later run applies the
-        # measured budget (research/seed-ddo.md §5.2); then ddod resolves with that.
-        from .named_profiles import NamedProfile
+    call = resolve_call(
+        component=component, settings=settings, preset=preset,
+        arguments=ComponentArguments(route, group_offload, dynamic_offload, offload_type,
+                                     use_stream, record_stream, group_low_cpu_mem_usage,
+                                     num_blocks_per_group),
+        environ=environ, use_environment=use_environment, component_policies=component_policies,
+        config=config, config_overrides=config_overrides, execution_device=execution_device,
+        offload_device=offload_device, client=client)
+    choice = choose_route(module, call)
+    call, choice = with_named_profile(module, call, choice)
+    return apply_route(module, call, choice, ApplyOptions(
+        apply_hook=apply_hook, cache_key=cache_key, low_cpu_mem_usage=low_cpu_mem_usage,
+        running_on_wsl=running_on_wsl, record_event=record_event,
+        dynamic_event_name=dynamic_event_name, group_event_name=group_event_name))
 
-        profile = NamedProfile(str(explicit.get("profile_name") or ""), module,
-                               build=bool(explicit.get("build_profile")), client=client)
-        prepared = profile.prepare(
-            explicit, execution_device=_device_text(execution_device),
-            execution_mode=settings.value("DDO_EXECUTION_MODE"),
-            policy=settings.value("DDO_AUTO_BUDGET_POLICY"),
-            headroom_gb=float(settings.value("DDO_PROFILE_VRAM_HEADROOM_GB") or 1),
-            max_resident_gb=float(settings.value("DDO_MAX_RESIDENT_MODULE_BUDGET_GB") or 0),
-            manual_budget_gb=float(settings.value("DDO_RESIDENT_MODULE_BUDGET_GB") or 0))
-        if prepared != explicit:
-            explicit = prepared
-            settings = _resolve_again(settings, component, _setting_overrides(explicit),
-                                      component_policies, client)
-            chosen = _chosen_route(settings, component, prefix, quantized, explicit_route)
-    values = settings.components[component]
 
+@dataclass(frozen=True)
+class ApplyOptions:
+    """enable_offload's keywords for the apply step."""
+
+    apply_hook: bool = True
+    cache_key: Optional[str] = None
+    low_cpu_mem_usage: bool = True
+    running_on_wsl: Optional[bool] = None
+    record_event: Optional[EventCallback] = None
+    dynamic_event_name: Optional[str] = None
+    group_event_name: Optional[str] = None
+
+
+def apply_route(module: nn.Module, call: ResolvedCall, choice: RouteChoice,
+                options: ApplyOptions) -> DynamicOffloadApplyResult:
+    """Step 3 of ``enable_offload``: puts the module on the chosen route (a streaming session
+    of ddod, Diffusers group offload, or the execution device; with ``apply_hook=False`` only
+    planned), fires the route's event and logs the component's setup line."""
+    settings, component, explicit = call.settings, call.component, call.explicit
+    chosen = choice.route
     payload: Dict[str, Any] = {
         "component": component,
         "preset": settings.effective_preset,
         "execution_mode": settings.value("DDO_EXECUTION_MODE"),
         "pin_cpu_memory": settings.value("DDO_PIN_CPU_MEMORY") == "1",
     }
-    payload.update({name: value for name, value in explicit.items() if name in _PYTHON_ONLY_FIELDS})
-    if quantized:
-        payload["quantized_backend"] = quantized
+    payload.update({name: value for name, value in explicit.items() if name in PYTHON_ONLY_FIELDS})
+    if choice.quantized:
+        payload["quantized_backend"] = choice.quantized
         if chosen.source == "quantized_backend":
             payload["route_reason"] = "quantized weights are moved whole by Diffusers group offload"
     payload["route"] = chosen.value
-    warm_hit: Optional[bool] = None  # whether ddod had the weights (the DDO route)
-    if isinstance(given, DynamicOffloadSettings) and given.resolved in (settings, None):
-        # Shared, as the seed's pipeline helper shares one object; settings built by hand are
-        # the caller's own, used as given.
-        seed_settings = given
-    else:
-        seed_settings = DynamicOffloadSettings.from_resolved(
-            settings, execution_device=_device_text(execution_device),
-            offload_device=_device_text(offload_device), running_on_wsl=running_on_wsl,
-            component_policies=component_policies or settings.inputs.component_policies,
-            **{name: tuple(explicit[name]) for name in (
-                "target_module_classes", "skip_modules_pattern", "always_resident_modules_pattern")
-               if name in explicit})
-    result = DynamicOffloadApplyResult(module, settings=seed_settings,
+    result = DynamicOffloadApplyResult(module, settings=_seed_settings(call, options),
                                        should_move_to_execution_device=False,
-                                       route=chosen.value, component=component, _profile=profile)
-    if profile is not None:
-        payload["profile"] = profile.report
+                                       route=chosen.value, component=component,
+                                       _profile=call.profile)
+    if call.profile is not None:
+        payload["profile"] = call.profile.report
     started = time.perf_counter()
-
+    warm_hit: Optional[bool] = None  # whether ddod had the weights (the DDO route)
     if chosen.value == "dynamic_offload":
-        enabled = (settings.value("DDO_EXECUTION_MODE") != "plan"
-                   or settings.value("DDO_PLAN") == "1" or config is not None)
-        streaming = settings.value("DDO_EXECUTION_MODE") != "plan"
-        from .event_payload import build_dynamic_offload_event_payload
-        from .offload_state import build_state
-        from ..streaming import streamable_weights
-
-        from .offload_hook import DynamicOffloadHook
-        from .plan_tools import PLAN_CACHE, plan_cache_key
-        from ..runner_log import log_dynamic_setup
-
-        session_settings = {name: settings.value(name) for name in SESSION_SETTINGS
-                            if settings.values.get(name) and settings.value(name) != ""}
-        if profile is not None and profile.build:
-            session_settings["DDO_PROFILE_CALIBRATION"] = "1"
-        if streaming and apply_hook and enabled:
-            _refuse_swap(settings.value("DDO_LINEAR_RUNTIME_STRATEGY"))
-        cache_plan = settings.value("DDO_CACHE_PLAN") == "1"
-        plan_key = plan_cache_key(module, seed_settings.config, _device_text(execution_device),
-                                  session_settings, streaming)
-        cached_plan = PLAN_CACHE.get(plan_key) if cache_plan else None
-        if apply_hook and enabled and streaming:
-            key = cache_key or default_cache_key(module, component)
-            registered = time.perf_counter()
-            bound = getattr(module, "_ddo_attached_component", None)
-            if bound is not None and not bound.closed and bound.cache_key == key:
-                # Built by load_from_ddod: its weights are ddod's copy under this key already
-                # (in the checkpoint's order, which a fresh registration would not match).
-                stored = client.component(key)
-            else:
-                stored = client.register_module(key, module, content_hash=cache_key is None)
-            opened = time.perf_counter()
-            session = client.stream(module, key, device=_device_text(execution_device),
-                                    settings=session_settings,
-                                    keep_resident=_kept_resident(seed_settings.config))
-            state = build_state(
-                module, streamed=[p.name for unit in session.resources.units for p in unit.tensors],
-                streamable=streamable_weights(module),
-                decisions={d.key: d.value for d in session.plan.decisions},
-                device=_device_text(execution_device),
-                pinned=seed_settings.effective_pin_cpu_memory, session=session)
-            state.add_setup("register_module", opened - registered, stored.total_bytes)
-            state.add_setup("open_session", time.perf_counter() - opened,
-                            session.resources.resident_slab_bytes)
-            session.state = state
-            session.config = seed_settings.config
-            session.verbose = bool(seed_settings.config.verbose)
-            session.log_name = component
-            warm_hit = bool(getattr(stored, "warm_hit", True))
-            # ddod plans every session itself; the process's plan cache only records that
-            # this structure was planned with these settings before.
-            if cache_plan and cached_plan is None:
-                PLAN_CACHE.put(plan_key, dict(state.planner_decisions))
-            result.hook = DynamicOffloadHook.for_session(seed_settings.config, session, state)
-            _attach_to(module, _SESSION_ATTRIBUTE, result.hook)
-            payload.update({"cache_key": key, "session": session.stats()})
-        else:
-            result.should_move_to_execution_device = True
-            # Plan mode: ddod's decisions for the module, without a session; the process's
-            # plan cache answers a structure planned before with the same settings.
-            if cached_plan is None:
-                plan = client.explain_plan(module, component=component,
-                                           device=_device_text(execution_device),
-                                           settings=session_settings)
-                cached_plan = {"decisions": {d.key: d.value for d in plan.decisions},
-                               "resident_bytes": int(plan.resident_bytes),
-                               "streamed_bytes": int(plan.streamed_bytes)}
-                if cache_plan:
-                    PLAN_CACHE.put(plan_key, cached_plan)
-                cache_answer = "miss"
-            else:
-                cache_answer = "hit"
-            state = build_state(module, streamed=[], streamable=[],
-                                decisions=cached_plan["decisions"],
-                                device=_device_text(offload_device), pinned=False)
-            state.entries = []  # placements are known only once a session plans them
-            state.bytes_by_placement = {"resident_module": cached_plan["resident_bytes"],
-                                        "streamed_large": cached_plan["streamed_bytes"]}
-            state.planner_decisions["plan_cache"] = cache_answer if cache_plan else "disabled"
-            if apply_hook and enabled:
-                # The seed's plan-only hook: the plan is recorded, execution is unchanged.
-                result.hook = DynamicOffloadHook.for_session(seed_settings.config, None, state)
-                _attach_to(module, _SESSION_ATTRIBUTE, result.hook)
-        if streaming and apply_hook and enabled:
-            state.planner_decisions["plan_cache"] = (
-                "disabled" if not cache_plan else "hit" if cached_plan is not None else "miss")
-        _attach_to(module, _STATE_ATTRIBUTE, state)
-        if seed_settings.config.verbose and result.hook is not None:
-            log_dynamic_setup(component, state, seed_settings.config, time.perf_counter() - started)
-        payload.update(build_dynamic_offload_event_payload(seed_settings, state))
-        payload["execution_mode"] = settings.value("DDO_EXECUTION_MODE")
-        # Explicit fields without a DDO_* variable are reported as given.
-        payload.update({name: value for name, value in explicit.items()
-                        if name in _PYTHON_ONLY_FIELDS})
-        _fire(record_event, dynamic_event_name or f"setup_{component}_dynamic_offload",
-              started, payload)
+        warm_hit = _apply_dynamic_offload(module, call, result, payload, options, started)
     elif chosen.value == "diffusers_group_offload":
-        use_group_stream = values[prefix + "OFFLOAD_STREAM"].value == "1"
-        record_group_stream = values[prefix + "OFFLOAD_RECORD_STREAM"].value == "1"
-        # The seed's WSL rule, for a caller that says it runs on WSL (ddod applies it itself
-        # when it sees WSL).
-        if running_on_wsl and settings.value("DDO_DISABLE_PIN_ON_WSL") == "1":
-            use_group_stream = record_group_stream = False
-        group = enable_diffusers_group_offload(
-            module,
-            onload_device=execution_device,
-            offload_device=offload_device,
-            offload_type=values[prefix + "OFFLOAD_TYPE"].value,
-            use_stream=use_group_stream,
-            record_stream=record_group_stream,
-            # The low_cpu_mem_usage argument is only the default: any layer that sets the
-            # component's variable (policy, environment, preset, override) wins, as in the seed.
-            low_cpu_mem_usage=(values[prefix + "OFFLOAD_LOW_CPU_MEM_USAGE"].value == "1"
-                               if values[prefix + "OFFLOAD_LOW_CPU_MEM_USAGE"].source != "default"
-                               else low_cpu_mem_usage),
-            num_blocks_per_group=int(values[prefix + "NUM_BLOCKS_PER_GROUP"].value or 1),
-            apply_hook=apply_hook,
-        )
-        payload.update(group.event_payload)
-        _fire(record_event, group_event_name or f"setup_{component}_group_offload", started, payload)
+        _apply_group_offload(module, call, payload, options, started)
+    elif options.apply_hook:
+        module.to(device_text(call.execution_device))
+        payload["unmanaged_module_moved_to_execution_device"] = True
+        _fire(options.record_event, f"move_{component}_to_execution_device", started, payload)
     else:
-        if apply_hook:
-            module.to(_device_text(execution_device))
-            payload["unmanaged_module_moved_to_execution_device"] = True
-            _fire(record_event, f"move_{component}_to_execution_device", started, payload)
-        else:
-            result.should_move_to_execution_device = True
+        result.should_move_to_execution_device = True
     result.event_payload = payload
-    _log_setup(result, component, chosen.value, execution_device, offload_device, apply_hook,
-               time.perf_counter() - started, warm_hit)
+    _log_setup(result, component, chosen.value, call.execution_device, call.offload_device,
+               options.apply_hook, time.perf_counter() - started, warm_hit)
     return result
+
+
+def _seed_settings(call: ResolvedCall, options: ApplyOptions) -> DynamicOffloadSettings:
+    """The result's DynamicOffloadSettings: the caller's own when they are what ddod's answer
+    came from (shared, as the seed's pipeline helper shares one object; settings built by hand
+    are used as given), else built from ddod's answer."""
+    given, settings, explicit = call.given, call.settings, call.explicit
+    if isinstance(given, DynamicOffloadSettings) and given.resolved in (settings, None):
+        return given
+    return DynamicOffloadSettings.from_resolved(
+        settings, execution_device=device_text(call.execution_device),
+        offload_device=device_text(call.offload_device), running_on_wsl=options.running_on_wsl,
+        component_policies=call.component_policies or settings.inputs.component_policies,
+        **{name: tuple(explicit[name]) for name in (
+            "target_module_classes", "skip_modules_pattern", "always_resident_modules_pattern")
+           if name in explicit})
+
+
+def _apply_dynamic_offload(module: nn.Module, call: ResolvedCall,
+                           result: DynamicOffloadApplyResult, payload: Dict[str, Any],
+                           options: ApplyOptions, started: float) -> Optional[bool]:
+    """The DDO route: the component stored in ddod and a streaming session opened (plan mode:
+    ddod's plan without a session). Returns whether ddod had the weights warm (None: no
+    session)."""
+    from ..runner_log import log_dynamic_setup
+    from ..streaming import streamable_weights
+    from .event_payload import build_dynamic_offload_event_payload
+    from .offload_hook import DynamicOffloadHook, refuse_swap
+    from .offload_state import build_state
+    from .plan_tools import PLAN_CACHE, plan_cache_key
+
+    settings, component, client = call.settings, call.component, call.client
+    seed_settings = result.settings
+    execution_device = device_text(call.execution_device)
+    apply_hook = options.apply_hook
+    warm_hit: Optional[bool] = None
+    enabled = (settings.value("DDO_EXECUTION_MODE") != "plan"
+               or settings.value("DDO_PLAN") == "1" or call.config is not None)
+    streaming = settings.value("DDO_EXECUTION_MODE") != "plan"
+    session_settings = {name: settings.value(name) for name in SESSION_SETTINGS
+                        if settings.values.get(name) and settings.value(name) != ""}
+    if call.profile is not None and call.profile.build:
+        session_settings["DDO_PROFILE_CALIBRATION"] = "1"
+    if streaming and apply_hook and enabled:
+        refuse_swap(settings.value("DDO_LINEAR_RUNTIME_STRATEGY"))
+    cache_plan = settings.value("DDO_CACHE_PLAN") == "1"
+    plan_key = plan_cache_key(module, seed_settings.config, execution_device,
+                              session_settings, streaming)
+    cached_plan = PLAN_CACHE.get(plan_key) if cache_plan else None
+    if apply_hook and enabled and streaming:
+        key = options.cache_key or default_cache_key(module, component)
+        registered = time.perf_counter()
+        bound = getattr(module, "_ddo_attached_component", None)
+        if bound is not None and not bound.closed and bound.cache_key == key:
+            # Built by load_from_ddod: its weights are ddod's copy under this key already
+            # (in the checkpoint's order, which a fresh registration would not match).
+            stored = client.component(key)
+        else:
+            stored = client.register_module(key, module, content_hash=options.cache_key is None)
+        opened = time.perf_counter()
+        session = client.stream(module, key, device=execution_device,
+                                settings=session_settings,
+                                keep_resident=_kept_resident(seed_settings.config))
+        state = build_state(
+            module, streamed=[p.name for unit in session.resources.units for p in unit.tensors],
+            streamable=streamable_weights(module),
+            decisions={d.key: d.value for d in session.plan.decisions},
+            device=execution_device,
+            pinned=seed_settings.effective_pin_cpu_memory, session=session)
+        state.add_setup("register_module", opened - registered, stored.total_bytes)
+        state.add_setup("open_session", time.perf_counter() - opened,
+                        session.resources.resident_slab_bytes)
+        session.state = state
+        session.config = seed_settings.config
+        session.verbose = bool(seed_settings.config.verbose)
+        session.log_name = component
+        warm_hit = bool(getattr(stored, "warm_hit", True))
+        # ddod plans every session itself; the process's plan cache only records that
+        # this structure was planned with these settings before.
+        if cache_plan and cached_plan is None:
+            PLAN_CACHE.put(plan_key, dict(state.planner_decisions))
+        result.hook = DynamicOffloadHook.for_session(seed_settings.config, session, state)
+        _attach_to(module, _SESSION_ATTRIBUTE, result.hook)
+        payload.update({"cache_key": key, "session": session.stats()})
+    else:
+        result.should_move_to_execution_device = True
+        # Plan mode: ddod's decisions for the module, without a session; the process's
+        # plan cache answers a structure planned before with the same settings.
+        if cached_plan is None:
+            plan = client.explain_plan(module, component=component, device=execution_device,
+                                       settings=session_settings)
+            cached_plan = {"decisions": {d.key: d.value for d in plan.decisions},
+                           "resident_bytes": int(plan.resident_bytes),
+                           "streamed_bytes": int(plan.streamed_bytes)}
+            if cache_plan:
+                PLAN_CACHE.put(plan_key, cached_plan)
+            cache_answer = "miss"
+        else:
+            cache_answer = "hit"
+        state = build_state(module, streamed=[], streamable=[],
+                            decisions=cached_plan["decisions"],
+                            device=device_text(call.offload_device), pinned=False)
+        state.entries = []  # placements are known only once a session plans them
+        state.bytes_by_placement = {"resident_module": cached_plan["resident_bytes"],
+                                    "streamed_large": cached_plan["streamed_bytes"]}
+        state.planner_decisions["plan_cache"] = cache_answer if cache_plan else "disabled"
+        if apply_hook and enabled:
+            # The seed's plan-only hook: the plan is recorded, execution is unchanged.
+            result.hook = DynamicOffloadHook.for_session(seed_settings.config, None, state)
+            _attach_to(module, _SESSION_ATTRIBUTE, result.hook)
+    if streaming and apply_hook and enabled:
+        state.planner_decisions["plan_cache"] = (
+            "disabled" if not cache_plan else "hit" if cached_plan is not None else "miss")
+    _attach_to(module, _STATE_ATTRIBUTE, state)
+    if seed_settings.config.verbose and result.hook is not None:
+        log_dynamic_setup(component, state, seed_settings.config, time.perf_counter() - started)
+    payload.update(build_dynamic_offload_event_payload(seed_settings, state))
+    payload["execution_mode"] = settings.value("DDO_EXECUTION_MODE")
+    # Explicit fields without a DDO_* variable are reported as given.
+    payload.update({name: value for name, value in call.explicit.items()
+                    if name in PYTHON_ONLY_FIELDS})
+    _fire(options.record_event, options.dynamic_event_name or f"setup_{component}_dynamic_offload",
+          started, payload)
+    return warm_hit
+
+
+def _apply_group_offload(module: nn.Module, call: ResolvedCall, payload: Dict[str, Any],
+                         options: ApplyOptions, started: float) -> None:
+    """The Diffusers group-offload route, with the component's resolved arguments."""
+    use_group_stream = call.component_value("OFFLOAD_STREAM").value == "1"
+    record_group_stream = call.component_value("OFFLOAD_RECORD_STREAM").value == "1"
+    # The seed's WSL rule, for a caller that says it runs on WSL (ddod applies it itself
+    # when it sees WSL).
+    if options.running_on_wsl and call.settings.value("DDO_DISABLE_PIN_ON_WSL") == "1":
+        use_group_stream = record_group_stream = False
+    low_cpu = call.component_value("OFFLOAD_LOW_CPU_MEM_USAGE")
+    group = enable_diffusers_group_offload(
+        module,
+        onload_device=call.execution_device,
+        offload_device=call.offload_device,
+        offload_type=call.component_value("OFFLOAD_TYPE").value,
+        use_stream=use_group_stream,
+        record_stream=record_group_stream,
+        # The low_cpu_mem_usage argument is only the default: any layer that sets the
+        # component's variable (policy, environment, preset, override) wins, as in the seed.
+        low_cpu_mem_usage=(low_cpu.value == "1" if low_cpu.source != "default"
+                           else options.low_cpu_mem_usage),
+        num_blocks_per_group=int(call.component_value("NUM_BLOCKS_PER_GROUP").value or 1),
+        apply_hook=options.apply_hook,
+    )
+    payload.update(group.event_payload)
+    _fire(options.record_event, options.group_event_name or f"setup_{call.component}_group_offload",
+          started, payload)
 
 
 def _log_setup(result: DynamicOffloadApplyResult, component: str, route: str,
@@ -503,11 +407,11 @@ def _log_setup(result: DynamicOffloadApplyResult, component: str, route: str,
 
     session = getattr(result.hook, "session", None)
     if route == "dynamic_offload":
-        where = _device_text(execution_device) if session is not None else "plan only"
+        where = device_text(execution_device) if session is not None else "plan only"
     elif route == "diffusers_group_offload":
-        where = f"{_device_text(execution_device)} from {_device_text(offload_device)}"
+        where = f"{device_text(execution_device)} from {device_text(offload_device)}"
     else:
-        where = _device_text(execution_device) if applied else "where it was (not moved)"
+        where = device_text(execution_device) if applied else "where it was (not moved)"
     log_component_setup(component, route, where, seconds,
                         verbose=bool(getattr(result.settings.config, "verbose", False)),
                         session=session, warm_hit=warm_hit)
@@ -628,13 +532,13 @@ def enable_pipeline_offload(
     for name, fallback in (("execution_device", "cuda:0"), ("offload_device", "cpu")):
         if kwargs.get(name) is None:
             kwargs[name] = getattr(source_config, name, None) or fallback
-    resolved = _resolved_of(settings)
+    resolved = resolved_of(settings)
     policies = kwargs.pop("component_policies", None)
     # Config fields given for the whole pipeline are resolved once, with the rest, so that
     # every component shares one settings object (as the seed's helper did).
-    explicit = dict(_config_fields(kwargs["config"])) if kwargs.get("config") is not None else {}
+    explicit = dict(config_fields(kwargs["config"])) if kwargs.get("config") is not None else {}
     explicit.update({name: value for name, value in kwargs.items() if name in CONFIG_FIELDS})
-    overrides = _setting_overrides({k: v for k, v in explicit.items() if v is not None})
+    overrides = setting_overrides({k: v for k, v in explicit.items() if v is not None})
     hand_built = isinstance(settings, DynamicOffloadSettings) and settings.resolved is None
     if hand_built:
         pass  # used as given by every component (enable_offload resolves each from its fields)
@@ -644,15 +548,15 @@ def enable_pipeline_offload(
             use_environment=use_environment, overrides=overrides, component_policies=policies,
             client=client)
         settings = None
-    elif (policies or _adds_to(resolved, overrides)
+    elif (policies or adds_to(resolved, overrides)
           or any(name not in resolved.components for name in found)):
-        resolved = _resolve_again(resolved, "", overrides, policies, client,
+        resolved = resolve_again(resolved, "", overrides, policies, client,
                                   components=list(found))
         settings = None
     if not isinstance(settings, DynamicOffloadSettings):
         settings = DynamicOffloadSettings.from_resolved(
-            resolved, execution_device=_device_text(kwargs.get("execution_device", "cuda:0")),
-            offload_device=_device_text(kwargs.get("offload_device", "cpu")),
+            resolved, execution_device=device_text(kwargs.get("execution_device", "cuda:0")),
+            offload_device=device_text(kwargs.get("offload_device", "cpu")),
             running_on_wsl=kwargs.get("running_on_wsl"), component_policies=policies)
     results = {}
     for name, module in found.items():
@@ -661,7 +565,7 @@ def enable_pipeline_offload(
                                 client=client, **kwargs)
         if result.should_move_to_execution_device and kwargs.get("apply_hook", True):
             # As the seed's pipeline helper: what no route placed runs on the device.
-            module.to(_device_text(kwargs.get("execution_device", "cuda:0")))
+            module.to(device_text(kwargs.get("execution_device", "cuda:0")))
             result.should_move_to_execution_device = False
             result.event_payload["unmanaged_module_moved_to_execution_device"] = True
         results[name] = result
@@ -711,100 +615,6 @@ def _kept_resident(config: Any) -> Tuple[str, ...]:
     return tuple(config.skip_modules_pattern)
 
 
-def _setting_overrides(explicit: Mapping[str, Any]) -> Dict[str, object]:
-    """DDO_* overrides of explicit config fields."""
-    overrides: Dict[str, object] = {CONFIG_FIELDS[name]: setting_text(value)
-                                    for name, value in explicit.items() if name in CONFIG_FIELDS}
-    if "small_tensor_threshold_bytes" in explicit:
-        kib = explicit["small_tensor_threshold_bytes"] / 1024
-        overrides["DDO_SMALL_TENSOR_THRESHOLD_KB"] = setting_text(int(kib) if kib == int(kib) else kib)
-    if not explicit.get("available_system_ram_gb"):  # 0: measure it, as the seed's resolver
-        overrides.pop("DDO_AVAILABLE_SYSTEM_RAM_GB", None)
-    return overrides
-
-
-def _edited_config_fields(settings: Any) -> Dict[str, Any]:
-    """The fields of ``settings.config`` that differ from what its resolved values gave: a
-    caller's ``dataclasses.replace(settings, config=replace(settings.config, ...))``; every
-    field of settings built by hand."""
-    if settings.resolved is None or settings.resolved_config is None:
-        return dict(_config_fields(settings.config))
-    return {name: value for name, value in _config_fields(settings.config)
-            if value != getattr(settings.resolved_config, name)}
-
-
-#: The per-component variables (DDO_<C>_<NAME> and DDO_RUNNER_<C>_<NAME>).
-_COMPONENT_SUFFIXES = ("ROUTE", "GROUP_OFFLOAD", "DYNAMIC_OFFLOAD", "OFFLOAD_STREAM",
-                       "OFFLOAD_RECORD_STREAM", "OFFLOAD_TYPE", "OFFLOAD_LOW_CPU_MEM_USAGE",
-                       "NUM_BLOCKS_PER_GROUP")
-
-
-def _component_variables(environ: Mapping[str, str], prefix: str) -> Dict[str, str]:
-    """The component's own variables in ``environ`` (``prefix`` is its ``DDO_<C>_``)."""
-    names = {f"{head}{suffix}" for suffix in _COMPONENT_SUFFIXES
-             for head in (prefix, "DDO_RUNNER_" + prefix[len("DDO_"):])}
-    return {name: value for name, value in environ.items() if name in names}
-
-
-def _chosen_route(settings: ResolvedSettings, component: str, prefix: str,
-                  quantized: Mapping[str, Any], explicit_route: bool):
-    """ddod's route for the component; a quantized component whose route was left to the
-    policy goes to Diffusers group offload instead of DDO (source ``quantized_backend``)."""
-    chosen = settings.components[component][prefix + "ROUTE"]
-    if (quantized and chosen.value == "dynamic_offload" and not explicit_route
-            and chosen.source in ("default", "preset")):
-        chosen = type(chosen)("diffusers_group_offload", "quantized_backend")
-    return chosen
-
-
-def _refuse_swap(strategy: str) -> None:
-    """The seed's experimental ``swap`` strategy (device copies assigned into ``weight.data``
-    around the original forward) has no counterpart: a streamed Linear takes its weight from
-    ddod's ring. Refused rather than ignored."""
-    if strategy == "swap":
-        raise ValueError(
-            "DDO_LINEAR_RUNTIME_STRATEGY='swap' is not supported: ddod streams each Linear's "
-            "weight through its device ring and the Linear computes with it (the seed's "
-            "'functional' strategy). Unset DDO_LINEAR_RUNTIME_STRATEGY or set it to "
-            "'functional'.")
-
-
-def _resolve_again(settings: ResolvedSettings, component: str, overrides: Mapping[str, object],
-                   component_policies: Optional[Mapping[str, Mapping[str, object]]],
-                   client, components: Iterable[str] = (),
-                   environ: Optional[Mapping[str, str]] = None) -> ResolvedSettings:
-    inputs = settings.inputs
-    policies: Dict[str, Dict[str, object]] = {
-        name: dict(values) for name, values in inputs.component_policies.items()}
-    for name, values in (component_policies or {}).items():
-        policies.setdefault(name, {}).update(values)
-    return client.resolve_settings(
-        inputs.preset, environ=inputs.environ if environ is None else environ,
-        overrides={**inputs.overrides, **overrides},
-        components=sorted((set(settings.components) | {component} | set(components)) - {""}),
-        component_policies=policies)
-
-
-def _adds_to(settings: ResolvedSettings, overrides: Mapping[str, object]) -> bool:
-    """Whether ``overrides`` change what ``settings`` were resolved with."""
-    given = settings.inputs.overrides
-    return any(given.get(name) != setting_text(value) for name, value in overrides.items())
-
-
-def _resolved_of(settings: Any) -> Optional[ResolvedSettings]:
-    """ResolvedSettings from either form the seed's callers pass."""
-    if settings is None or isinstance(settings, ResolvedSettings):
-        return settings
-    resolved = getattr(settings, "resolved", None)
-    if isinstance(resolved, ResolvedSettings):
-        return resolved
-    if hasattr(settings, "config") and resolved is None:
-        return None  # built by hand: resolved afresh, its config fields explicit
-    raise ConfigurationError(
-        f"settings must come from DynamicOffloadSettings.from_env() or resolve_settings(), "
-        f"not {type(settings).__name__}")
-
-
 def _pipeline_components(pipeline: Any, components) -> Dict[str, nn.Module]:
     if isinstance(components, Mapping):
         items = list(components.items())
@@ -818,10 +628,6 @@ def _pipeline_components(pipeline: Any, components) -> Dict[str, nn.Module]:
         items = [(name, getattr(pipeline, name, None))
                  for name in ("text_encoder", "text_encoder_2", "transformer", "unet", "vae")]
     return {name: module for name, module in items if isinstance(module, nn.Module)}
-
-
-def _device_text(device: Union[str, torch.device]) -> str:
-    return str(torch.device(device)) if not isinstance(device, str) else device
 
 
 def _fire(callback: Optional[EventCallback], name: str, started: float, payload: Dict[str, Any]) -> None:

@@ -61,6 +61,18 @@ _SELECTIONS = ("first", "spread", "largest")
 _MODES = ("plan", "linear_runtime", "sdnq_runtime")
 
 
+def refuse_swap(strategy: str) -> None:
+    """The seed's experimental ``swap`` strategy (device copies assigned into ``weight.data``
+    around the original forward) has no counterpart: a streamed Linear takes its weight from
+    ddod's ring. Refused rather than ignored."""
+    if strategy == "swap":
+        raise ValueError(
+            "DDO_LINEAR_RUNTIME_STRATEGY='swap' is not supported: ddod streams each Linear's "
+            "weight through its device ring and the Linear computes with it (the seed's "
+            "'functional' strategy). Unset DDO_LINEAR_RUNTIME_STRATEGY or set it to "
+            "'functional'.")
+
+
 def _check(name: str, value: str, valid) -> None:
     if value not in valid:
         raise ValueError(f"Invalid {name}={value!r}. Valid values: {', '.join(valid)}")
@@ -78,7 +90,6 @@ class DynamicOffloadHook(_HookBase):
                 ``swap`` strategy, which ddod's streaming has no counterpart of.
         """
         super().__init__()
-        from .offload_api import _refuse_swap
         from .offload_settings import DynamicOffloadConfig
 
         config = config if config is not None else DynamicOffloadConfig()
@@ -88,7 +99,7 @@ class DynamicOffloadHook(_HookBase):
         _check("resident_module_selection", config.resident_module_selection, _SELECTIONS)
         _check("execution_mode", config.execution_mode, _MODES)
         if config.execution_mode != "plan":
-            _refuse_swap(config.linear_runtime_strategy)
+            refuse_swap(config.linear_runtime_strategy)
         self.config = config
         self.execution_device = torch.device(config.execution_device)
         self.offload_device = torch.device(config.offload_device)
