@@ -24,6 +24,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from torch import nn
 
+# The safetensors backends this process can switch to for a load. Kept here: the load runs in
+# this process before anything is resolved, and needs no daemon (ddod's catalog checks
+# DDO_LOAD_SAFETENSORS_BACKEND against the same values when settings are resolved).
 SAFETENSORS_BACKENDS = ("", "mmap", "pread")
 
 # Modules that bind safetensors' functions at import time, and the attribute names they use.

@@ -44,7 +44,8 @@ from .offload_call import (
 from .offload_settings import DynamicOffloadSettings
 
 #: The resolved settings a streaming session reads (docs/streaming.md), and those of the
-#: balanced planner that sizes its resident budget when none is explicit.
+#: balanced planner that sizes its resident budget when none is explicit. Kept here: ddod does
+#: not answer which settings Attach reads, and the list is also part of the plan cache's key.
 SESSION_SETTINGS = (
     "DDO_STREAM_UNIT", "DDO_RING_SLOTS", "DDO_VRAM_BUDGET_GB", "DDO_ACTIVATION_RESERVE_GB",
     "DDO_RESIDENT_MODULE_BUDGET_GB", "DDO_RESIDENT_MODULE_SELECTION",

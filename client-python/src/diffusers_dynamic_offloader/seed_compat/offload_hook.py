@@ -55,6 +55,9 @@ except Exception:  # noqa: BLE001 - missing, or a stand-in module without hooks.
             return module
 
 _GIB = 2**30
+# The seed's constructor checks its config with no daemon at hand, so these choices are kept
+# here too; ddod's setting catalog has the same ones and checks them again whenever the config
+# is resolved (enable_offload, initialize_hook).
 _STRATEGIES = ("functional", "swap")
 _POLICIES = ("off", "balanced")
 _SELECTIONS = ("first", "spread", "largest")

@@ -78,6 +78,8 @@ def dynamic_offload_profile_key(context: Any) -> str:
 
 def get_dynamic_offload_profile_dir(profile_dir: Optional[os.PathLike] = None) -> Path:
     """``profile_dir``, else DDO_PROFILE_DIR, else ``~/.ddo/profiles`` (``~`` expanded)."""
+    # Read in the runner's environment, as the seed did, with no daemon at hand: the result is
+    # the directory named in ddod's profile requests (ddod's catalog has the same default).
     chosen = profile_dir if profile_dir is not None else os.environ.get("DDO_PROFILE_DIR") or "~/.ddo/profiles"
     return Path(os.path.expanduser(str(chosen)))
 
