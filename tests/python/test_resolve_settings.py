@@ -122,3 +122,12 @@ def test_each_component_gets_ddods_variable_prefix(daemon):
     assert set(names) == set(values) | {"DDO_RUNNER_" + name[len("DDO_"):] for name in values}
     with pytest.raises(KeyError):
         resolved.variable_prefix("vae")
+
+
+def test_an_answer_without_a_prefix_is_named():
+    from diffusers_dynamic_offloader.errors import DdoError
+    from diffusers_dynamic_offloader.resolved_settings import ResolvedSettings
+
+    old = ResolvedSettings("", "", {}, components={"vae": {}}, variable_prefixes={"vae": ""})
+    with pytest.raises(DdoError, match="older than this client"):
+        old.variable_prefix("vae")

@@ -17,7 +17,7 @@ from typing import Dict, Iterable, Mapping, Optional, Tuple
 import grpc
 
 from ._proto import settings_pb2
-from .errors import DaemonError, InvalidSettingError
+from .errors import DaemonError, DdoError, InvalidSettingError
 from .rpc_channel import RpcChannel
 
 #: SettingSource enum value -> the word ``source`` carries.
@@ -64,8 +64,16 @@ class ResolvedSettings:
 
     def variable_prefix(self, component: str) -> str:
         """ddod's ``DDO_<C>_`` prefix of a resolved component (``"Text-Encoder 2"`` ->
-        ``"DDO_TEXT_ENCODER_2_"``); KeyError for a component ddod did not resolve."""
-        return self.variable_prefixes[component]
+        ``"DDO_TEXT_ENCODER_2_"``); KeyError for a component ddod did not resolve.
+
+        Raises:
+            DdoError: ddod answered none (a ddod older than ComponentSettings.variable_prefix).
+        """
+        prefix = self.variable_prefixes[component]
+        if not prefix:
+            raise DdoError(f"ddod answered no DDO_<C>_ prefix for the component {component!r}: "
+                           f"it is older than this client; update ddod")
+        return prefix
 
     def component_variables(self, component: str) -> Tuple[str, ...]:
         """The names a resolved component's own values are read from: ``DDO_<C>_<NAME>`` for
