@@ -10,6 +10,7 @@ the module's weights are quantized (the quantized-backend rule of :func:`choose_
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -101,7 +102,7 @@ class ComponentArguments:
         return self.route is not None and self.route.strip().lower() != "auto"
 
 
-@dataclass
+@dataclass(frozen=True)
 class ResolvedCall:
     """What the resolve step found for one ``enable_offload`` call."""
 
@@ -280,9 +281,10 @@ def with_named_profile(module: nn.Module, call: ResolvedCall,
     from .named_profiles import NamedProfile
 
     settings = call.settings
-    call.profile = NamedProfile(str(explicit.get("profile_name") or ""), module,
-                                build=bool(explicit.get("build_profile")), client=call.client)
-    prepared = call.profile.prepare(
+    profile = NamedProfile(str(explicit.get("profile_name") or ""), module,
+                           build=bool(explicit.get("build_profile")), client=call.client)
+    call = dataclasses.replace(call, profile=profile)
+    prepared = profile.prepare(
         explicit, execution_device=device_text(call.execution_device),
         execution_mode=settings.value("DDO_EXECUTION_MODE"),
         policy=settings.value("DDO_AUTO_BUDGET_POLICY"),
@@ -290,9 +292,9 @@ def with_named_profile(module: nn.Module, call: ResolvedCall,
         max_resident_gb=float(settings.value("DDO_MAX_RESIDENT_MODULE_BUDGET_GB") or 0),
         manual_budget_gb=float(settings.value("DDO_RESIDENT_MODULE_BUDGET_GB") or 0))
     if prepared != explicit:
-        call.explicit = prepared
-        call.settings = resolve_again(settings, call.component, setting_overrides(prepared),
-                                      call.component_policies, call.client)
+        call = dataclasses.replace(call, explicit=prepared, settings=resolve_again(
+            settings, call.component, setting_overrides(prepared), call.component_policies,
+            call.client))
         choice = choose_route(module, call, choice.quantized)
     return call, choice
 
