@@ -44,3 +44,30 @@ def test_an_old_path_imported_first_in_a_fresh_process():
             "assert ddo.enable_offload is enable_offload\n"
             "assert enable_offload.__module__ == 'diffusers_dynamic_offloader.seed_compat.offload_api'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_seeds_own_module_path_has_its_api():
+    # The seed defined its API in diffusers_dynamic_offloader.dynamic_offload.
+    from diffusers_dynamic_offloader import dynamic_offload
+
+    assert dynamic_offload is importlib.import_module(
+        "diffusers_dynamic_offloader.seed_compat.dynamic_offload")
+    for name in dynamic_offload.__all__:
+        if name != "DDO_PRESETS":  # read from ddod on first access
+            assert getattr(dynamic_offload, name) is getattr(ddo, name), name
+
+
+def test_the_seeds_module_path_reads_ddo_presets_from_ddod(daemon, monkeypatch):
+    from diffusers_dynamic_offloader import dynamic_offload
+    from diffusers_dynamic_offloader.default_client import close_default_client
+    from diffusers_dynamic_offloader.seed_compat import presets
+
+    monkeypatch.setenv("DDO_DAEMON", daemon.address)
+    monkeypatch.delitem(presets.__dict__, "DDO_PRESETS", raising=False)
+    try:
+        table = dynamic_offload.DDO_PRESETS
+        assert type(table) is dict and "low_ram_safe" in table
+        assert table is presets.DDO_PRESETS is ddo.DDO_PRESETS
+    finally:
+        monkeypatch.delitem(presets.__dict__, "DDO_PRESETS", raising=False)
+        close_default_client()

@@ -12,6 +12,7 @@ What belongs here: the modules that exist only to give the seed's API:
   named profiles;
 - ``phases``, ``staged``, ``loading``: phases and the standby purge, staged runs, loading one
   component.
+- ``dynamic_offload``: the seed's module of that name, its API in one place.
 
 What does not: the client these modules use, which a program may use without the seed's API
 (``DdoClient``, the component store, streaming, ``resolved_settings`` for ``ResolveSettings``,
@@ -19,7 +20,8 @@ quantized detection, ``runner_log``, ``default_client``). Modules outside this p
 import it (tests/python/test_import_graph.py). Every rule ddod owns (presets, settings,
 component prefixes, routes) is ddod's answer here, not a copy.
 
-The seed's module paths (``diffusers_dynamic_offloader.offload_api``, ``.presets``,
-``.profiles``...) are these modules under their old names; the package root exports the same
-names as before.
+The module paths runners import (``diffusers_dynamic_offloader.offload_api``, ``.presets``,
+``.profiles``...) are these modules under their old names, and the seed's own
+``diffusers_dynamic_offloader.dynamic_offload`` is ``dynamic_offload`` here (its names, gathered);
+the package root exports the same names as before.
 """
