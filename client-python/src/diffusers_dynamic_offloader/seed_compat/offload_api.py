@@ -250,7 +250,7 @@ def _seed_settings(call: ResolvedCall, options: ApplyOptions) -> DynamicOffloadS
     """The result's DynamicOffloadSettings: the caller's own when they are what ddod's answer
     came from (shared, as the seed's pipeline helper shares one object; settings built by hand
     are used as given), else built from ddod's answer."""
-    given, settings, explicit = call.given, call.settings, call.explicit
+    given, settings, explicit = call.given_settings, call.settings, call.explicit
     if isinstance(given, DynamicOffloadSettings) and given.resolved in (settings, None):
         return given
     return DynamicOffloadSettings.from_resolved(

@@ -93,7 +93,7 @@ class ComponentArguments:
         return {prefix + name: value for name, value in pairs if value is not None}
 
     @property
-    def given(self) -> bool:
+    def any_given(self) -> bool:
         return any(getattr(self, item.name) is not None for item in dataclass_fields(self))
 
     @property
@@ -108,7 +108,7 @@ class ResolvedCall:
 
     component: str
     settings: ResolvedSettings  # ddod's answer, the component among its components
-    given: Any  # the call's ``settings`` argument, as passed
+    given_settings: Any  # the call's ``settings`` argument, as passed
     explicit: Dict[str, Any]  # the config fields the caller set (None dropped)
     execution_device: Union[str, torch.device]
     offload_device: Union[str, torch.device]
@@ -210,8 +210,8 @@ def resolve_call(
     # an answer of ddod before this call's resolve: the given settings when they have the
     # component, else ddod's answer for the component alone. Only when this call needs them.
     naming = (_naming(resolved, component, client)
-              if arguments.given or given is not None else None)
-    if arguments.given:
+              if arguments.any_given or given is not None else None)
+    if arguments.any_given:
         overrides.update(arguments.overrides(naming.variable_prefix(component)))
     if resolved is None and isinstance(given, DynamicOffloadSettings):
         # Settings built by hand are used as given (the seed did): their preset, even "", their
@@ -242,9 +242,10 @@ def resolve_call(
                                if name not in own}
             resolved = resolve_again(resolved, component, overrides, component_policies, client,
                                      environ={**library_environ, **component_environ})
-    return ResolvedCall(component=component, settings=resolved, given=given, explicit=explicit,
-                        execution_device=execution_device, offload_device=offload_device,
-                        arguments=arguments, component_policies=component_policies,
+    return ResolvedCall(component=component, settings=resolved, given_settings=given,
+                        explicit=explicit, execution_device=execution_device,
+                        offload_device=offload_device, arguments=arguments,
+                        component_policies=component_policies,
                         config=config, client=client)
 
 
