@@ -50,7 +50,7 @@ class DevicePeak:
     millisecond: every process, ddod included) and the runner's allocator peak."""
 
     def __enter__(self) -> "DevicePeak":
-        from diffusers_dynamic_offloader.named_profiles import DriverPeakSampler
+        from diffusers_dynamic_offloader.seed_compat.named_profiles import DriverPeakSampler
 
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -106,7 +106,7 @@ def compare(name: str, image: torch.Tensor, expected: torch.Tensor) -> None:
 def test_full_and_staged_runs_match_the_all_gpu_run_and_staged_peaks_lower(
         client, pipe, reference):
     from diffusers_dynamic_offloader import enable_pipeline_offload, enter_phase
-    from diffusers_dynamic_offloader.staged import flux_stages, run_staged
+    from diffusers_dynamic_offloader.seed_compat.staged import flux_stages, run_staged
 
     baseline = settle()
     results = enable_pipeline_offload(pipe, client=client, execution_device=DEVICE, **ROUTING)

@@ -11,14 +11,14 @@ import torch
 from torch import nn
 
 from diffusers_dynamic_offloader import DdoClient
-from diffusers_dynamic_offloader.offload_api import (
+from diffusers_dynamic_offloader.seed_compat.offload_api import (
     enable_diffusers_group_offload,
     enable_offload,
     enable_pipeline_offload,
     get_dynamic_offload_state,
     remove_dynamic_offload,
 )
-from diffusers_dynamic_offloader.offload_settings import load_dynamic_offload_settings_from_env
+from diffusers_dynamic_offloader.seed_compat.offload_settings import load_dynamic_offload_settings_from_env
 from streaming_support import frozen_copy, make_model, mismatches
 
 
@@ -117,10 +117,33 @@ def test_the_off_preset_moves_the_module_itself(daemon):
 
 def test_bad_arguments(daemon):
     with DdoClient.connect(daemon.address) as client:
-        with pytest.raises(ValueError, match="Valid values: auto, dynamic_offload"):
+        with pytest.raises(ValueError, match="DDO_MODEL_ROUTE=.gpu. must be one of auto, dynamic_offload"):
             enable_offload(nn.Linear(2, 2), route="gpu", client=client)
         with pytest.raises(TypeError, match="Unknown DynamicOffloadConfig override"):
             enable_offload(nn.Linear(2, 2), client=client, not_a_field=1)
+
+
+def test_a_components_variables_are_named_by_ddod(daemon):
+    # "Text-Encoder 2" -> ddod's DDO_TEXT_ENCODER_2_: the route keyword is sent under it, and
+    # the component's variables (DDO_RUNNER_ form too) are read from the call's environment.
+    name = "Text-Encoder 2"
+    with DdoClient.connect(daemon.address) as client:
+        routed = enable_offload(nn.Linear(4, 4), component=name, route="off", environ={},
+                                apply_hook=False, client=client)
+        assert routed.route == "none"
+        resolved = routed.settings.resolved
+        assert resolved.variable_prefix(name) == "DDO_TEXT_ENCODER_2_"
+        assert resolved.inputs.overrides["DDO_TEXT_ENCODER_2_ROUTE"] == "off"
+        # Settings resolved without the component: the call's variables of it still count.
+        settings = load_dynamic_offload_settings_from_env(environ={}, client=client)
+        assert name not in settings.components
+        read = enable_offload(nn.Linear(4, 4), component=name, settings=settings,
+                              environ={"DDO_RUNNER_TEXT_ENCODER_2_ROUTE": "none",
+                                       "DDO_TEXT_ENCODER_ROUTE": "ddo"},
+                              apply_hook=False, client=client)
+        assert read.route == "none"
+        assert read.settings.resolved.components[name]["DDO_TEXT_ENCODER_2_ROUTE"].source == "environment"
+        assert "DDO_TEXT_ENCODER_ROUTE" not in read.settings.resolved.inputs.environ
 
 
 def test_a_pipeline_shares_one_resolution(daemon, fake_diffusers):

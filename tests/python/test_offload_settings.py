@@ -3,7 +3,7 @@
 import pytest
 
 from diffusers_dynamic_offloader import DdoClient
-from diffusers_dynamic_offloader.offload_settings import (
+from diffusers_dynamic_offloader.seed_compat.offload_settings import (
     DynamicOffloadConfig,
     DynamicOffloadSettings,
     load_dynamic_offload_settings_from_env,

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from diffusers_dynamic_offloader import DdoClient
-from diffusers_dynamic_offloader.presets import (
+from diffusers_dynamic_offloader.seed_compat.presets import (
     format_dynamic_offload_presets,
     get_dynamic_offload_presets,
     get_available_system_ram_gb,
@@ -64,7 +64,7 @@ def test_platform_facts():
 
 
 def test_ddo_presets_loads_from_the_processs_daemon(daemon, monkeypatch):
-    from diffusers_dynamic_offloader import presets
+    from diffusers_dynamic_offloader.seed_compat import presets
     from diffusers_dynamic_offloader.default_client import close_default_client
 
     monkeypatch.setenv("DDO_DAEMON", daemon.address)

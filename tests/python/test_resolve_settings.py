@@ -104,3 +104,30 @@ def test_a_bad_platform_is_refused_at_start(ddod_binary, short_dir):
                             text=True, timeout=30)
     assert result.returncode == 2
     assert "DDO_PLATFORM" in result.stderr and "linux, wsl or windows" in result.stderr
+
+
+def test_each_component_gets_ddods_variable_prefix(daemon):
+    # The DDO_<C>_ prefix is ddod's rule; the client reads it from the answer.
+    with DdoClient.connect(daemon.address) as client:
+        resolved = client.resolve_settings(
+            "", environ={"DDO_TEXT_ENCODER_2_OFFLOAD_TYPE": "block_level"},
+            components=["Text-Encoder 2", "transformer", "---"])
+    assert resolved.variable_prefix("Text-Encoder 2") == "DDO_TEXT_ENCODER_2_"
+    assert resolved.variable_prefix("transformer") == "DDO_TRANSFORMER_"
+    assert resolved.variable_prefix("---") == "DDO_MODEL_"
+    values = resolved.components["Text-Encoder 2"]
+    assert values["DDO_TEXT_ENCODER_2_OFFLOAD_TYPE"].value == "block_level"
+    names = resolved.component_variables("Text-Encoder 2")
+    assert "DDO_TEXT_ENCODER_2_ROUTE" in names and "DDO_RUNNER_TEXT_ENCODER_2_ROUTE" in names
+    assert set(names) == set(values) | {"DDO_RUNNER_" + name[len("DDO_"):] for name in values}
+    with pytest.raises(KeyError):
+        resolved.variable_prefix("vae")
+
+
+def test_an_answer_without_a_prefix_is_named():
+    from diffusers_dynamic_offloader.errors import DdoError
+    from diffusers_dynamic_offloader.resolved_settings import ResolvedSettings
+
+    old = ResolvedSettings("", "", {}, components={"vae": {}}, variable_prefixes={"vae": ""})
+    with pytest.raises(DdoError, match="older than this client"):
+        old.variable_prefix("vae")

@@ -9,12 +9,12 @@ import torch
 from torch import nn
 
 from diffusers_dynamic_offloader import DdoClient
-from diffusers_dynamic_offloader.offload_api import (
+from diffusers_dynamic_offloader.seed_compat.offload_api import (
     enable_diffusers_group_offload,
     enable_dynamic_offload,
     enable_offload,
 )
-from diffusers_dynamic_offloader.offload_settings import (
+from diffusers_dynamic_offloader.seed_compat.offload_settings import (
     DynamicOffloadConfig,
     load_dynamic_offload_settings_from_env,
 )

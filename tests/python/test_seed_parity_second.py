@@ -286,7 +286,7 @@ def test_5_the_plan_cache_answers_a_structure_planned_before(runner_daemon):
 
 
 def test_5_ddo_presets_is_a_plain_dict(runner_daemon, monkeypatch):
-    from diffusers_dynamic_offloader import presets
+    from diffusers_dynamic_offloader.seed_compat import presets
 
     monkeypatch.delitem(presets.__dict__, "DDO_PRESETS", raising=False)
     table = ddo.DDO_PRESETS

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import diffusers_dynamic_offloader as ddo
-from diffusers_dynamic_offloader.staged import Stages, run_staged
+from diffusers_dynamic_offloader.seed_compat.staged import Stages, run_staged
 from streaming_support import FEATURES, make_model
 
 

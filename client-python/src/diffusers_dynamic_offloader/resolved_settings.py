@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Mapping, Optional
+from typing import Dict, Iterable, Mapping, Optional, Tuple
 
 import grpc
 
 from ._proto import settings_pb2
-from .errors import DaemonError, InvalidSettingError
+from .errors import DaemonError, DdoError, InvalidSettingError
 from .rpc_channel import RpcChannel
 
 #: SettingSource enum value -> the word ``source`` carries.
@@ -47,18 +47,42 @@ class ResolvedValue:
 class ResolvedSettings:
     """ddod's answer. ``values`` by DDO_* name; ``components[name]`` by DDO_<C>_* name, whose
     ``DDO_<C>_ROUTE`` is the route the component takes (``dynamic_offload``,
-    ``diffusers_group_offload`` or ``none``)."""
+    ``diffusers_group_offload`` or ``none``); ``variable_prefixes[name]`` is that ``DDO_<C>_``,
+    as ddod derives it from the component's name."""
 
     requested_preset: str
     effective_preset: str
     values: Dict[str, ResolvedValue]
     components: Dict[str, Dict[str, ResolvedValue]] = field(default_factory=dict)
+    variable_prefixes: Dict[str, str] = field(default_factory=dict)
     #: What was asked: resolving again with other components or more overrides starts here.
     inputs: "ResolveInputs" = field(default_factory=lambda: ResolveInputs())
 
     def value(self, name: str) -> str:
         """The value of a library setting; KeyError for a name ddod did not resolve."""
         return self.values[name].value
+
+    def variable_prefix(self, component: str) -> str:
+        """ddod's ``DDO_<C>_`` prefix of a resolved component (``"Text-Encoder 2"`` ->
+        ``"DDO_TEXT_ENCODER_2_"``); KeyError for a component ddod did not resolve.
+
+        Raises:
+            DdoError: ddod answered none (a ddod older than ComponentSettings.variable_prefix).
+        """
+        prefix = self.variable_prefixes[component]
+        if not prefix:
+            raise DdoError(f"ddod answered no DDO_<C>_ prefix for the component {component!r}: "
+                           f"it is older than this client; update ddod")
+        return prefix
+
+    def component_variables(self, component: str) -> Tuple[str, ...]:
+        """The names a resolved component's own values are read from: ``DDO_<C>_<NAME>`` for
+        every per-component setting ddod answered, then the ``DDO_RUNNER_<C>_<NAME>`` form
+        ddod reads after it. KeyError for a component ddod did not resolve."""
+        own = tuple(self.components[component])
+        prefix = self.variable_prefix(component)
+        runner = "DDO_RUNNER_" + prefix[len("DDO_"):]
+        return own + tuple(runner + name[len(prefix):] for name in own)
 
     @classmethod
     def from_proto(cls, message: settings_pb2.ResolvedSettings) -> "ResolvedSettings":
@@ -70,6 +94,7 @@ class ResolvedSettings:
             effective_preset=message.effective_preset,
             values=convert(message.values),
             components={c.component: convert(c.values) for c in message.components},
+            variable_prefixes={c.component: c.variable_prefix for c in message.components},
         )
 
 

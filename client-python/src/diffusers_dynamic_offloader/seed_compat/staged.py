@@ -1,0 +1,176 @@
+"""Staged runs: a Diffusers pipeline in three passes with cleanup between them (the seed's
+pattern, research/seed-ddo.md §6.1, as a library helper instead of hand-written runners).
+
+1. **prompt**: the text encoders are routed (usually Diffusers group offload) and the prompt
+   is encoded; their results are released;
+2. **denoise**: the denoiser (transformer or UNet) is routed (usually streamed by ddod) and
+   the pipeline runs with ``output_type="latent"``; released;
+3. **decode**: the VAE is routed and the latents decoded; released.
+
+Between passes :func:`~diffusers_dynamic_offloader.seed_compat.phases.enter_phase` releases the previous
+pass's results, collects, and tells ddod what this pass and the next need (ddod frees the rest
+and warms the next pass's weights). A full run (``enable_pipeline_offload`` then
+``pipe(...)``) keeps everything routed at once; a staged run holds one pass's components at a
+time.
+
+How a pipeline encodes and decodes differs between pipeline classes, so the passes are given
+as functions (:class:`Stages`); :func:`flux_stages` gives them for FluxPipeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import contextlib
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+
+import torch
+from torch import nn
+
+EventCallback = Callable[..., Any]
+
+
+@dataclass
+class Stages:
+    """How to run one pipeline class in passes.
+
+    Attributes:
+        encode: ``encode(pipe, **call_kwargs) -> dict``: the keyword arguments that replace the
+            prompt in the denoising call (``prompt_embeds=...`` and its kind).
+        decode: ``decode(pipe, latents, **call_kwargs)``: the pipeline's output from latents.
+        prompt: Component names the prompt pass uses.
+        denoise: Component names the denoising pass uses.
+        decoding: Component names the decoding pass uses.
+        prompt_arguments: Call arguments that only the prompt pass reads (dropped from the
+            denoising call, which gets embeddings instead).
+    """
+
+    encode: Callable[..., Dict[str, Any]]
+    decode: Callable[..., Any]
+    prompt: Sequence[str] = ("text_encoder", "text_encoder_2", "text_encoder_3")
+    denoise: Sequence[str] = ("transformer", "unet")
+    decoding: Sequence[str] = ("vae",)
+    prompt_arguments: Sequence[str] = ("prompt", "prompt_2", "prompt_3", "negative_prompt",
+                                       "negative_prompt_2", "negative_prompt_3",
+                                       "max_sequence_length")
+
+
+def run_staged(
+    pipe: Any,
+    stages: Stages,
+    *,
+    settings: Any = None,
+    client=None,
+    record_event: Optional[EventCallback] = None,
+    offload_kwargs: Optional[Mapping[str, Any]] = None,
+    execution_device: str = "cuda:0",
+    offload_device: str = "cpu",
+    **call_kwargs: Any,
+) -> Any:
+    """Runs ``pipe`` in the three passes of ``stages`` and returns what ``stages.decode``
+    returns. ``settings`` (DynamicOffloadSettings) and ``offload_kwargs`` go to every
+    ``enable_offload``; ``call_kwargs`` are the pipeline call's (prompt, steps, size, ...).
+    Every component is released when the run ends, also when it raises."""
+    from .offload_api import _client, _pipeline_components, default_cache_key, enable_offload
+    from .phases import enter_phase, standby_purge_requested
+
+    client = _client(client)
+    components = _pipeline_components(pipe, None)
+    routing = {"execution_device": execution_device, "offload_device": offload_device,
+               **dict(offload_kwargs or {})}
+    held: List[Any] = []
+
+    def modules(names: Sequence[str]) -> Dict[str, nn.Module]:
+        return {name: components[name] for name in names
+                if isinstance(components.get(name), nn.Module)}
+
+    def keys(names: Sequence[str]) -> List[str]:
+        return [default_cache_key(module, name) for name, module in modules(names).items()]
+
+    def route(names: Sequence[str]) -> None:
+        for name, module in modules(names).items():
+            held.append(enable_offload(module, component=name, settings=settings, client=client,
+                                       record_event=record_event, **routing))
+
+    def phase(name: str, needed: Sequence[str], prefetch: Sequence[str]) -> None:
+        # Releasing a result gives back all it took: a streaming session, group offload
+        # hooks, or a module moved to the device whole.
+        released = list(held)
+        held.clear()
+        # The seed's purge switches of the moments this phase begins at (ddod answers
+        # whether it purged: only on Windows).
+        purge = standby_purge_requested(_SEED_PURGE_PHASES.get(name, ()), settings=settings,
+                                        environ=routing.get("environ"), client=client)
+        enter_phase(name, needed=keys(needed), prefetch=keys(prefetch), release=released,
+                    purge_standby=purge, client=client, record_event=record_event)
+
+    try:
+        with _executing_on(pipe, routing["execution_device"]):
+            # The denoiser's weights are warmed while the prompt is encoded (and kept warm
+            # after the run, for the next one, when ddod's budget allows).
+            phase("prompt", stages.prompt, stages.denoise)
+            route(stages.prompt)
+            embeddings = stages.encode(pipe, **call_kwargs)
+            phase("denoise", stages.denoise, stages.decoding)
+            route(stages.denoise)
+            # The denoising pass returns latents whatever output the caller asked for.
+            denoise_call = {k: v for k, v in call_kwargs.items()
+                            if k not in stages.prompt_arguments and k != "output_type"}
+            latents = pipe(**denoise_call, **embeddings, output_type="latent")
+            latents = getattr(latents, "images", latents)
+            phase("decode", stages.decoding, ())
+            route(stages.decoding)
+            output = stages.decode(pipe, latents, **call_kwargs)
+            phase("after_run", (), stages.denoise)
+            return output
+    finally:
+        while held:
+            held.pop().release()
+
+
+# The seed's standby-purge moments (DDO_PURGE_WINDOWS_STANDBY_<PHASE>) at which each phase
+# of a staged run begins.
+_SEED_PURGE_PHASES = {"prompt": ("before_run",),
+                      "denoise": ("after_text_encoder", "before_transformer")}
+
+
+@contextlib.contextmanager
+def _executing_on(pipe: Any, device: str) -> Iterator[None]:
+    """Pins a Diffusers pipeline's ``_execution_device`` for the run. Diffusers infers it
+    from group offload hooks or else from the first module component (the VAE in most
+    pipelines); in a staged pass the other components sit unrouted on the host, so the
+    inference would answer "cpu" and the pass would build its latents there."""
+    cls = type(pipe)
+    if not isinstance(getattr(cls, "_execution_device", None), property):
+        yield
+        return
+    pinned = torch.device(device)
+    pipe.__class__ = type(cls.__name__, (cls,), {
+        "__module__": cls.__module__, "__doc__": cls.__doc__,
+        "_execution_device": property(lambda self: pinned)})
+    try:
+        yield
+    finally:
+        pipe.__class__ = cls
+
+
+def flux_stages() -> Stages:
+    """The passes of diffusers' FluxPipeline: ``encode_prompt`` gives ``prompt_embeds`` and
+    ``pooled_prompt_embeds``; the latents are unpacked, unscaled and decoded by the VAE."""
+
+    def encode(pipe: Any, **call: Any) -> Dict[str, Any]:
+        prompt_embeds, pooled, _text_ids = pipe.encode_prompt(
+            prompt=call.get("prompt"), prompt_2=call.get("prompt_2"),
+            max_sequence_length=call.get("max_sequence_length", 512),
+            num_images_per_prompt=call.get("num_images_per_prompt", 1))
+        return {"prompt_embeds": prompt_embeds, "pooled_prompt_embeds": pooled}
+
+    def decode(pipe: Any, latents: Any, **call: Any) -> Any:
+        height = call.get("height") or pipe.default_sample_size * pipe.vae_scale_factor
+        width = call.get("width") or pipe.default_sample_size * pipe.vae_scale_factor
+        latents = pipe._unpack_latents(latents, height, width, pipe.vae_scale_factor)
+        latents = latents / pipe.vae.config.scaling_factor + pipe.vae.config.shift_factor
+        vae_dtype = next(pipe.vae.parameters()).dtype
+        image = pipe.vae.decode(latents.to(vae_dtype), return_dict=False)[0]
+        return pipe.image_processor.postprocess(image, output_type=call.get("output_type", "pil"))
+
+    return Stages(encode=encode, decode=decode)
