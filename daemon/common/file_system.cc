@@ -212,7 +212,9 @@ int FaultInjectingFileSystem::Enter(FileOp op) {
 
 absl::StatusOr<UniqueFd> FaultInjectingFileSystem::ShmOpen(const std::string& name, int flags,
                                                            mode_t mode) {
-  if (int error = Enter(FileOp::kShmOpen)) return PosixError(absl::StrCat("shm_open ", name), error);
+  if (int error = Enter(FileOp::kShmOpen)) {
+    return PosixError(absl::StrCat("shm_open ", name), error);
+  }
   return base_->ShmOpen(name, flags, mode);
 }
 

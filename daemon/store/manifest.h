@@ -49,10 +49,12 @@ struct ManifestComponent {
 };
 
 // Replaces the manifest at `path` atomically, through `fs` (nullptr: FileSystem::Default()).
-// On failure (ENOSPC, EIO... in open, write, fsync or rename of "<path>.tmp") the previous
-// manifest is untouched, the temporary file is removed, and the error names the operation,
-// the file and the errno's text.
-absl::Status WriteManifest(const std::string& path, const std::vector<ManifestComponent>& components,
+// When the open, write, fsync or rename of "<path>.tmp" fails (ENOSPC, EIO...), the previous
+// manifest is untouched and the temporary file is removed; the error names the operation, the
+// file and the errno's text. A failed fsync of the directory afterwards is reported too, with
+// the new manifest already in place.
+absl::Status WriteManifest(const std::string& path,
+                           const std::vector<ManifestComponent>& components,
                            FileSystem* fs = nullptr);
 
 // NotFound when there is no manifest; DataLoss when it cannot be trusted (syntax, fields,

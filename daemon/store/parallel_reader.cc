@@ -54,8 +54,9 @@ class ReadRun {
       }
       const Chunk& chunk = chunks_[index];
       const ReadJob& job = jobs_[chunk.job];
-      absl::Status status = ReadFully(job.fd, job.file_offset + chunk.offset_in_job,
-                                      job.destination + chunk.offset_in_job, chunk.bytes, job.path, fs_);
+      absl::Status status =
+          ReadFully(job.fd, job.file_offset + chunk.offset_in_job,
+                    job.destination + chunk.offset_in_job, chunk.bytes, job.path, fs_);
       if (!status.ok()) {
         Fail(std::move(status));
         return;

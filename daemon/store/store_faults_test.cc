@@ -97,8 +97,8 @@ class StoreFaultsTest : public ::testing::Test {
   SafetensorsRequest RequestFor(const std::string& key, const std::string& path) {
     SafetensorsRequest request;
     request.cache_key = key;
-    request.files.push_back(
-        SafetensorsSource{"model.safetensors", UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC))});
+    request.files.push_back(SafetensorsSource{
+        "model.safetensors", UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC))});
     return request;
   }
 
