@@ -21,6 +21,8 @@ std::string PoolNamespace(const std::string& socket_path) {
 
 HostPool::HostPool(PoolOptions options)
     : options_(std::move(options)),
+      file_system_(options_.file_system != nullptr ? options_.file_system
+                                                   : FileSystem::Default()),
       name_prefix_(absl::StrCat("/ddo-", ::geteuid(), "-", options_.name_namespace, "-")) {}
 
 absl::Status HostPool::Reserve(uint64_t bytes) {
@@ -65,7 +67,7 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes) 
   const uint64_t size = Footprint(bytes);
   DDO_RETURN_IF_ERROR(Reserve(size));
   auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size,
-                                       options_.populate_threads);
+                                       options_.populate_threads, file_system_);
   if (!segment.ok()) {
     Release(size, false);
     return segment.status();
@@ -74,7 +76,7 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes) 
 }
 
 absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Adopt(const std::string& name) {
-  DDO_ASSIGN_OR_RETURN(SharedSegment segment, SharedSegment::Open(name));
+  DDO_ASSIGN_OR_RETURN(SharedSegment segment, SharedSegment::Open(name, file_system_));
   DDO_RETURN_IF_ERROR(Reserve(segment.size()));
   return std::shared_ptr<PoolSegment>(new PoolSegment(*this, std::move(segment)));
 }

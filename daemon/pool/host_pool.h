@@ -69,6 +69,9 @@ struct PoolOptions {
   int pretouch_threads = 4;
   // Threads that allocate a new segment's pages.
   int populate_threads = 4;
+  // Every shm call of the pool's segments goes through it (nullptr: FileSystem::Default());
+  // it must outlive the pool. Tests inject faults here.
+  FileSystem* file_system = nullptr;
 };
 
 struct PoolUsage {
@@ -85,11 +88,13 @@ class HostPool {
   HostPool& operator=(const HostPool&) = delete;
 
   // A new segment of at least `bytes` (rounded up to 2 MiB). RESOURCE_EXHAUSTED when it does
-  // not fit in what is left of the budget; the message gives the sizes.
+  // not fit in what is left of the budget (the message gives the sizes) or /dev/shm is full;
+  // on any failure the budget is as before and no segment is left in /dev/shm.
   absl::StatusOr<std::shared_ptr<PoolSegment>> Allocate(uint64_t bytes);
 
   // Maps a segment a previous ddod left behind. Counted against the budget like any other;
-  // RESOURCE_EXHAUSTED when it no longer fits (a smaller budget this time).
+  // RESOURCE_EXHAUSTED when it no longer fits (a smaller budget this time); the errors of
+  // SharedSegment::Open otherwise. On failure the budget is as before.
   absl::StatusOr<std::shared_ptr<PoolSegment>> Adopt(const std::string& name);
 
   // The bytes a new allocation of `bytes` would take.
@@ -99,6 +104,7 @@ class HostPool {
 
   PoolUsage Usage() const;
   const PoolOptions& options() const { return options_; }
+  FileSystem& file_system() const { return *file_system_; }
   // "/ddo-<uid>-<namespace>-": every segment of this pool starts with it.
   const std::string& name_prefix() const { return name_prefix_; }
 
@@ -113,6 +119,7 @@ class HostPool {
   void CountPinned(uint64_t bytes);
 
   const PoolOptions options_;
+  FileSystem* const file_system_;
   const std::string name_prefix_;
   mutable absl::Mutex mu_;
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;

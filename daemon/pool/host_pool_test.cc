@@ -3,9 +3,13 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
+#include "daemon/common/file_system.h"
 #include "daemon/common/random_id.h"
 #include "daemon/pool/host_pinning.h"
 #include "daemon/session/lease_registry.h"
@@ -109,6 +113,112 @@ TEST(HostPoolTest, PinningFollowsTheMachine) {
   EXPECT_TRUE((*segment)->Pin().ok()) << "idempotent";
   segment->reset();
   EXPECT_EQ(pool.Usage().pinned_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace ddo
+
+namespace ddo {
+namespace {
+
+// Injected faults while making a segment: the pool refuses with a status that names the
+// segment, the operation and the errno, the half-made segment leaves /dev/shm, and the
+// accounting is back where it was.
+struct CreateFault {
+  FileOp op;
+  int error_number;
+  absl::StatusCode code;
+  const char* says;
+};
+
+class HostPoolCreateFaultTest : public ::testing::TestWithParam<CreateFault> {};
+
+TEST_P(HostPoolCreateFaultTest, NothingIsLeftAndTheBudgetIsWhole) {
+  const CreateFault& fault = GetParam();
+  FaultInjectingFileSystem fs;
+  PoolOptions options = Options(16ull << 20);
+  options.file_system = &fs;
+  HostPool pool(options);
+  auto kept = pool.Allocate(1 << 20);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  (*kept)->MarkDiscarded();
+  const PoolUsage before = pool.Usage();
+
+  fs.FailNth(fault.op, fault.error_number);
+  auto failed = pool.Allocate(3 << 20);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), fault.code) << failed.status();
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr(pool.name_prefix()))
+      << "names the segment";
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr(fault.says));
+  EXPECT_EQ(pool.Usage().reserved_bytes, before.reserved_bytes);
+  EXPECT_EQ(pool.Usage().segments, before.segments);
+  EXPECT_THAT(pool.ListSegmentNames(), ::testing::ElementsAre((*kept)->name()))
+      << "the half-made segment is gone from /dev/shm";
+  auto next = pool.Allocate(1 << 20);
+  ASSERT_TRUE(next.ok()) << "the next allocation works: " << next.status();
+  (*next)->MarkDiscarded();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EachStep, HostPoolCreateFaultTest,
+    ::testing::Values(
+        CreateFault{FileOp::kShmOpen, EMFILE, absl::StatusCode::kResourceExhausted,
+                    "Too many open files"},
+        CreateFault{FileOp::kShmOpen, EACCES, absl::StatusCode::kPermissionDenied,
+                    "Permission denied"},
+        CreateFault{FileOp::kTruncate, ENOSPC, absl::StatusCode::kResourceExhausted,
+                    "to 4194304 bytes: No space left on device"},
+        CreateFault{FileOp::kMap, ENOMEM, absl::StatusCode::kResourceExhausted,
+                    "Cannot allocate memory"},
+        CreateFault{FileOp::kAllocate, ENOSPC, absl::StatusCode::kResourceExhausted,
+                    "/dev/shm has no room for 4194304 more bytes"},
+        CreateFault{FileOp::kAllocate, ENOSPC, absl::StatusCode::kResourceExhausted,
+                    "No space left on device"}));
+
+TEST(HostPoolTest, AFailedShmOpenOnAdoptionLeavesTheSegmentAndTheBudgetAlone) {
+  const PoolOptions first = Options(16ull << 20);
+  std::string name;
+  {
+    HostPool pool(first);
+    auto segment = pool.Allocate(1 << 20);
+    ASSERT_TRUE(segment.ok());
+    name = (*segment)->name();
+  }
+  FaultInjectingFileSystem fs;
+  PoolOptions options = first;
+  options.file_system = &fs;
+  HostPool next(options);
+  for (int error_number : {EMFILE, EACCES}) {
+    fs.FailNth(FileOp::kShmOpen, error_number);
+    auto failed = next.Adopt(name);
+    ASSERT_FALSE(failed.ok());
+    EXPECT_THAT(std::string(failed.status().message()),
+                HasSubstr("shm_open " + name + ": " + std::strerror(error_number)));
+    EXPECT_EQ(next.Usage().reserved_bytes, 0u);
+    EXPECT_EQ(next.Usage().segments, 0u);
+  }
+  auto adopted = next.Adopt(name);
+  ASSERT_TRUE(adopted.ok()) << "the pool leaves the decision to its caller: " << adopted.status();
+  (*adopted)->MarkDiscarded();
+}
+
+TEST(HostPoolTest, AnEmptySegmentIsNotMapped) {
+  const PoolOptions options = Options(16ull << 20);
+  std::string name;
+  {
+    HostPool pool(options);
+    auto segment = pool.Allocate(1 << 20);
+    ASSERT_TRUE(segment.ok());
+    name = (*segment)->name();
+  }
+  ASSERT_EQ(::truncate(SegmentPath(name).c_str(), 0), 0);
+  HostPool next(options);
+  auto adopted = next.Adopt(name);
+  EXPECT_TRUE(absl::IsDataLoss(adopted.status())) << adopted.status();
+  EXPECT_THAT(std::string(adopted.status().message()), HasSubstr(name + " is empty"));
+  EXPECT_EQ(next.Usage().segments, 0u);
+  ::shm_unlink(name.c_str());
 }
 
 }  // namespace

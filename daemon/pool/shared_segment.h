@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "daemon/common/file_system.h"
 
 namespace ddo {
 
@@ -25,12 +26,15 @@ class SharedSegment {
  public:
   // Creates and maps a new segment of `size` bytes (a multiple of kSegmentGranularity), its
   // pages allocated up front by `threads` threads. AlreadyExists when the name is taken;
-  // ResourceExhausted when /dev/shm has no room (never a SIGBUS later).
+  // ResourceExhausted when /dev/shm has no room (never a SIGBUS later). On any failure the
+  // half-made segment is removed from /dev/shm again. Every system call goes through `fs`
+  // (nullptr: FileSystem::Default()), which must outlive the segment.
   static absl::StatusOr<SharedSegment> Create(const std::string& name, uint64_t size,
-                                              int threads = 1);
+                                              int threads = 1, FileSystem* fs = nullptr);
 
   // Maps an existing segment (adoption after a restart); its size is whatever the file has.
-  static absl::StatusOr<SharedSegment> Open(const std::string& name);
+  // DataLoss when it is empty; PermissionDenied when it is not an owner-only segment of ours.
+  static absl::StatusOr<SharedSegment> Open(const std::string& name, FileSystem* fs = nullptr);
 
   SharedSegment(SharedSegment&& other) noexcept;
   SharedSegment& operator=(SharedSegment&& other) noexcept;
@@ -47,9 +51,10 @@ class SharedSegment {
   uint64_t size() const { return size_; }
 
  private:
-  SharedSegment(std::string name, char* data, uint64_t size)
-      : name_(std::move(name)), data_(data), size_(size) {}
+  SharedSegment(FileSystem* fs, std::string name, char* data, uint64_t size)
+      : fs_(fs), name_(std::move(name)), data_(data), size_(size) {}
 
+  FileSystem* fs_ = nullptr;
   std::string name_;
   char* data_ = nullptr;
   uint64_t size_ = 0;

@@ -90,7 +90,10 @@ std::string ComponentId(const std::string& cache_key, const std::string& structu
 }
 
 ComponentStore::ComponentStore(HostPool& pool, SessionRegistry& sessions, StoreOptions options)
-    : pool_(pool), sessions_(sessions), options_(std::move(options)) {}
+    : pool_(pool),
+      sessions_(sessions),
+      options_(std::move(options)),
+      fs_(options_.file_system != nullptr ? *options_.file_system : pool_.file_system()) {}
 
 ComponentStore::~ComponentStore() { Close(/*discard=*/false); }
 
@@ -206,7 +209,7 @@ void ComponentStore::PersistLocked() {
     entry.keep_alive_seconds = KeepAliveToSeconds(component.info.keep_alive);
     entries.push_back(std::move(entry));
   }
-  if (absl::Status written = WriteManifest(options_.manifest_path, entries); !written.ok()) {
+  if (absl::Status written = WriteManifest(options_.manifest_path, entries, &fs_); !written.ok()) {
     // The pool keeps working; only warm restarts suffer.
     Logger("store")->error("could not write the pool manifest: {}", written.message());
   }
@@ -642,7 +645,7 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   const absl::Time started = absl::Now();
   DDO_ASSIGN_OR_RETURN(
       SafetensorsSet set,
-      OpenSafetensorsSet(std::move(request.files), std::move(request.index), cancelled));
+      OpenSafetensorsSet(std::move(request.files), std::move(request.index), cancelled, &fs_));
   DDO_ASSIGN_OR_RETURN(std::vector<TensorEntry> tensors, TableOfSafetensors(set, request.units));
   // Which files these are: the same unchanged files prove a caller may read a component
   // another user loaded from them.
@@ -693,7 +696,8 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   const uint64_t total = set.total_bytes;
   const absl::Time reading = absl::Now();
   const absl::Status read = ReadInParallel(
-      jobs, options_.read_threads, [&](uint64_t done) { progress(done, total); }, cancelled);
+      jobs, options_.read_threads, [&](uint64_t done) { progress(done, total); }, cancelled,
+      kDefaultReadChunkBytes, &fs_);
   const double read_s = absl::ToDoubleSeconds(absl::Now() - reading);
   if (!read.ok()) {
     (void)Abort(lease.id, begun.upload_id);
@@ -726,7 +730,7 @@ absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ShareByProof(
       return ProofDigest(target.tensors, target.bytes, stop);
     });
   }
-  absl::StatusOr<SafetensorsHashes> files = HashSafetensors(set, cancelled);
+  absl::StatusOr<SafetensorsHashes> files = HashSafetensors(set, cancelled, &fs_);
   files_failed = !files.ok();
   if (component_digest.valid()) {
     absl::StatusOr<std::string> digest = component_digest.get();
@@ -1108,7 +1112,9 @@ void ComponentStore::AdoptPrevious() {
   for (const std::string& name : pool_.ListSegmentNames()) {
     if (kept.count(name) == 0) {
       log->info("removing leftover segment {}", name);
-      ::shm_unlink(name.c_str());
+      if (absl::Status removed = fs_.ShmUnlink(name); !removed.ok()) {
+        log->warn("{}", removed.message());
+      }
     }
   }
   PersistLocked();
@@ -1127,7 +1133,7 @@ void ComponentStore::Close(bool discard) {
     }
   }
   if (discard && !options_.manifest_path.empty()) {
-    ::unlink(options_.manifest_path.c_str());
+    (void)fs_.Unlink(options_.manifest_path);
   }
 }
 

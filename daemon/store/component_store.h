@@ -129,6 +129,9 @@ struct StoreOptions {
   // components it owns; 0 bytes: the pool budget is the only bound.
   size_t max_uploads_per_uid = 8;
   uint64_t max_bytes_per_uid = 0;
+  // The manifest's writes, the safetensors reads and the removal of leftover segments go
+  // through it (nullptr: the pool's, HostPool::file_system()); it must outlive the store.
+  FileSystem* file_system = nullptr;
 };
 
 class ComponentStore {
@@ -329,6 +332,7 @@ class ComponentStore {
   HostPool& pool_;
   SessionRegistry& sessions_;
   const StoreOptions options_;
+  FileSystem& fs_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, Component> components_ ABSL_GUARDED_BY(mu_);  // by cache key

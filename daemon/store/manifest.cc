@@ -4,13 +4,11 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include <cerrno>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "daemon/common/posix_error.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/unique_fd.h"
 #include "daemon/common/runtime_dir.h"
@@ -64,18 +62,27 @@ absl::StatusOr<TensorEntry> TensorFromJson(const json& value) {
 }
 
 // fsync of the directory makes the rename itself durable.
-absl::Status SyncDirectory(const std::string& directory) {
-  UniqueFd fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.valid() || ::fsync(fd.get()) != 0) {
-    return PosixError(absl::StrCat("fsync ", directory), errno);
-  }
-  return absl::OkStatus();
+absl::Status SyncDirectory(FileSystem& fs, const std::string& directory) {
+  DDO_ASSIGN_OR_RETURN(UniqueFd fd, fs.Open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
+  return fs.Sync(fd.get(), directory);
+}
+
+// Writes `text` to `temporary`, makes it durable and renames it over `path`.
+absl::Status ReplaceFile(FileSystem& fs, const std::string& temporary, const std::string& path,
+                         const std::string& text) {
+  DDO_ASSIGN_OR_RETURN(UniqueFd fd,
+                       fs.Open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  DDO_RETURN_IF_ERROR(fs.Write(fd.get(), text.data(), text.size(), temporary));
+  DDO_RETURN_IF_ERROR(fs.Sync(fd.get(), temporary));
+  fd.Reset();
+  return fs.Rename(temporary, path);
 }
 
 }  // namespace
 
 absl::Status WriteManifest(const std::string& path,
-                           const std::vector<ManifestComponent>& components) {
+                           const std::vector<ManifestComponent>& components, FileSystem* fs) {
+  if (fs == nullptr) fs = FileSystem::Default();
   json list = json::array();
   for (const ManifestComponent& component : components) {
     json tensors = json::array();
@@ -117,24 +124,12 @@ absl::Status WriteManifest(const std::string& path,
   const std::string text = document.dump(1);
 
   const std::string temporary = path + ".tmp";
-  UniqueFd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd.valid()) {
-    return PosixError(absl::StrCat("open ", temporary), errno);
+  if (absl::Status replaced = ReplaceFile(*fs, temporary, path, text); !replaced.ok()) {
+    // The previous manifest stays as it was; a half-written temporary must not stay beside it.
+    (void)fs->Unlink(temporary);
+    return replaced;
   }
-  for (size_t written = 0; written < text.size();) {
-    const ssize_t n = ::write(fd.get(), text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return PosixError(absl::StrCat("write ", temporary), errno);
-    written += static_cast<size_t>(n);
-  }
-  if (::fsync(fd.get()) != 0) {
-    return PosixError(absl::StrCat("fsync ", temporary), errno);
-  }
-  fd.Reset();
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    return PosixError(absl::StrCat("rename ", temporary, " to ", path), errno);
-  }
-  return SyncDirectory(ParentDirectory(path));
+  return SyncDirectory(*fs, ParentDirectory(path));
 }
 
 absl::StatusOr<std::vector<ManifestComponent>> ReadManifest(const std::string& path) {

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include <sys/types.h>
 
+#include "daemon/common/file_system.h"
 #include "daemon/store/file_identity.h"
 #include "daemon/store/tensor_table.h"
 
@@ -47,8 +48,14 @@ struct ManifestComponent {
   int64_t keep_alive_seconds = 0;
 };
 
-// Replaces the manifest at `path` atomically.
-absl::Status WriteManifest(const std::string& path, const std::vector<ManifestComponent>& components);
+// Replaces the manifest at `path` atomically, through `fs` (nullptr: FileSystem::Default()).
+// When the open, write, fsync or rename of "<path>.tmp" fails (ENOSPC, EIO...), the previous
+// manifest is untouched and the temporary file is removed; the error names the operation, the
+// file and the errno's text. A failed fsync of the directory afterwards is reported too, with
+// the new manifest already in place.
+absl::Status WriteManifest(const std::string& path,
+                           const std::vector<ManifestComponent>& components,
+                           FileSystem* fs = nullptr);
 
 // NotFound when there is no manifest; DataLoss when it cannot be trusted (syntax, fields,
 // checksum), with the reason.

@@ -2,8 +2,11 @@
 
 #include <xxhash.h>
 
+#include <cerrno>
+#include <filesystem>
 #include <fstream>
 
+#include "daemon/common/file_system.h"
 #include "daemon/common/temp_dir_for_test.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -149,6 +152,58 @@ TEST(ManifestTest, AnEditedOrTornFileIsNotTrusted) {
   std::ofstream(path) << text.substr(0, text.size() / 2);
   EXPECT_TRUE(absl::IsDataLoss(ReadManifest(path).status()));
 }
+
+// Injected faults: every step of the atomic replacement fails in turn; each time the previous
+// manifest stays valid and readable, no temporary is left, and a later write succeeds.
+struct ManifestFault {
+  FileOp op;
+  int error_number;
+  absl::StatusCode code;
+  const char* says;  // the operation and the errno's text
+};
+
+class ManifestFaultTest : public ::testing::TestWithParam<ManifestFault> {};
+
+TEST_P(ManifestFaultTest, TheOldManifestSurvivesAndALaterWriteSucceeds) {
+  const ManifestFault& fault = GetParam();
+  TempDirForTest dir;
+  const std::string path = dir.Join("manifest.json");
+  ASSERT_TRUE(WriteManifest(path, {Example()}).ok());
+  ManifestComponent second = Example();
+  second.cache_key = "another/key";
+
+  FaultInjectingFileSystem fs;
+  fs.FailNth(fault.op, fault.error_number);
+  const absl::Status failed = WriteManifest(path, {Example(), second}, &fs);
+  EXPECT_EQ(failed.code(), fault.code) << failed;
+  EXPECT_THAT(std::string(failed.message()), HasSubstr(fault.says));
+  EXPECT_EQ(fs.Calls(fault.op), 1);
+
+  auto old = ReadManifest(path);
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_EQ(old->size(), 1u) << "the previous manifest, whole";
+  EXPECT_EQ(old->front().cache_key, Example().cache_key);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp")) << "no half-written temporary left";
+
+  ASSERT_TRUE(WriteManifest(path, {Example(), second}, &fs).ok());
+  auto now = ReadManifest(path);
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(now->size(), 2u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EachStep, ManifestFaultTest,
+    ::testing::Values(
+        ManifestFault{FileOp::kOpen, EACCES, absl::StatusCode::kPermissionDenied,
+                      ".tmp: Permission denied"},
+        ManifestFault{FileOp::kWrite, ENOSPC, absl::StatusCode::kResourceExhausted,
+                      "manifest.json.tmp: No space left on device"},
+        ManifestFault{FileOp::kWrite, EIO, absl::StatusCode::kInternal,
+                      "write /tmp/ddo-test-"},
+        ManifestFault{FileOp::kSync, EIO, absl::StatusCode::kInternal,
+                      "manifest.json.tmp: Input/output error"},
+        ManifestFault{FileOp::kRename, ENOSPC, absl::StatusCode::kResourceExhausted,
+                      "manifest.json: No space left on device"}));
 
 }  // namespace
 }  // namespace ddo

@@ -1,10 +1,7 @@
 #include "daemon/store/parallel_reader.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <limits>
 #include <mutex>
@@ -12,7 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/posix_error.h"
+#include "daemon/common/status_macros.h"
 
 namespace ddo {
 namespace {
@@ -36,8 +33,10 @@ struct Chunk {
 class ReadRun {
  public:
   ReadRun(const std::vector<ReadJob>& jobs, std::vector<Chunk> chunks,
-          const std::function<void(uint64_t)>& progress, const std::function<bool()>& cancelled)
-      : jobs_(jobs),
+          const std::function<void(uint64_t)>& progress, const std::function<bool()>& cancelled,
+          FileSystem* fs)
+      : fs_(fs),
+        jobs_(jobs),
         chunks_(std::move(chunks)),
         progress_(progress),
         cancelled_(cancelled),
@@ -55,8 +54,9 @@ class ReadRun {
       }
       const Chunk& chunk = chunks_[index];
       const ReadJob& job = jobs_[chunk.job];
-      absl::Status status = ReadFully(job.fd, job.file_offset + chunk.offset_in_job,
-                                      job.destination + chunk.offset_in_job, chunk.bytes, job.path);
+      absl::Status status =
+          ReadFully(job.fd, job.file_offset + chunk.offset_in_job,
+                    job.destination + chunk.offset_in_job, chunk.bytes, job.path, fs_);
       if (!status.ok()) {
         Fail(std::move(status));
         return;
@@ -99,6 +99,7 @@ class ReadRun {
     progress_(bytes_done_.load());
   }
 
+  FileSystem* const fs_;
   const std::vector<ReadJob>& jobs_;
   const std::vector<Chunk> chunks_;
   const std::function<void(uint64_t)>& progress_;
@@ -118,7 +119,8 @@ class ReadRun {
 }  // namespace
 
 absl::Status ReadFully(int fd, uint64_t file_offset, char* destination, uint64_t bytes,
-                       absl::string_view path) {
+                       absl::string_view path, FileSystem* fs) {
+  if (fs == nullptr) fs = FileSystem::Default();
   if (bytes == 0) {
     return absl::OkStatus();
   }
@@ -133,15 +135,8 @@ absl::Status ReadFully(int fd, uint64_t file_offset, char* destination, uint64_t
   uint64_t done = 0;
   while (done < bytes) {
     const size_t want = static_cast<size_t>(std::min(bytes - done, kMaxBytesPerSyscall));
-    const ssize_t got =
-        ::pread(fd, destination + done, want, static_cast<off_t>(file_offset + done));
-    if (got < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      return PosixError(
-          absl::StrCat("read ", Describe(path, fd), " at offset ", file_offset + done), errno);
-    }
+    DDO_ASSIGN_OR_RETURN(const size_t got, fs->Read(fd, file_offset + done, destination + done,
+                                                    want, Describe(path, fd)));
     if (got == 0) {
       return absl::DataLossError(absl::StrCat(
           Describe(path, fd), " shrank while reading: it ends before offset ", file_offset + done,
@@ -154,7 +149,8 @@ absl::Status ReadFully(int fd, uint64_t file_offset, char* destination, uint64_t
 
 absl::Status ReadInParallel(const std::vector<ReadJob>& jobs, int threads,
                             const std::function<void(uint64_t)>& progress,
-                            const std::function<bool()>& cancelled, uint64_t chunk_bytes) {
+                            const std::function<bool()>& cancelled, uint64_t chunk_bytes,
+                            FileSystem* fs) {
   if (chunk_bytes == 0) {
     return absl::InvalidArgumentError("ReadInParallel: chunk_bytes must be > 0");
   }
@@ -168,7 +164,7 @@ absl::Status ReadInParallel(const std::vector<ReadJob>& jobs, int threads,
   const size_t worker_count = std::max<size_t>(
       1, std::min<size_t>(static_cast<size_t>(std::max(threads, 1)), chunks.size()));
 
-  ReadRun run(jobs, std::move(chunks), progress, cancelled);
+  ReadRun run(jobs, std::move(chunks), progress, cancelled, fs);
   std::vector<std::thread> workers;
   workers.reserve(worker_count - 1);
   for (size_t i = 1; i < worker_count; ++i) {

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "daemon/common/file_system.h"
 
 namespace ddo {
 
@@ -44,15 +45,18 @@ inline constexpr uint64_t kDefaultReadChunkBytes = uint64_t{16} << 20;
 // range does is DataLoss ("<path> shrank while reading ..."); read(2) errors go through
 // PosixError; bad arguments (threads < 1 is taken as 1; chunk_bytes == 0, a null destination,
 // offsets past 2^63) are InvalidArgument.
+//
+// Every read goes through `fs` (nullptr: FileSystem::Default()).
 absl::Status ReadInParallel(const std::vector<ReadJob>& jobs, int threads,
                             const std::function<void(uint64_t)>& progress,
                             const std::function<bool()>& cancelled,
-                            uint64_t chunk_bytes = kDefaultReadChunkBytes);
+                            uint64_t chunk_bytes = kDefaultReadChunkBytes,
+                            FileSystem* fs = nullptr);
 
 // Reads exactly `bytes` at `file_offset` on the calling thread, retrying EINTR and looping on
 // partial reads. `path` is for messages; errors as above.
 absl::Status ReadFully(int fd, uint64_t file_offset, char* destination, uint64_t bytes,
-                       absl::string_view path);
+                       absl::string_view path, FileSystem* fs = nullptr);
 
 }  // namespace ddo
 

@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "daemon/common/file_system.h"
 #include "daemon/common/temp_dir_for_test.h"
 #include "daemon/common/unique_fd.h"
 #include "gmock/gmock.h"
@@ -131,6 +133,31 @@ TEST_F(ParallelReaderTest, ReadErrorsNameTheFile) {
       {{-1, 0, buffer, sizeof(buffer), "/no/such.safetensors"}}, 1, nullptr, nullptr);
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(std::string(status.message()), HasSubstr("/no/such.safetensors"));
+}
+
+TEST_F(ParallelReaderTest, AnInjectedReadErrorStopsEveryThreadAndNamesTheFile) {
+  FaultInjectingFileSystem fs;
+  fs.FailNth(FileOp::kRead, EIO, 5);
+  std::string destination;
+  const absl::Status status =
+      ReadInParallel(JobsFor(&destination), 4, nullptr, nullptr, 64 << 10, &fs);
+  EXPECT_TRUE(absl::IsInternal(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("read " + path_ + " at offset "));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("Input/output error"));
+  EXPECT_LT(fs.Calls(FileOp::kRead), static_cast<int>(contents_.size() >> 16))
+      << "the other threads stopped";
+}
+
+TEST_F(ParallelReaderTest, AFileTruncatedUnderTheReaderIsDataLoss) {
+  FaultInjectingFileSystem fs;
+  std::string destination;
+  ASSERT_TRUE(ReadInParallel(JobsFor(&destination), 3, nullptr, nullptr, 1 << 20, &fs).ok());
+  EXPECT_EQ(destination, contents_);
+  fs.TruncateReadsAt(contents_.size() / 2);
+  const absl::Status status =
+      ReadInParallel(JobsFor(&destination), 3, nullptr, nullptr, 1 << 20, &fs);
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr(path_ + " shrank while reading"));
 }
 
 TEST_F(ParallelReaderTest, BadArguments) {

@@ -534,14 +534,11 @@ const char* FileTypeName(mode_t mode) {
 }
 
 // fstat of an open descriptor: a regular file's size, or why it is not one.
-absl::StatusOr<struct stat> StatRegular(const SafetensorsSource& source) {
-  struct stat info {};
+absl::StatusOr<struct stat> StatRegular(FileSystem& fs, const SafetensorsSource& source) {
   if (!source.fd.valid()) {
     return FileError(source.name, "no open descriptor");
   }
-  if (::fstat(source.fd.get(), &info) != 0) {
-    return PosixError(absl::StrCat("stat ", ShownName(source.name)), errno);
-  }
+  DDO_ASSIGN_OR_RETURN(const struct stat info, fs.Stat(source.fd.get(), ShownName(source.name)));
   if (!S_ISREG(info.st_mode)) {
     return FileError(source.name,
                      absl::StrCat("not a regular file (", FileTypeName(info.st_mode), ")"));
@@ -573,17 +570,17 @@ const size_t* FindOwner(const Owners& owners, absl::string_view tensor) {
   return it != owners.end() && it->first == tensor ? &it->second : nullptr;
 }
 
-absl::Status ValidateIndex(const SafetensorsSource& index,
+absl::Status ValidateIndex(FileSystem& fs, const SafetensorsSource& index,
                            const std::vector<SafetensorsFile>& files, const Owners& owners,
                            const CancelledFn& cancelled) {
-  DDO_ASSIGN_OR_RETURN(const struct stat info, StatRegular(index));
+  DDO_ASSIGN_OR_RETURN(const struct stat info, StatRegular(fs, index));
   const uint64_t size = static_cast<uint64_t>(info.st_size);
   if (size > kMaxSafetensorsIndexBytes) {
     return FileError(index.name, absl::StrCat("index is ", size, " bytes, over the ",
                                               kMaxSafetensorsIndexBytes >> 20, " MiB limit"));
   }
   std::string text(size, '\0');
-  DDO_RETURN_IF_ERROR(ReadFully(index.fd.get(), 0, text.data(), size, ShownName(index.name)));
+  DDO_RETURN_IF_ERROR(ReadFully(index.fd.get(), 0, text.data(), size, ShownName(index.name), &fs));
   DDO_ASSIGN_OR_RETURN(const SafetensorsIndex parsed,
                        ParseSafetensorsIndex(index.name, text, cancelled));
 
@@ -684,7 +681,7 @@ absl::StatusOr<SafetensorsSource> OpenRegularFile(const std::string& path) {
   if (!source.fd.valid()) {
     return PosixError(absl::StrCat("open ", ShownName(path)), errno);
   }
-  DDO_RETURN_IF_ERROR(StatRegular(source).status());
+  DDO_RETURN_IF_ERROR(StatRegular(*FileSystem::Default(), source).status());
   const int flags = ::fcntl(source.fd.get(), F_GETFL);
   if (flags < 0 || ::fcntl(source.fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) {
     return PosixError(absl::StrCat("fcntl ", ShownName(path)), errno);
@@ -784,8 +781,9 @@ absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(const std::string& name,
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const SafetensorsSource& source,
-                                                    const CancelledFn& cancelled) {
-  DDO_ASSIGN_OR_RETURN(const struct stat info, StatRegular(source));
+                                                    const CancelledFn& cancelled, FileSystem* fs) {
+  if (fs == nullptr) fs = FileSystem::Default();
+  DDO_ASSIGN_OR_RETURN(const struct stat info, StatRegular(*fs, source));
   const uint64_t file_size = static_cast<uint64_t>(info.st_size);
   if (file_size < kLengthPrefixBytes + kMinHeaderBytes) {
     return FileError(source.name, absl::StrCat("file is ", file_size,
@@ -793,7 +791,7 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const SafetensorsSource& sou
   }
   unsigned char prefix[kLengthPrefixBytes] = {};
   DDO_RETURN_IF_ERROR(ReadFully(source.fd.get(), 0, reinterpret_cast<char*>(prefix), sizeof(prefix),
-                                ShownName(source.name)));
+                                ShownName(source.name), fs));
   uint64_t header_bytes = 0;
   for (size_t i = 0; i < kLengthPrefixBytes; ++i) {
     header_bytes |= uint64_t{prefix[i]} << (8 * i);  // little-endian on every host
@@ -813,7 +811,7 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const SafetensorsSource& sou
   }
   std::string header(header_bytes, '\0');
   DDO_RETURN_IF_ERROR(ReadFully(source.fd.get(), kLengthPrefixBytes, header.data(), header_bytes,
-                                ShownName(source.name)));
+                                ShownName(source.name), fs));
   return ParseSafetensorsHeader(source.name, header, file_size, cancelled);
 }
 
@@ -862,7 +860,8 @@ absl::StatusOr<SafetensorsIndex> ParseSafetensorsIndex(const std::string& name,
 
 absl::StatusOr<SafetensorsSet> OpenSafetensorsSet(std::vector<SafetensorsSource> files,
                                                   std::optional<SafetensorsSource> index,
-                                                  const CancelledFn& cancelled) {
+                                                  const CancelledFn& cancelled, FileSystem* fs) {
+  if (fs == nullptr) fs = FileSystem::Default();
   if (files.empty()) {
     return absl::InvalidArgumentError("no safetensors files given");
   }
@@ -870,11 +869,11 @@ absl::StatusOr<SafetensorsSet> OpenSafetensorsSet(std::vector<SafetensorsSource>
   set.files.reserve(files.size());  // no reallocation: Owners points into the tensors
   std::set<FileId> seen;
   for (SafetensorsSource& source : files) {
-    DDO_ASSIGN_OR_RETURN(const struct stat info, StatRegular(source));
+    DDO_ASSIGN_OR_RETURN(const struct stat info, StatRegular(*fs, source));
     if (!seen.insert(IdOf(info)).second) {
       continue;  // reached twice (a folder and a file in it, or a symlink)
     }
-    DDO_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(source, cancelled));
+    DDO_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(source, cancelled, fs));
     file.fd = std::move(source.fd);
     set.files.push_back(std::move(file));
   }
@@ -900,7 +899,7 @@ absl::StatusOr<SafetensorsSet> OpenSafetensorsSet(std::vector<SafetensorsSource>
   }
 
   if (index.has_value()) {
-    DDO_RETURN_IF_ERROR(ValidateIndex(*index, set.files, owners, cancelled));
+    DDO_RETURN_IF_ERROR(ValidateIndex(*fs, *index, set.files, owners, cancelled));
     set.index_name = index->name;
   }
   return set;

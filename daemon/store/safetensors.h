@@ -37,6 +37,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "daemon/common/file_system.h"
 #include "daemon/common/unique_fd.h"
 #include "daemon/store/dtype.h"
 
@@ -91,9 +92,11 @@ absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(const std::string& name,
 
 // Reads a file through its descriptor: fstat must show a regular file; then the length
 // prefix (2 <= N <= kMaxSafetensorsHeaderBytes, 8 + N <= file size) and the header. The
-// result has no descriptor (the caller keeps the source's).
+// result has no descriptor (the caller keeps the source's). The fstat and the reads go
+// through `fs` (nullptr: FileSystem::Default()).
 absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const SafetensorsSource& source,
-                                                    const CancelledFn& cancelled = {});
+                                                    const CancelledFn& cancelled = {},
+                                                    FileSystem* fs = nullptr);
 
 // A *.safetensors.index.json: {"weight_map": {tensor: shard file name, ...}, ...}.
 struct SafetensorsIndex {
@@ -117,10 +120,11 @@ struct SafetensorsSet {
 // device and inode) is loaded once. Besides each file's own checks: at least one file, no
 // tensor name in two files, and, with an index, that its weight_map lists exactly the files
 // being loaded as shards (by base name), every tensor of every file, and each in the shard
-// that holds it.
+// that holds it. Every fstat and read goes through `fs` (nullptr: FileSystem::Default()).
 absl::StatusOr<SafetensorsSet> OpenSafetensorsSet(std::vector<SafetensorsSource> files,
                                                   std::optional<SafetensorsSource> index,
-                                                  const CancelledFn& cancelled = {});
+                                                  const CancelledFn& cancelled = {},
+                                                  FileSystem* fs = nullptr);
 
 // For callers that run as ddod's own user only (the service decides): resolves path inputs
 // and opens each file once. Each input is an absolute path to a safetensors file or to a

@@ -1,16 +1,14 @@
 #include "daemon/store/safetensors_hash.h"
 
 #include <openssl/evp.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/common/posix_error.h"
+#include "daemon/common/status_macros.h"
 
 namespace ddo {
 namespace {
@@ -42,7 +40,9 @@ std::string Sha256Hasher::Digest() {
 }
 
 absl::StatusOr<SafetensorsHashes> HashSafetensors(const SafetensorsSet& set,
-                                                  const std::function<bool()>& cancelled) {
+                                                  const std::function<bool()>& cancelled,
+                                                  FileSystem* fs) {
+  if (fs == nullptr) fs = FileSystem::Default();
   ContentHasher content;
   Sha256Hasher proof;
   std::vector<char> buffer(kChunkBytes);
@@ -52,10 +52,8 @@ absl::StatusOr<SafetensorsHashes> HashSafetensors(const SafetensorsSet& set,
         if (cancelled()) return absl::CancelledError("cancelled while hashing the files");
         const size_t want =
             static_cast<size_t>(std::min<uint64_t>(kChunkBytes, tensor.byte_size - done));
-        const ssize_t got = ::pread(file.fd.get(), buffer.data(), want,
-                                    static_cast<off_t>(tensor.file_offset + done));
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) return PosixError(absl::StrCat("read ", file.name), errno);
+        DDO_ASSIGN_OR_RETURN(const size_t got, fs->Read(file.fd.get(), tensor.file_offset + done,
+                                                        buffer.data(), want, file.name));
         if (got == 0) {
           return absl::DataLossError(absl::StrCat(file.name, " shrank while ddod read it"));
         }

@@ -51,9 +51,10 @@ struct SafetensorsHashes {
 
 // Both hashes of a set's tensor bytes as they lie in its files, in one read. CANCELLED when
 // `cancelled` says so (asked between 16 MiB reads); DATA_LOSS when a file shrank since it was
-// validated.
+// validated. The reads go through `fs` (nullptr: FileSystem::Default()).
 absl::StatusOr<SafetensorsHashes> HashSafetensors(const SafetensorsSet& set,
-                                                  const std::function<bool()>& cancelled);
+                                                  const std::function<bool()>& cancelled,
+                                                  FileSystem* fs = nullptr);
 
 // "sha256:<64 hex>" of every tensor's bytes in table order, wherever they lie: the digest a
 // caller's files must match to share the component. CANCELLED when `cancelled` says so (asked
