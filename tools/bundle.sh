@@ -5,7 +5,8 @@
 #   tools/bundle.sh BUILD_DIR OUT_DIR
 #
 # OUT_DIR/bin holds the programs, OUT_DIR/lib every library ldd lists except the C runtime
-# and libcuda (which must come from the target's own driver). Run with
+# and libcuda (which must come from the target's own driver), OUT_DIR/device-deps.tar.xz the
+# Python sources of .device-deps/src when there are any. Run with
 #   LD_LIBRARY_PATH=OUT_DIR/lib OUT_DIR/bin/ddod ...
 set -euo pipefail
 if [[ $# -ne 2 ]]; then
@@ -32,4 +33,11 @@ for program in ddod ddoctl ddo_unit_tests; do
     fi
   done
 done
+# diffusers' and peft's sources for the GPU tests (.device-deps/src, exported from their
+# repositories; DEVICE.md): compressed into the bundle, since raw they do not fit the device's
+# 64 MiB carry beside it. tools/device-check.sh unpacks them.
+deps="$(cd "$(dirname "$0")/.." && pwd)/.device-deps"
+if [[ -d "$deps/src" ]]; then
+  tar -cJf "$out/device-deps.tar.xz" -C "$deps" src
+fi
 echo "bundle: $(ls "$out/bin" | wc -l) programs, $(ls "$out/lib" | wc -l) libraries, $(du -sh "$out" | cut -f1)"

@@ -11,8 +11,9 @@
 #   lora    bench/bench_lora_swap.py (LoRA hot swap at a 12 GiB cap; LORA_PARTS, default
 #           "group,ddo")
 #
-#   tools/bundle.sh build .bundle      # here, then on the device machine (carry .bundle and
-#   tools/device-check.sh              # .device-deps, where diffusers' src/ is exported)
+#   tools/bundle.sh build .bundle      # here (it packs .device-deps/src, where diffusers' and
+#   tools/device-check.sh              # peft's src/ are exported), then on the device machine,
+#                                      # carrying .bundle only
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/device-out}"
@@ -20,6 +21,10 @@ STAGES="${STAGES:-tests unit rules}"
 # One device call may run 600 s: the benchmarks get what the tests leave (BUDGET_S in all).
 BUDGET_S="${BUDGET_S:-585}"
 mkdir -p "$OUT"
+# The Python sources the bundle carries (tools/bundle.sh), unless they are here already.
+if [[ ! -d .device-deps/src && -f .bundle/device-deps.tar.xz ]]; then
+  mkdir -p .device-deps && tar -xJf .bundle/device-deps.tar.xz -C .device-deps
+fi
 export LD_LIBRARY_PATH="$PWD/.bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$PWD/.device-deps/src:$PWD/client-python/src"
 export DDO_DDOD_BINARY="$PWD/.bundle/bin/ddod"
