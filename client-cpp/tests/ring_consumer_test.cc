@@ -341,7 +341,12 @@ TEST(RingConsumer, AWaitSleepsUntilDdodPublishesAndCountsTheWait) {
   ddod.SetSchedule({0, 1});
   ddod.Pause(true);
   ddod.Start();
-  RingConsumer consumer(OptionsFor(ddod, {256, 256}, {0, 1}));
+  RingConsumerOptions options = OptionsFor(ddod, {256, 256}, {0, 1});
+  int before = 0;
+  int after = 0;
+  options.before_sleep = [&] { EXPECT_EQ(++before, after + 1); };
+  options.after_sleep = [&] { EXPECT_EQ(++after, before); };
+  RingConsumer consumer(std::move(options));
   std::thread resume([&] {
     std::this_thread::sleep_for(milliseconds(50));
     ddod.Pause(false);
@@ -350,6 +355,8 @@ TEST(RingConsumer, AWaitSleepsUntilDdodPublishesAndCountsTheWait) {
   resume.join();
   EXPECT_GE(consumer.statistics().wait_ns, 40'000'000);
   EXPECT_EQ(ddod.control().runner_waiting().load(), 0u);
+  EXPECT_GE(before, 10);  // slices of at most 2 ms, each inside the hooks
+  EXPECT_EQ(after, before);
 }
 
 // The runner rings the doorbell after publishing `consumed` only while ddod sleeps, and always

@@ -152,8 +152,18 @@ int64_t ControlBlock::WaitUntil(const std::atomic<uint64_t>& word, uint64_t targ
                                " s: " + what + " is " + std::to_string(value) +
                                ", the runner waits for " + std::to_string(target));
     }
-    FutexWait(LowWord(&word), static_cast<uint32_t>(value), kSliceNs);
+    Sleep(LowWord(&word), static_cast<uint32_t>(value));
   }
+}
+
+void ControlBlock::Sleep(const std::atomic<uint32_t>* word, uint32_t expected) {
+  if (!before_sleep_) {
+    FutexWait(word, expected, kSliceNs);
+    return;
+  }
+  before_sleep_();
+  FutexWait(word, expected, kSliceNs);
+  after_sleep_();
 }
 
 void ControlBlock::CheckState() const {

@@ -22,7 +22,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "ddo/wire/control_layout.h"
 
@@ -85,6 +87,12 @@ class ControlBlock {
   // waiting (0 when it already had). `what` names the word in the stall message.
   // Throws SessionClosedError, DaemonGoneError, StreamingError (stall).
   int64_t WaitUntil(const std::atomic<uint64_t>& word, uint64_t target, const char* what);
+  // Runs `before` right before each futex sleep of a wait and `after` right after it (the
+  // Python extension releases and retakes the GIL there, so other threads run meanwhile).
+  void SetSleepHooks(std::function<void()> before, std::function<void()> after) {
+    before_sleep_ = std::move(before);
+    after_sleep_ = std::move(after);
+  }
   // SessionClosedError unless the session is open.
   void CheckState() const;
   // DaemonGoneError when ddod's (watched) process has ended.
@@ -94,6 +102,9 @@ class ControlBlock {
   void CheckSlot(uint32_t slot, uint64_t expected, const char* what) const;
 
  private:
+  // One futex sleep of at most kSliceNs, inside the sleep hooks.
+  void Sleep(const std::atomic<uint32_t>* word, uint32_t expected);
+
   ControlView view_;
   std::string name_;
   uint32_t units_ = 0;
@@ -101,6 +112,8 @@ class ControlBlock {
   uint64_t arena_bytes_ = 0;
   int64_t stall_timeout_ns_ = kDefaultStallTimeoutNs;
   bool check_pid_ = false;
+  std::function<void()> before_sleep_;
+  std::function<void()> after_sleep_;
 };
 
 }  // namespace ddo::consumer

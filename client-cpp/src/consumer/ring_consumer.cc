@@ -34,6 +34,12 @@ RingConsumer::RingConsumer(RingConsumerOptions options)
                 "the consumer got " + std::to_string(spans_.size()) + " unit spans for " +
                     std::to_string(options.units) + " units");
   }
+  if (static_cast<bool>(options.before_sleep) != static_cast<bool>(options.after_sleep)) {
+    throw Error(StatusCode::kInvalidArgument, "sleep hooks come in pairs: both or neither");
+  }
+  if (options.before_sleep) {
+    block_.SetSleepHooks(std::move(options.before_sleep), std::move(options.after_sleep));
+  }
   if (!options.schedule.empty()) SetSchedule(std::move(options.schedule));
   // A consumer opened on a running session continues where the block stands.
   use_ = block_.view().consumed().load(std::memory_order_acquire);

@@ -71,6 +71,10 @@ struct RingConsumerOptions {
   std::function<void(uint32_t slot)> record_consumed;
   // CUDA only: runs before a unit is switched in (refuses a CUDA graph capture).
   std::function<void()> before_switch;
+  // Optional: run around each futex sleep of a wait (ControlBlock::SetSleepHooks); both or
+  // neither.
+  std::function<void()> before_sleep;
+  std::function<void()> after_sleep;
 };
 
 class RingConsumer {
