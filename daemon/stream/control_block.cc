@@ -1,36 +1,17 @@
 // File: daemon/stream/control_block.cc
 #include "daemon/stream/control_block.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include <climits>
 #include <cstring>
-#include <ctime>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/status_macros.h"
 
 namespace ddo {
 
-static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free,
-              "the control block needs lock-free 64-bit atomics");
-
 void FutexWait(const std::atomic<uint32_t>* word, uint32_t expected, absl::Duration timeout) {
-  timespec relative = absl::ToTimespec(timeout);
-  // FUTEX_WAIT without FUTEX_PRIVATE_FLAG: the word lives in memory other processes map.
-  ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT, expected, &relative,
-            nullptr, 0);
-}
-
-void FutexWakeAll(const std::atomic<uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr,
-            nullptr, 0);
-}
-
-uint64_t ControlBlock::LayoutBytes(uint32_t slots) {
-  return control_layout::kSlotUseOffset + 16ull * (slots + 1);
+  FutexWait(word, expected, absl::ToInt64Nanoseconds(timeout));
 }
 
 absl::StatusOr<ControlBlock> ControlBlock::Create(const std::string& name, uint32_t slots,
@@ -81,7 +62,7 @@ absl::StatusOr<Doorbell> Doorbell::Create(const std::string& name) {
                        SharedSegment::Create(name, RoundUpToSegmentGranularity(doorbell_layout::kBytes)));
   std::memset(segment.data(), 0, doorbell_layout::kBytes);
   Doorbell doorbell(std::move(segment));
-  reinterpret_cast<std::atomic<uint32_t>*>(doorbell.segment_.data())->store(doorbell_layout::kMagic);
+  doorbell.view().magic().store(doorbell_layout::kMagic);
   return doorbell;
 }
 

@@ -1,5 +1,5 @@
-"""The control block and the doorbell are laid out twice by hand: in C++ for ddod
-(daemon/stream/control_block.h) and in Python for the runner
+"""The control block and the doorbell are laid out twice by hand: in C++ for ddod and the C++
+client (proto/wire/include/ddo/wire/control_layout.h) and in Python for the runner
 (diffusers_dynamic_offloader/control_block.py). This test reads the C++ header and holds the
 Python constants to it, field by field, so that neither side can move or add a field alone
 (issue 17, item 5)."""
@@ -12,8 +12,8 @@ import re
 from diffusers_dynamic_offloader import control_block
 from support import SOURCE_ROOT
 
-HEADER = os.path.join(os.path.dirname(os.path.dirname(SOURCE_ROOT)), "daemon", "stream",
-                      "control_block.h")
+HEADER = os.path.join(os.path.dirname(os.path.dirname(SOURCE_ROOT)), "proto", "wire", "include",
+                      "ddo", "wire", "control_layout.h")
 
 #: C++ name in control_layout -> the Python module's name for the same field.
 CONTROL = {

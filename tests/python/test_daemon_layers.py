@@ -5,7 +5,17 @@ a change that breaks the shape fails here rather than in review."""
 import re
 from pathlib import Path
 
-DAEMON = Path(__file__).resolve().parents[2] / "daemon"
+ROOT = Path(__file__).resolve().parents[2]
+DAEMON = ROOT / "daemon"
+#: The protocol's shared half (proto/wire): below every daemon folder, so it includes none.
+WIRE = ROOT / "proto" / "wire"
+#: The C++ consumer core, compiled into ddo::client and the Python extension: the standard
+#: library, libc, torch, and these project headers only (no gRPC, absl, protobuf, spdlog).
+CONSUMER = ROOT / "client-cpp" / "src" / "consumer"
+CONSUMER_HEADERS = re.compile(r"(ddo/wire/(control_layout|futex)\.h|ddo/status\.h"
+                              r"|client-cpp/src/consumer/[a-z_]+\.h)$")
+
+ANY_INCLUDE = re.compile(r'^#include [<"]([^>"]+)[>"]', re.M)
 
 #: Each folder's layer; a folder may include folders of a lower layer only.
 LAYER = {
@@ -58,4 +68,30 @@ def test_protobuf_stays_at_the_edge():
                 wrong.append(f"{path.relative_to(DAEMON)} includes {match.group(1)}")
         if "ddo::v1::" in text:
             wrong.append(f"{path.relative_to(DAEMON)} names ddo::v1")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_wire_includes_nothing_from_the_daemon():
+    wrong = []
+    for path in sorted(WIRE.rglob("*")):
+        if path.suffix not in (".cc", ".h"):
+            continue
+        for match in ANY_INCLUDE.finditer(path.read_text()):
+            name = match.group(1)
+            if name.startswith("daemon/") or name.endswith(".pb.h") or name.startswith("ddo/v1/"):
+                wrong.append(f"{path.relative_to(ROOT)} includes {name}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_consumer_core_includes_only_torch_and_the_shared_headers():
+    wrong = []
+    for path in sorted(CONSUMER.rglob("*")):
+        if path.suffix not in (".cc", ".h"):
+            continue
+        for match in re.finditer(r'^#include "([^"]+)"', path.read_text(), re.M):
+            if not CONSUMER_HEADERS.match(match.group(1)):
+                wrong.append(f"{path.relative_to(ROOT)} includes {match.group(1)}")
+        for match in re.finditer(r"^#include <([^>]+)>", path.read_text(), re.M):
+            if match.group(1).split("/")[0] in ("absl", "grpcpp", "grpc", "google", "spdlog"):
+                wrong.append(f"{path.relative_to(ROOT)} includes {match.group(1)}")
     assert not wrong, "\n".join(wrong)

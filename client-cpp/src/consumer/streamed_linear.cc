@@ -1,0 +1,51 @@
+// File: client-cpp/src/consumer/streamed_linear.cc
+#include "client-cpp/src/consumer/streamed_linear.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "ddo/status.h"
+
+namespace ddo::consumer {
+namespace {
+
+c10::optional<at::Tensor> Optional(const at::Tensor& tensor) {
+  return tensor.defined() ? c10::optional<at::Tensor>(tensor) : c10::nullopt;
+}
+
+// The forward in grad mode: a node whose backward raises (see the header).
+struct NoBackwardThroughStream : public torch::autograd::Function<NoBackwardThroughStream> {
+  static at::Tensor forward(torch::autograd::AutogradContext* context, const at::Tensor& input,
+                            const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                            const std::string& module_path) {
+    context->saved_data["module_path"] = module_path;
+    return at::linear(input, weight, bias);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
+                                                 torch::autograd::variable_list) {
+    const std::string module_path = context->saved_data["module_path"].toStringRef();
+    throw Error(StatusCode::kFailedPrecondition,
+                module_path +
+                    ": cannot backpropagate through a Linear whose weight DDO streams (its device "
+                    "copy sits in a ring slot that is reused long before the backward pass). "
+                    "Training through streamed weights is not supported: run inference under "
+                    "torch::NoGradGuard / c10::InferenceMode, or close the streaming session "
+                    "first to train on the module's own copy.");
+  }
+};
+
+}  // namespace
+
+at::Tensor StreamedLinear(const at::Tensor& input, const at::Tensor& weight,
+                          const at::Tensor& bias, const std::string& module_path) {
+  const at::ScalarType dtype = input.scalar_type();
+  const at::Tensor used_weight = weight.scalar_type() == dtype ? weight : weight.to(dtype);
+  at::Tensor used_bias = bias;
+  if (bias.defined() && bias.scalar_type() != dtype) used_bias = bias.to(dtype);
+  if (input.requires_grad() && at::GradMode::is_enabled()) {
+    return NoBackwardThroughStream::apply(input, used_weight, Optional(used_bias), module_path);
+  }
+  return at::linear(input, used_weight, Optional(used_bias));
+}
+
+}  // namespace ddo::consumer

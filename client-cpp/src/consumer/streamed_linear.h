@@ -1,0 +1,25 @@
+// File: client-cpp/src/consumer/streamed_linear.h
+//
+// The forward of a Linear whose weight streams (the port of py/streamed_linear.py without its
+// Python-only parts: fused LoRA, weight guards, torch.compile). The weight is the ring's view
+// of the unit that holds it; weight and bias are cast to the input's dtype when they differ.
+// In grad mode with an input that requires grad, the result carries an autograd node whose
+// backward raises: the ring slot holding the weight is reused long before a backward pass,
+// which would compute with another unit's bytes.
+#ifndef DDO_CLIENT_CONSUMER_STREAMED_LINEAR_H_
+#define DDO_CLIENT_CONSUMER_STREAMED_LINEAR_H_
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace ddo::consumer {
+
+// input @ weight.T + bias, with `weight` (a ring view) and `bias` (undefined: none) cast to
+// input's dtype. `module_path` names the Linear in the backward's error.
+at::Tensor StreamedLinear(const at::Tensor& input, const at::Tensor& weight,
+                          const at::Tensor& bias, const std::string& module_path);
+
+}  // namespace ddo::consumer
+
+#endif  // DDO_CLIENT_CONSUMER_STREAMED_LINEAR_H_
