@@ -4,7 +4,7 @@
 #include <set>
 #include <utility>
 
-#include "torch/module_tensors.h"
+#include "client-cpp/src/torch/module_tensors.h"
 
 namespace ddo {
 

@@ -10,9 +10,9 @@
 #define DDO_CLIENT_HAS_XXHASH 1
 #endif
 
-#include "torch/dtypes.h"
-#include "torch/module_tensors.h"
-#include "torch/shared_mapping.h"
+#include "client-cpp/src/torch/dtypes.h"
+#include "client-cpp/src/torch/module_tensors.h"
+#include "client-cpp/src/torch/shared_mapping.h"
 
 namespace ddo {
 namespace {

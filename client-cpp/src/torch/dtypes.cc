@@ -1,5 +1,5 @@
 // File: client-cpp/src/torch/dtypes.cc
-#include "torch/dtypes.h"
+#include "client-cpp/src/torch/dtypes.h"
 
 #include <torch/version.h>
 

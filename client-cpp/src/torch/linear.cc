@@ -1,18 +1,18 @@
 // File: client-cpp/src/torch/linear.cc
 //
-// ddo::nn::Linear: torch::nn::Linear's registration, initialisation and forward, plus the
-// streamed forward (the weight from a session's ring).
+// ddo::nn::Linear: torch::nn::Linear's registration, initialisation and forward; while a
+// session streams it, consumer::StreamedLinear with the weight from the session's ring.
 #include <cmath>
 #include <string>
 #include <tuple>
 #include <utility>
 
-#include <torch/autograd.h>
 #include <torch/nn/functional/linear.h>
 #include <torch/nn/init.h>
 
+#include "client-cpp/src/consumer/streamed_linear.h"
 #include "ddo/nn.h"
-#include "torch/stream_tap.h"
+#include "client-cpp/src/torch/stream_tap.h"
 
 namespace ddo {
 namespace nn {
@@ -59,42 +59,9 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& input) {
 }  // namespace nn
 
 namespace detail {
-namespace {
-
-// The ring slot holding a streamed weight is reused long before a backward pass, so a
-// backward through it would compute with another unit's bytes: it raises instead.
-class NoBackwardThroughStream : public torch::autograd::Function<NoBackwardThroughStream> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* context,
-                               const torch::Tensor& input, const torch::Tensor& weight,
-                               const torch::Tensor& bias, const std::string& module_path) {
-    context->saved_data["module_path"] = module_path;
-    return torch::nn::functional::linear(input, weight, bias);
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
-                                                 torch::autograd::variable_list) {
-    throw std::runtime_error(
-        context->saved_data["module_path"].toStringRef() +
-        ": cannot backpropagate through a Linear whose weight DDO streams (its device copy "
-        "sits in a ring slot that is reused long before the backward pass). Training through "
-        "streamed weights is not supported: run inference under torch::NoGradGuard or "
-        "c10::InferenceMode, or close the session first to train on the module's own copy.");
-  }
-};
-
-}  // namespace
 
 torch::Tensor StreamTap::Forward(const torch::Tensor& input, const torch::Tensor& bias) const {
-  torch::Tensor weight = source_->Acquire(unit_).at(index_);
-  const auto dtype = input.scalar_type();
-  if (weight.scalar_type() != dtype) weight = weight.to(dtype);
-  torch::Tensor used_bias = bias;
-  if (bias.defined() && bias.scalar_type() != dtype) used_bias = bias.to(dtype);
-  if (input.requires_grad() && torch::GradMode::is_enabled()) {
-    return NoBackwardThroughStream::apply(input, weight, used_bias, module_path_);
-  }
-  return torch::nn::functional::linear(input, weight, used_bias);
+  return consumer::StreamedLinear(input, source_->Acquire(unit_).at(index_), bias, module_path_);
 }
 
 }  // namespace detail

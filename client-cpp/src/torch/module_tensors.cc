@@ -1,5 +1,5 @@
 // File: client-cpp/src/torch/module_tensors.cc
-#include "torch/module_tensors.h"
+#include "client-cpp/src/torch/module_tensors.h"
 
 #include <set>
 #include <sstream>
@@ -8,7 +8,7 @@
 
 #include <torch/csrc/autograd/grad_mode.h>
 
-#include "torch/dtypes.h"
+#include "client-cpp/src/torch/dtypes.h"
 
 namespace ddo::detail {
 namespace {

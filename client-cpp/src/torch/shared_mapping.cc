@@ -1,5 +1,5 @@
 // File: client-cpp/src/torch/shared_mapping.cc
-#include "torch/shared_mapping.h"
+#include "client-cpp/src/torch/shared_mapping.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>

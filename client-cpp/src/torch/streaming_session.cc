@@ -23,11 +23,11 @@
 #include "client-cpp/src/consumer/ring_views.h"
 #include "ddo/client.h"
 #include "ddo/nn.h"
-#include "torch/dtypes.h"
-#include "torch/device_memory.h"
-#include "torch/module_tensors.h"
-#include "torch/shared_mapping.h"
-#include "torch/stream_tap.h"
+#include "client-cpp/src/torch/dtypes.h"
+#include "client-cpp/src/torch/device_memory.h"
+#include "client-cpp/src/torch/module_tensors.h"
+#include "client-cpp/src/torch/shared_mapping.h"
+#include "client-cpp/src/torch/stream_tap.h"
 
 namespace ddo {
 namespace {
