@@ -1,20 +1,10 @@
 // File: daemon/common/posix_error.h
 //
-// The one place where errno values become absl::Status. The message names what was being
-// done ("open /run/ddo/ddod.sock.lock") and the system's words for the error.
+// Moved to proto/wire (shared with the C++ client); this forwarding header spares the daemon's
+// includes a churn.
 #ifndef DDO_DAEMON_COMMON_POSIX_ERROR_H_
 #define DDO_DAEMON_COMMON_POSIX_ERROR_H_
 
-#include "absl/strings/string_view.h"
-
-#include "absl/status/status.h"
-
-namespace ddo {
-
-// ENOENT -> NotFound, EACCES/EPERM -> PermissionDenied, EEXIST -> AlreadyExists,
-// ENOMEM/ENOSPC -> ResourceExhausted, EINVAL -> InvalidArgument, anything else -> Internal.
-absl::Status PosixError(absl::string_view context, int error_number);
-
-}  // namespace ddo
+#include "ddo/wire/posix_error.h"
 
 #endif  // DDO_DAEMON_COMMON_POSIX_ERROR_H_

@@ -4,22 +4,19 @@
 
 namespace ddo {
 
+SocketUser SocketUserOf(const UserContext& user) {
+  SocketUser socket_user;
+  socket_user.uid = user.uid;
+  socket_user.xdg_runtime_dir = user.xdg_runtime_dir;
+  return socket_user;
+}
+
 std::string DefaultSocketPath(const UserContext& user) {
-  if (user.is_root()) {
-    return kSystemSocketPath;
-  }
-  if (!user.xdg_runtime_dir.empty()) {
-    return absl::StrCat(user.xdg_runtime_dir, "/ddo/ddod.sock");
-  }
-  return absl::StrCat("/tmp/ddo-", user.uid, "/ddod.sock");
+  return DefaultSocketPath(SocketUserOf(user));
 }
 
 std::vector<std::string> DefaultSocketCandidates(const UserContext& user) {
-  std::vector<std::string> candidates = {DefaultSocketPath(user)};
-  if (candidates.front() != kSystemSocketPath) {
-    candidates.emplace_back(kSystemSocketPath);
-  }
-  return candidates;
+  return DefaultSocketCandidates(SocketUserOf(user));
 }
 
 std::string DefaultStateDir(const UserContext& user) {

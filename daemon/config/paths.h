@@ -13,11 +13,13 @@
 #include <vector>
 
 #include "daemon/config/environment.h"
+#include "ddo/wire/daemon_address.h"
 
 namespace ddo {
 
-// The socket of a system-wide ddod service (systemd unit in deploy/).
-inline constexpr char kSystemSocketPath[] = "/run/ddo/ddod.sock";
+// The socket rules live in proto/wire (ddo/wire/daemon_address.h), shared with the clients;
+// these take the daemon's UserContext.
+SocketUser SocketUserOf(const UserContext& user);
 
 // The socket ddod binds when --socket is not given.
 std::string DefaultSocketPath(const UserContext& user);

@@ -5,14 +5,13 @@
 #include <grpcpp/security/credentials.h>
 #include <sys/stat.h>
 
-#include <cstdlib>
-
 #include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "daemon/identity/identity_protocol.h"
+#include "ddo/wire/daemon_checks.h"
+#include "ddo/wire/identity_protocol.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace ddo {
@@ -57,12 +56,16 @@ absl::StatusOr<CtlConnection> CtlConnection::Open(const DaemonTargets& targets,
     // Who serves here, and who we are: ddod names its identity socket in GetInfo, which needs
     // no token; a Unix socket's identity socket is beside it.
     std::string identity_path;
-    const char* service_user = std::getenv("DDO_SERVICE_USER");
-    const std::set<uid_t> trusted = TrustedDaemonUids(service_user != nullptr ? service_user : "");
+    const std::set<uid_t> trusted = TrustedDaemonUidsFromEnvironment();
     if (const std::string path = UnixSocketPath(target); !path.empty()) {
       if (absl::Status placed = CheckSocketLocation(path, trusted); !placed.ok()) return placed;
       identity_path = IdentitySocketPath(path);
     } else {
+      // Over TCP the identity socket proves only who serves it: the port must be held by a
+      // trusted user too, or an impostor on the port would receive the token.
+      if (absl::Status held = CheckTcpListener(target, TcpPort(target), trusted); !held.ok()) {
+        return held;
+      }
       grpc::ClientContext info_context;
       info_context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
       ddo::v1::DaemonInfo info;

@@ -15,9 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "daemon/ctl/daemon_address.h"
-#include "daemon/identity/identity_client.h"
 #include "ddo/v1/ddo.grpc.pb.h"
+#include "ddo/wire/daemon_address.h"
+#include "ddo/wire/identity_client.h"
 
 namespace ddo {
 

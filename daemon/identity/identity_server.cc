@@ -18,10 +18,10 @@
 #include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/posix_error.h"
-#include "daemon/common/status_macros.h"
-#include "daemon/identity/identity_protocol.h"
-#include "daemon/identity/seqpacket.h"
 #include "daemon/common/runtime_dir.h"
+#include "daemon/common/status_macros.h"
+#include "ddo/wire/identity_protocol.h"
+#include "ddo/wire/seqpacket.h"
 
 namespace ddo {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "daemon/common/temp_dir_for_test.h"
-#include "daemon/identity/seqpacket.h"
+#include "ddo/wire/seqpacket.h"
 #include "gtest/gtest.h"
 
 namespace ddo {

@@ -20,15 +20,16 @@
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/version.h"
 #include "daemon/config/environment.h"
+#include "daemon/config/paths.h"
 #include "daemon/ctl/ctl_connection.h"
-#include "daemon/ctl/daemon_address.h"
 #include "daemon/ctl/formatting.h"
 #include "daemon/ctl/json_output.h"
+#include "daemon/ctl/layout_file.h"
 #include "daemon/ctl/load_inputs.h"
 #include "daemon/ctl/metrics_text.h"
 #include "daemon/ctl/top_view.h"
 #include "daemon/profiles/profile_store.h"
-#include "daemon/ctl/layout_file.h"
+#include "ddo/wire/daemon_address.h"
 
 namespace {
 
@@ -544,7 +545,8 @@ int main(int argc, char** argv) {
   const ddo::Environment env = ddo::ProcessEnvironment();
   const ddo::UserContext user = ddo::UserContext::FromProcess(env);
   auto targets = ddo::ResolveDaemonTargets(
-      args.daemon.has_value() ? args.daemon : ddo::Lookup(env, "DDO_DAEMON"), user);
+      args.daemon.has_value() ? args.daemon : ddo::Lookup(env, "DDO_DAEMON"),
+      ddo::SocketUserOf(user));
   if (!targets.ok()) {
     return Usage(std::string(targets.status().message()));
   }

@@ -18,17 +18,17 @@
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/posix_error.h"
+#include "daemon/common/runtime_dir.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/version.h"
-#include "daemon/config/values.h"
 #include "daemon/config/budgets.h"
-#include "daemon/platform/system_info.h"
+#include "daemon/config/values.h"
 #include "daemon/device/h2d_bandwidth.h"
-#include "daemon/identity/identity_protocol.h"
+#include "daemon/platform/system_info.h"
 #include "daemon/pool/host_pinning.h"
 #include "daemon/server/inherited_grpc_listener.h"
-#include "daemon/common/runtime_dir.h"
 #include "daemon/server/socket_activation.h"
+#include "ddo/wire/identity_protocol.h"
 
 namespace ddo {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "daemon/common/temp_dir_for_test.h"
 #include "daemon/config/environment.h"
-#include "daemon/identity/identity_client.h"
+#include "ddo/wire/identity_client.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"

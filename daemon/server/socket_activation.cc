@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/posix_error.h"
-#include "daemon/identity/identity_protocol.h"
+#include "ddo/wire/identity_protocol.h"
 
 namespace ddo {
 namespace {

@@ -1,10 +1,10 @@
-#include "daemon/identity/identity_protocol.h"
+#include "ddo/wire/identity_protocol.h"
 
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "daemon/common/display_text.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 namespace {

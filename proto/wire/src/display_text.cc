@@ -1,5 +1,5 @@
 // File: daemon/common/display_text.cc
-#include "daemon/common/display_text.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 

@@ -1,11 +1,11 @@
-#include "daemon/identity/seqpacket.h"
+#include "ddo/wire/seqpacket.h"
 
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <cstring>
 
-#include "daemon/common/posix_error.h"
+#include "ddo/wire/posix_error.h"
 
 namespace ddo {
 namespace {

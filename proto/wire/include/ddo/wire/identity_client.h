@@ -1,43 +1,41 @@
-// File: daemon/identity/identity_client.h
+// File: proto/wire/include/ddo/wire/identity_client.h
 //
 // The client's end of the identity socket (docs/security.md), for ddoctl and C++ runners:
 // checks that the daemon runs as a user the client trusts (the client's own, root, or the
 // service user), proves who the client is (HELLO) and keeps the token, passes files (FILE)
 // and opens granted segments (OPEN).
 //
-// Thread-safety: one thread at a time per link.
-#ifndef DDO_DAEMON_IDENTITY_IDENTITY_CLIENT_H_
-#define DDO_DAEMON_IDENTITY_IDENTITY_CLIENT_H_
+// Thread-safety: thread-safe; requests on one link take turns (a mutex), since each answer
+// must pair with its request.
+#ifndef DDO_WIRE_IDENTITY_CLIENT_H_
+#define DDO_WIRE_IDENTITY_CLIENT_H_
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "daemon/common/unique_fd.h"
-#include "daemon/identity/seqpacket.h"
+#include "ddo/wire/daemon_checks.h"
+#include "ddo/wire/seqpacket.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
-
-// The uids a client accepts as its daemon: its own, root, and the service user (the user
-// named by DDO_SERVICE_USER, else "ddo", when such a user exists).
-std::set<uid_t> TrustedDaemonUids(const std::string& service_user);
-
-// Before talking to a daemon at `socket_path` (a Unix socket): the socket must be a socket owned
-// by a trusted uid, in a directory owned by a trusted uid that nobody else may write to, so
-// that no other user can have put it there or swap it. PERMISSION_DENIED saying what is wrong.
-absl::Status CheckSocketLocation(const std::string& socket_path, const std::set<uid_t>& trusted);
 
 class IdentityLink {
  public:
   // PERMISSION_DENIED (naming the uid found and the uids accepted) when the process that
   // listens on `path`, or the one that answers HELLO there (they differ under socket
   // activation), runs as anyone else; UNAVAILABLE when nothing answers there.
+  // `timeout_ms` > 0 bounds each send and answer; a late answer breaks the link (it no longer
+  // pairs requests with answers), as does a truncated one.
   static absl::StatusOr<IdentityLink> Connect(const std::string& path,
-                                              const std::set<uid_t>& trusted);
+                                              const std::set<uid_t>& trusted,
+                                              int timeout_ms = 0);
 
   // Every ddo.v1.Ddo call carries this in its "ddo-token" metadata.
   const std::string& token() const { return token_; }
@@ -55,11 +53,13 @@ class IdentityLink {
   absl::StatusOr<std::string> Ask(const std::string& request, int fd, UniqueFd* received,
                                   std::optional<PeerCredentials>* sender = nullptr);
 
-  UniqueFd socket_;
+  // On the heap so that a link can be moved (out of Connect).
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();
+  UniqueFd socket_;  // guarded by *mutex_; closed once the link broke
   std::string token_;
   uid_t daemon_uid_ = 0;
 };
 
 }  // namespace ddo
 
-#endif  // DDO_DAEMON_IDENTITY_IDENTITY_CLIENT_H_
+#endif  // DDO_WIRE_IDENTITY_CLIENT_H_

@@ -1,11 +1,11 @@
-// File: daemon/identity/seqpacket.h
+// File: proto/wire/include/ddo/wire/seqpacket.h
 //
 // One packet at a time on a SOCK_SEQPACKET Unix socket, with descriptors (SCM_RIGHTS): what
 // both ends of the identity socket send and receive.
 //
 // Thread-safety: functions of their arguments; a socket is used by one thread at a time.
-#ifndef DDO_DAEMON_IDENTITY_SEQPACKET_H_
-#define DDO_DAEMON_IDENTITY_SEQPACKET_H_
+#ifndef DDO_WIRE_SEQPACKET_H_
+#define DDO_WIRE_SEQPACKET_H_
 
 #include <sys/types.h>
 
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "daemon/common/unique_fd.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 
@@ -49,4 +49,4 @@ absl::StatusOr<PeerCredentials> PeerCredentialsOf(int socket);
 
 }  // namespace ddo
 
-#endif  // DDO_DAEMON_IDENTITY_SEQPACKET_H_
+#endif  // DDO_WIRE_SEQPACKET_H_

@@ -1,8 +1,7 @@
-#include "daemon/identity/identity_client.h"
+#include "ddo/wire/identity_client.h"
 
-#include <pwd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -11,58 +10,25 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "daemon/common/display_text.h"
-#include "daemon/common/posix_error.h"
-#include "daemon/identity/identity_protocol.h"
-#include "daemon/identity/seqpacket.h"
+#include "ddo/wire/display_text.h"
+#include "ddo/wire/identity_protocol.h"
+#include "ddo/wire/posix_error.h"
+#include "ddo/wire/seqpacket.h"
 
 namespace ddo {
 
-std::set<uid_t> TrustedDaemonUids(const std::string& service_user) {
-  std::set<uid_t> trusted{::geteuid(), 0};
-  const std::string name = service_user.empty() ? "ddo" : service_user;
-  passwd entry{};
-  passwd* found = nullptr;
-  char buffer[4096];
-  if (::getpwnam_r(name.c_str(), &entry, buffer, sizeof(buffer), &found) == 0 &&
-      found != nullptr) {
-    trusted.insert(found->pw_uid);
-  }
-  return trusted;
-}
-
-absl::Status CheckSocketLocation(const std::string& socket_path, const std::set<uid_t>& trusted) {
-  const size_t slash = socket_path.find_last_of('/');
-  const std::string directory =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : socket_path.substr(0, slash));
-  struct stat info {};
-  if (::lstat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    return absl::PermissionDeniedError(absl::StrCat(directory, " is not a directory"));
-  }
-  if (trusted.count(info.st_uid) == 0 || (info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        directory, " (owner uid ", info.st_uid, ", mode ", absl::StrFormat("%04o", info.st_mode & 07777),
-        ") could hold a socket another user put there: the directory of ddod's socket must "
-        "belong to a trusted user (", absl::StrJoin(trusted, ", "), ") and be writable by it only"));
-  }
-  if (::lstat(socket_path.c_str(), &info) != 0 || !S_ISSOCK(info.st_mode)) {
-    return absl::PermissionDeniedError(absl::StrCat(socket_path, " is not a socket"));
-  }
-  if (trusted.count(info.st_uid) == 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        socket_path, " belongs to uid ", info.st_uid, ", not to a user this client trusts (",
-        absl::StrJoin(trusted, ", "), ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<IdentityLink> IdentityLink::Connect(const std::string& path,
-                                                   const std::set<uid_t>& trusted) {
+                                                   const std::set<uid_t>& trusted,
+                                                   int timeout_ms) {
   IdentityLink link;
   link.socket_ = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!link.socket_.valid()) return PosixError("socket(AF_UNIX, SOCK_SEQPACKET)", errno);
+  if (timeout_ms > 0) {
+    timeval limit{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    ::setsockopt(link.socket_.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+    ::setsockopt(link.socket_.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  }
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat("identity socket path too long: ", path));
@@ -136,12 +102,26 @@ absl::StatusOr<UniqueFd> IdentityLink::OpenSegment(const std::string& shm_name, 
 absl::StatusOr<std::string> IdentityLink::Ask(const std::string& request, int fd,
                                               UniqueFd* received,
                                               std::optional<PeerCredentials>* sender) {
+  std::lock_guard<std::mutex> lock(*mutex_);
+  if (!socket_.valid()) return absl::UnavailableError("the identity connection is closed");
   if (!SendPacket(socket_.get(), request, fd)) {
+    socket_.Reset();
     return absl::UnavailableError("the identity socket closed");
   }
   absl::StatusOr<Packet> answer = ReceivePacket(socket_.get(), kIdentityMaxPacketBytes);
-  if (!answer.ok()) return absl::UnavailableError(absl::StrCat("identity socket: ",
-                                                               answer.status().message()));
+  // A late, lost or cut answer leaves requests and answers unpaired: the link is given up.
+  if (!answer.ok()) {
+    socket_.Reset();
+    return absl::UnavailableError(absl::StrCat("identity socket: ", answer.status().message()));
+  }
+  if (answer->would_block) {  // SO_RCVTIMEO ran out
+    socket_.Reset();
+    return absl::UnavailableError("ddod did not answer on the identity socket in time");
+  }
+  if (answer->truncated) {
+    socket_.Reset();
+    return absl::UnavailableError("ddod's identity answer was truncated");
+  }
   if (received != nullptr && !answer->fds.empty()) *received = std::move(answer->fds.front());
   if (sender != nullptr) *sender = answer->sender;
   const std::string& text = answer->text;

@@ -1,4 +1,4 @@
-#include "daemon/common/posix_error.h"
+#include "ddo/wire/posix_error.h"
 
 #include <cerrno>
 

@@ -1,4 +1,4 @@
-#include "daemon/ctl/daemon_address.h"
+#include "ddo/wire/daemon_address.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -9,8 +9,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-UserContext TestUser() {
-  UserContext user;
+SocketUser TestUser() {
+  SocketUser user;
   user.uid = 1000;
   user.xdg_runtime_dir = "/run/user/1000";
   return user;
@@ -56,6 +56,30 @@ TEST(DaemonAddressTest, InvalidValuesAreNamed) {
 TEST(DaemonAddressTest, UnixSocketPath) {
   EXPECT_EQ(UnixSocketPath("unix:/a/b"), "/a/b");
   EXPECT_EQ(UnixSocketPath("127.0.0.1:1"), "");
+  EXPECT_EQ(TcpPort("127.0.0.1:50051"), 50051);
+  EXPECT_EQ(TcpPort("[::1]:7"), 7);
+  EXPECT_EQ(TcpPort("unix:/a:1"), 0);
+}
+
+TEST(DaemonAddressTest, AsThePythonClientRules) {
+  for (const char* bad : {"[nothost]:80", "-bad-:80", "host:0", "host:+80", "a b:80"}) {
+    EXPECT_FALSE(ResolveDaemonTargets(bad, TestUser()).ok()) << bad;
+  }
+  const std::string long_path = "/" + std::string(kMaxSocketPathBytes, 'a');
+  auto too_long = ResolveDaemonTargets(long_path, TestUser());
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_THAT(std::string(too_long.status().message()), HasSubstr("107 bytes"));
+  EXPECT_TRUE(ResolveDaemonTargets("EMBEDDED", TestUser())->embedded);
+  EXPECT_TRUE(ResolveDaemonTargets(" auto ", TestUser())->targets.size() == 2);
+}
+
+TEST(DaemonAddressTest, DefaultSocketsOfRootAndOfAUserWithoutRuntimeDir) {
+  SocketUser root;
+  EXPECT_THAT(DefaultSocketCandidates(root), ElementsAre("/run/ddo/ddod.sock"));
+  SocketUser plain;
+  plain.uid = 1234;
+  EXPECT_EQ(DefaultSocketPath(plain), "/tmp/ddo-1234/ddod.sock");
+  EXPECT_EQ(PerUserDirectory(1234), "/tmp/ddo-1234");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "daemon/identity/identity_protocol.h"
+#include "ddo/wire/identity_protocol.h"
 
 #include <string>
 

@@ -1,12 +1,12 @@
-// File: daemon/identity/identity_protocol.h
+// File: proto/wire/include/ddo/wire/identity_protocol.h
 //
 // The messages of the identity socket (docs/security.md): one text packet each, fields
 // separated by single spaces. Parsing is strict and bounded; nothing of a refused request
 // is echoed back beyond a short escaped prefix.
 //
 // Thread-safety: pure functions.
-#ifndef DDO_DAEMON_IDENTITY_IDENTITY_PROTOCOL_H_
-#define DDO_DAEMON_IDENTITY_IDENTITY_PROTOCOL_H_
+#ifndef DDO_WIRE_IDENTITY_PROTOCOL_H_
+#define DDO_WIRE_IDENTITY_PROTOCOL_H_
 
 #include <cstddef>
 #include <string>
@@ -41,4 +41,4 @@ std::string IdentityError(absl::string_view message);
 
 }  // namespace ddo
 
-#endif  // DDO_DAEMON_IDENTITY_IDENTITY_PROTOCOL_H_
+#endif  // DDO_WIRE_IDENTITY_PROTOCOL_H_
