@@ -15,6 +15,8 @@
 #include <set>
 #include <utility>
 
+#include <torch/nn/modules/linear.h>
+
 #include "client-cpp/src/consumer/control_block.h"
 #include "client-cpp/src/consumer/cuda_driver.h"
 #include "client-cpp/src/consumer/device_stream.h"
@@ -23,6 +25,7 @@
 #include "client-cpp/src/consumer/ring_views.h"
 #include "ddo/client.h"
 #include "ddo/nn.h"
+#include "ddo/wire/control_layout.h"
 #include "client-cpp/src/torch/dtypes.h"
 #include "client-cpp/src/torch/device_memory.h"
 #include "client-cpp/src/torch/module_tensors.h"
@@ -408,11 +411,9 @@ void StreamingSession::Impl::OpenConsumer(const DeviceResources& resources) {
       block_fd.get(), resources.control_block_bytes, detail::MapMode::kSharedWritable,
       resources.control_block_shm));
   UniqueFd bell_fd = ValueOrThrow(rpc_->open_segment(resources.doorbell_shm, true));
-  struct stat bell_stat {};
-  const uint64_t bell_bytes =
-      fstat(bell_fd.get(), &bell_stat) == 0 ? static_cast<uint64_t>(bell_stat.st_size) : 0;
   doorbell_mapping_ = ValueOrThrow(detail::SharedMapping::Map(
-      bell_fd.get(), bell_bytes, detail::MapMode::kSharedWritable, resources.doorbell_shm));
+      bell_fd.get(), doorbell_layout::kBytes, detail::MapMode::kSharedWritable,
+      resources.doorbell_shm));
 
   std::vector<consumer::UnitLayout> layouts;
   for (const UnitLayout& unit : resources.units) {
