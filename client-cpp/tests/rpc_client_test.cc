@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -256,6 +257,33 @@ TEST_F(RpcClientTest, ConnectsWithIdentityAndLease) {
   EXPECT_EQ(settings->effective_preset, "warm_process");
   EXPECT_FALSE(settings->values.empty());
   EXPECT_TRUE(client.daemon_shutting_down() == false && client.lease_lost_reason().empty());
+}
+
+// A loopback port nobody listens on now.
+int FreeTcpPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+TEST_F(RpcClientTest, OverLoopbackTcpTheIdentitySocketComesFromGetInfo) {
+  const std::string port = std::to_string(FreeTcpPort());
+  TempDir dir;
+  ::chmod(dir.path().c_str(), 0700);
+  Ddod tcp_daemon(dir, {"--listen", "127.0.0.1:" + port});
+  ConnectOptions options;
+  options.address = "127.0.0.1:" + port;
+  StatusOr<RpcClient> client = RpcClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();  // the port's owner is trusted
+  EXPECT_EQ(client->target(), "127.0.0.1:" + port);
+  EXPECT_FALSE(client->lease_id().empty());
+  EXPECT_TRUE(client->components().ok());
 }
 
 TEST_F(RpcClientTest, UnknownKeyIsNotFoundInDdodsWords) {
