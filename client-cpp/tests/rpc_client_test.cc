@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -373,6 +374,55 @@ TEST_F(RpcClientTest, LoadSafetensorsPassesTheFileAndReadsItBack) {
             BytesOf(values));
   EXPECT_EQ(client.load_safetensors("cpp/x", {dir_.Join("absent")}).status().code(),
             StatusCode::kNotFound);
+}
+
+TEST_F(RpcClientTest, ThreadsShareOneClientAndItsIdentityConnection) {
+  RpcClient client = Connect();
+  constexpr int kThreads = 4;
+  std::vector<std::string> paths;
+  for (int i = 0; i < kThreads; ++i) {
+    paths.push_back(dir_.Join("t" + std::to_string(i) + ".safetensors"));
+    WriteSafetensors(paths.back(), Ramp(8 * 8, static_cast<float>(i)), 8, 8);
+  }
+  // Each load passes its file on the one identity socket (FILE): answers must pair with
+  // requests while the threads interleave.
+  std::vector<Status> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      for (int round = 0; round < 5 && results[i].ok(); ++round) {
+        const std::string key = "cpp/thread-" + std::to_string(i);
+        StatusOr<LoadResult> loaded = client.load_safetensors(key, {paths[i]});
+        results[i] = loaded.status();
+        if (loaded.ok() && !client.components().ok()) {
+          results[i] = Status(StatusCode::kInternal, "components failed");
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int i = 0; i < kThreads; ++i) {
+    EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].ToString();
+    EXPECT_TRUE(client.evict("cpp/thread-" + std::to_string(i)).ok());
+  }
+}
+
+TEST_F(RpcClientTest, TheClientLearnsThatDdodStops) {
+  TempDir dir;
+  ::chmod(dir.path().c_str(), 0700);
+  auto own_daemon = std::make_unique<Ddod>(dir);
+  ConnectOptions options;
+  options.address = own_daemon->address();
+  StatusOr<RpcClient> client = RpcClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_EQ(client->lease_lost_reason(), "");
+  own_daemon.reset();  // SIGTERM: ddod announces shutting_down, then ends the stream
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (client->lease_lost_reason().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(client->lease_lost_reason().empty());
+  EXPECT_EQ(client->info().status().code(), StatusCode::kUnavailable);
 }
 
 TEST_F(RpcClientTest, TheLeaseEndsWithTheClient) {
