@@ -233,6 +233,7 @@ class DDO_CLIENT_API RpcClient {
   // start (its log's end quoted).
   static StatusOr<RpcClient> Connect(const ConnectOptions& options = ConnectOptions());
 
+  // A moved-from client may only be destroyed or assigned to.
   RpcClient(RpcClient&&) noexcept;
   RpcClient& operator=(RpcClient&&) noexcept;
   RpcClient(const RpcClient&) = delete;
