@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -25,6 +26,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "stall_watchdog.h"
 
 extern char** environ;
 
@@ -530,6 +532,23 @@ TEST_F(RpcClientTest, EmbeddedStartFailureQuotesTheReason) {
   ::unsetenv("DDO_DDOD_BINARY");
   ASSERT_EQ(client.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(client.status().message(), HasSubstr("is not an executable file"));
+}
+
+TEST(StallWatchdogTest, FiresOnlyWithoutProgress) {
+  std::atomic<int> stalls{0};
+  {
+    StallWatchdog watchdog(0.1, [&] { ++stalls; });
+    for (int i = 0; i < 20; ++i) {  // 0.2 s of progress every 10 ms
+      watchdog.Progress();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_FALSE(watchdog.fired());
+  }
+  EXPECT_EQ(stalls.load(), 0);
+  StallWatchdog silent(0.05, [&] { ++stalls; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(silent.fired());
+  EXPECT_EQ(stalls.load(), 1);
 }
 
 }  // namespace
