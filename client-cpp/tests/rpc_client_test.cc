@@ -505,6 +505,7 @@ TEST_F(RpcClientTest, EmbeddedDaemonStartsAndStopsWithTheClient) {
   options.address = "embedded";
   options.timeout_seconds = 10;
   pid_t pid = 0;
+  std::string socket_dir;
   {
     StatusOr<RpcClient> client = RpcClient::Connect(options);
     ::unsetenv("DDO_PRESET");
@@ -519,8 +520,15 @@ TEST_F(RpcClientTest, EmbeddedDaemonStartsAndStopsWithTheClient) {
     EXPECT_NE(info->requested_preset, "warm_process");
     EXPECT_THAT(client->target(), HasSubstr("/ddo-embedded-"));
     EXPECT_EQ(::kill(pid, 0), 0);
+    socket_dir = client->target().substr(5, client->target().rfind('/') - 5);
+    struct stat found {};
+    ASSERT_EQ(::lstat(socket_dir.c_str(), &found), 0);
+    EXPECT_EQ(found.st_mode & 07777, 0700u);
+    EXPECT_NE(::lstat((socket_dir + "/ddod.log").c_str(), &found), 0);  // unlinked once serving
   }
   EXPECT_NE(::kill(pid, 0), 0);  // stopped and reaped
+  struct stat gone {};
+  EXPECT_NE(::lstat(socket_dir.c_str(), &gone), 0);  // its directory removed
   ::unsetenv("DDO_STATE_DIR");
 }
 
