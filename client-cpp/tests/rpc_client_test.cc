@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -13,16 +14,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "stall_watchdog.h"
 
 extern char** environ;
 
@@ -258,6 +262,33 @@ TEST_F(RpcClientTest, ConnectsWithIdentityAndLease) {
   EXPECT_TRUE(client.daemon_shutting_down() == false && client.lease_lost_reason().empty());
 }
 
+// A loopback port nobody listens on now.
+int FreeTcpPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+TEST_F(RpcClientTest, OverLoopbackTcpTheIdentitySocketComesFromGetInfo) {
+  const std::string port = std::to_string(FreeTcpPort());
+  TempDir dir;
+  ::chmod(dir.path().c_str(), 0700);
+  Ddod tcp_daemon(dir, {"--listen", "127.0.0.1:" + port});
+  ConnectOptions options;
+  options.address = "127.0.0.1:" + port;
+  StatusOr<RpcClient> client = RpcClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();  // the port's owner is trusted
+  EXPECT_EQ(client->target(), "127.0.0.1:" + port);
+  EXPECT_FALSE(client->lease_id().empty());
+  EXPECT_TRUE(client->components().ok());
+}
+
 TEST_F(RpcClientTest, UnknownKeyIsNotFoundInDdodsWords) {
   RpcClient client = Connect();
   StatusOr<ComponentInfo> missing = client.component("cpp/no-such-key");
@@ -347,6 +378,55 @@ TEST_F(RpcClientTest, LoadSafetensorsPassesTheFileAndReadsItBack) {
             StatusCode::kNotFound);
 }
 
+TEST_F(RpcClientTest, ThreadsShareOneClientAndItsIdentityConnection) {
+  RpcClient client = Connect();
+  constexpr int kThreads = 4;
+  std::vector<std::string> paths;
+  for (int i = 0; i < kThreads; ++i) {
+    paths.push_back(dir_.Join("t" + std::to_string(i) + ".safetensors"));
+    WriteSafetensors(paths.back(), Ramp(8 * 8, static_cast<float>(i)), 8, 8);
+  }
+  // Each load passes its file on the one identity socket (FILE): answers must pair with
+  // requests while the threads interleave.
+  std::vector<Status> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      for (int round = 0; round < 5 && results[i].ok(); ++round) {
+        const std::string key = "cpp/thread-" + std::to_string(i);
+        StatusOr<LoadResult> loaded = client.load_safetensors(key, {paths[i]});
+        results[i] = loaded.status();
+        if (loaded.ok() && !client.components().ok()) {
+          results[i] = Status(StatusCode::kInternal, "components failed");
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int i = 0; i < kThreads; ++i) {
+    EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].ToString();
+    EXPECT_TRUE(client.evict("cpp/thread-" + std::to_string(i)).ok());
+  }
+}
+
+TEST_F(RpcClientTest, TheClientLearnsThatDdodStops) {
+  TempDir dir;
+  ::chmod(dir.path().c_str(), 0700);
+  auto own_daemon = std::make_unique<Ddod>(dir);
+  ConnectOptions options;
+  options.address = own_daemon->address();
+  StatusOr<RpcClient> client = RpcClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_EQ(client->lease_lost_reason(), "");
+  own_daemon.reset();  // SIGTERM: ddod announces shutting_down, then ends the stream
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (client->lease_lost_reason().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(client->lease_lost_reason().empty());
+  EXPECT_EQ(client->info().status().code(), StatusCode::kUnavailable);
+}
+
 TEST_F(RpcClientTest, TheLeaseEndsWithTheClient) {
   RpcClient keeper = Connect();
   const std::vector<float> weight = Ramp(32 * 32, 1.0f);
@@ -425,6 +505,7 @@ TEST_F(RpcClientTest, EmbeddedDaemonStartsAndStopsWithTheClient) {
   options.address = "embedded";
   options.timeout_seconds = 10;
   pid_t pid = 0;
+  std::string socket_dir;
   {
     StatusOr<RpcClient> client = RpcClient::Connect(options);
     ::unsetenv("DDO_PRESET");
@@ -439,8 +520,15 @@ TEST_F(RpcClientTest, EmbeddedDaemonStartsAndStopsWithTheClient) {
     EXPECT_NE(info->requested_preset, "warm_process");
     EXPECT_THAT(client->target(), HasSubstr("/ddo-embedded-"));
     EXPECT_EQ(::kill(pid, 0), 0);
+    socket_dir = client->target().substr(5, client->target().rfind('/') - 5);
+    struct stat found {};
+    ASSERT_EQ(::lstat(socket_dir.c_str(), &found), 0);
+    EXPECT_EQ(found.st_mode & 07777, 0700u);
+    EXPECT_NE(::lstat((socket_dir + "/ddod.log").c_str(), &found), 0);  // unlinked once serving
   }
   EXPECT_NE(::kill(pid, 0), 0);  // stopped and reaped
+  struct stat gone {};
+  EXPECT_NE(::lstat(socket_dir.c_str(), &gone), 0);  // its directory removed
   ::unsetenv("DDO_STATE_DIR");
 }
 
@@ -452,6 +540,23 @@ TEST_F(RpcClientTest, EmbeddedStartFailureQuotesTheReason) {
   ::unsetenv("DDO_DDOD_BINARY");
   ASSERT_EQ(client.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(client.status().message(), HasSubstr("is not an executable file"));
+}
+
+TEST(StallWatchdogTest, FiresOnlyWithoutProgress) {
+  std::atomic<int> stalls{0};
+  {
+    StallWatchdog watchdog(0.1, [&] { ++stalls; });
+    for (int i = 0; i < 20; ++i) {  // 0.2 s of progress every 10 ms
+      watchdog.Progress();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_FALSE(watchdog.fired());
+  }
+  EXPECT_EQ(stalls.load(), 0);
+  StallWatchdog silent(0.05, [&] { ++stalls; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(silent.fired());
+  EXPECT_EQ(stalls.load(), 1);
 }
 
 }  // namespace

@@ -62,3 +62,19 @@ def test_json_numbers_are_numbers_and_enums_short_names(daemon):
         assert component["ref"]["total_bytes"] == 256 * 256 * 4  # a number, not "262144"
         stats = json.loads(ddoctl(daemon, "--json", "stats").stdout)
         assert isinstance(stats["pool"]["reserved_bytes"], int), stats["pool"]
+
+
+def test_status_over_loopback_tcp_checks_the_port_owner(daemon_factory, short_dir):
+    """Over TCP, ddoctl checks that the port is held by a trusted user (/proc/net/tcp) before
+    it connects to the identity socket GetInfo names (proto/wire daemon_checks)."""
+    import os
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon_factory(os.path.join(short_dir, "ddod.sock"), "--listen", f"127.0.0.1:{port}")
+    done = subprocess.run([ddoctl_path(), "--daemon", f"127.0.0.1:{port}", "--json", "status"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert f"127.0.0.1:{port}" in json.loads(done.stdout)["info"]["listen_addresses"]

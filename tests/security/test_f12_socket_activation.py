@@ -101,7 +101,7 @@ def test_a_client_refuses_an_untrusted_process_serving_on_root_made_sockets(
     assert "error" in result and "UntrustedDaemonError" in result["error"], result
     assert f"runs as uid {impostor.uid}" in result["error"], result
     assert "seen" not in result
-    # ddoctl checks the same way (daemon/identity/identity_client.cc).
+    # ddoctl checks the same way (proto/wire/src/identity_client.cc).
     ddoctl = os.path.join(os.path.dirname(os.environ["DDO_DDOD_BINARY"]), "ddoctl")
     status = run_as(victim, daemon.socket_path, f"""
         import subprocess

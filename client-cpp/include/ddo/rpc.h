@@ -204,6 +204,8 @@ struct LoadOptions {
   std::map<std::string, uint32_t> units;  // module path prefix -> unit; empty: one per tensor
   std::string content_hash;
   int64_t keep_alive_seconds = 0;
+  // Give up when ddod sends no progress for this long; 0: max(60 s, 12 x the call timeout).
+  double stall_timeout_seconds = 0;
 };
 
 struct LoadResult {
@@ -233,6 +235,7 @@ class DDO_CLIENT_API RpcClient {
   // start (its log's end quoted).
   static StatusOr<RpcClient> Connect(const ConnectOptions& options = ConnectOptions());
 
+  // A moved-from client may only be destroyed or assigned to.
   RpcClient(RpcClient&&) noexcept;
   RpcClient& operator=(RpcClient&&) noexcept;
   RpcClient(const RpcClient&) = delete;

@@ -22,7 +22,8 @@ namespace ddo {
 
 // Members are destroyed bottom-up: the lease ends first (ddod releases the sessions at once),
 // then the channel and the identity connection (the token dies), then a private ddod stops.
-struct RpcClient::Impl {
+// Hidden: a nested class would inherit RpcClient's export, and with it gRPC's types.
+struct __attribute__((visibility("hidden"))) RpcClient::Impl {
   std::string target;
   double timeout_seconds = 5.0;
   std::unique_ptr<EmbeddedDaemon> embedded;

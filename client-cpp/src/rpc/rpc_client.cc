@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -14,6 +15,7 @@
 #include "convert.h"
 #include "ddo/rpc.h"
 #include "ddo/wire/posix_error.h"
+#include "stall_watchdog.h"
 #include "status_conversion.h"
 
 namespace ddo {
@@ -204,20 +206,36 @@ StatusOr<LoadResult> RpcClient::load_safetensors(const std::string& cache_key,
     }
     request.add_file_handles(*handle);
   }
-  // No deadline: reading a model takes as long as the disk needs; ddod reports progress.
+  // No deadline: reading a model takes as long as the disk needs. ddod reports progress; a
+  // stream silent for the stall limit is cancelled.
   grpc::ClientContext context;
   context.AddMetadata("ddo-token", impl_->identity->token());
+  const double stall_seconds = options.stall_timeout_seconds > 0
+                                   ? options.stall_timeout_seconds
+                                   : std::max(60.0, 12 * impl_->timeout_seconds);
   std::unique_ptr<grpc::ClientReader<ddo::v1::LoadProgress>> reader =
       impl_->stub->LoadSafetensors(&context, request);
   ddo::v1::LoadProgress progress;
   std::optional<LoadResult> result;
-  while (reader->Read(&progress)) {
-    if (progress.done()) {
-      result = LoadResult{FromProto(progress.component()), progress.warm_hit(),
-                          progress.seconds()};
+  bool stalled = false;
+  Status finished;
+  {
+    StallWatchdog watchdog(stall_seconds, [&context] { context.TryCancel(); });
+    while (reader->Read(&progress)) {
+      watchdog.Progress();
+      if (progress.done()) {
+        result = LoadResult{FromProto(progress.component()), progress.warm_hit(),
+                            progress.seconds()};
+      }
     }
+    finished = FromGrpc(reader->Finish());
+    stalled = watchdog.fired();
   }
-  Status finished = FromGrpc(reader->Finish());
+  if (stalled && !finished.ok()) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  absl::StrCat("ddod sent no LoadSafetensors progress for ", stall_seconds,
+                               " s; gave up"));
+  }
   if (!finished.ok()) return finished;
   if (!result.has_value()) {
     return Status(StatusCode::kInternal, "ddod ended LoadSafetensors without a result");

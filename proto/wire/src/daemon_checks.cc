@@ -63,7 +63,8 @@ absl::Status CheckSocketLocation(const std::string& socket_path, const std::set<
     return absl::PermissionDeniedError(absl::StrCat(
         directory, " (owner uid ", info.st_uid, ", mode ", Mode(info),
         ") could hold a socket another user put there: the directory of ddod's socket must "
-        "belong to a trusted user (", absl::StrJoin(trusted, ", "), ") and be writable by it only"));
+        "belong to a trusted user (", absl::StrJoin(trusted, ", "),
+        ") and be writable by it only"));
   }
   if (::lstat(socket_path.c_str(), &info) != 0 || !S_ISSOCK(info.st_mode)) {
     return absl::PermissionDeniedError(absl::StrCat(socket_path, " is not a socket"));

@@ -1,4 +1,4 @@
-// File: daemon/common/display_text.cc
+// File: proto/wire/src/display_text.cc
 #include "ddo/wire/display_text.h"
 
 namespace ddo {

@@ -95,7 +95,9 @@ absl::StatusOr<UniqueFd> IdentityLink::OpenSegment(const std::string& shm_name, 
   absl::StatusOr<std::string> answer =
       Ask(absl::StrCat("OPEN ", shm_name, writable ? " rw" : " ro"), -1, &received);
   if (!answer.ok()) return answer.status();
-  if (!received.valid()) return absl::FailedPreconditionError("ddod answered OPEN without a descriptor");
+  if (!received.valid()) {
+    return absl::FailedPreconditionError("ddod answered OPEN without a descriptor");
+  }
   return received;
 }
 
