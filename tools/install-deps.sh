@@ -14,7 +14,7 @@ packages=(
   python3 python3-grpcio python3-protobuf python3-torch python3-pytest python3-tqdm python3-xxhash
   python3-pip python3-setuptools python3-wheel
   # The C++ client's torch half (client-cpp; python3-torch does not pull the headers).
-  libtorch-dev pybind11-dev
+  libtorch-dev
 )
 
 missing=()

@@ -54,7 +54,7 @@ torch::Tensor Input(int64_t step, torch::Dtype dtype = torch::kFloat32) {
 }
 
 // The model's outputs for `steps`, each forward marked as one cycle.
-std::vector<torch::Tensor> Run(Transformer& model, StreamingSession* session,
+std::vector<torch::Tensor> Forwards(Transformer& model, StreamingSession* session,
                                const std::vector<int64_t>& steps,
                                torch::Dtype dtype = torch::kFloat32) {
   torch::NoGradGuard no_grad;
@@ -74,7 +74,9 @@ void ExpectBitwiseEqual(const std::vector<torch::Tensor>& got,
                         const std::vector<torch::Tensor>& expected) {
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_TRUE(torch::equal(got[i], expected[i])) << "step " << i;
+    EXPECT_TRUE(torch::equal(got[i], expected[i]))
+        << "step " << i << ": largest difference "
+        << (got[i].to(torch::kFloat64) - expected[i].to(torch::kFloat64)).abs().max().item<double>();
   }
 }
 
@@ -121,10 +123,10 @@ TEST_F(ClientTorchTest, AttachedTensorsAreBitwiseEqualAndBindIntoAModule) {
   }
 
   Transformer other = MakeModel(/*seed=*/99);
-  const std::vector<torch::Tensor> reference = Run(model, nullptr, {0, 1});
+  const std::vector<torch::Tensor> reference = Forwards(model, nullptr, {0, 1});
   BindResult result = attached.bind(*other);
   EXPECT_TRUE(result.missing_keys.empty() && result.unexpected_keys.empty());
-  ExpectBitwiseEqual(Run(other, nullptr, {0, 1}), reference);
+  ExpectBitwiseEqual(Forwards(other, nullptr, {0, 1}), reference);
 
   // A write stays in this process (copy-on-write).
   attached.tensors().at("head.weight").fill_(3);
@@ -157,7 +159,7 @@ TEST_P(StreamedForwardTest, IsBitwiseEqualToTheUnstreamedModuleOverManyCycles) {
   const auto& [unit, slots, dtype] = GetParam();
   Transformer model = MakeModel(7, dtype);
   const std::vector<int64_t> steps = {0, 1, 2, 3, 4, 5, 6, 7};
-  const std::vector<torch::Tensor> reference = Run(model, nullptr, steps, dtype);
+  const std::vector<torch::Tensor> reference = Forwards(model, nullptr, steps, dtype);
   client_->register_module(kKey, *model);
 
   Transformer streamed = MakeModel(/*seed=*/99, dtype);  // other weights: the session's count
@@ -168,7 +170,7 @@ TEST_P(StreamedForwardTest, IsBitwiseEqualToTheUnstreamedModuleOverManyCycles) {
   EXPECT_GE(opened.ring_slots, static_cast<uint32_t>(slots));
   EXPECT_TRUE(session->schedule().empty());
 
-  ExpectBitwiseEqual(Run(streamed, session.get(), steps, dtype), reference);
+  ExpectBitwiseEqual(Forwards(streamed, session.get(), steps, dtype), reference);
   const StreamStats stats = session->stats();
   EXPECT_EQ(session->schedule().size(), units);
   EXPECT_EQ(stats.sync_uses, units);  // the learning forward
@@ -179,7 +181,7 @@ TEST_P(StreamedForwardTest, IsBitwiseEqualToTheUnstreamedModuleOverManyCycles) {
   session->close();
   EXPECT_TRUE(session->closed());
   // Closed: the module runs on the host pool's copy-on-write views, with the same results.
-  ExpectBitwiseEqual(Run(streamed, nullptr, {0, 1}, dtype),
+  ExpectBitwiseEqual(Forwards(streamed, nullptr, {0, 1}, dtype),
                      {reference[0], reference[1]});
 }
 
@@ -192,7 +194,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST_F(ClientTorchTest, AUseOutsideTheScheduleIsServedFromTheExtraSlot) {
   Transformer model = MakeModel();
-  const std::vector<torch::Tensor> reference = Run(model, nullptr, {0, 1, 2});
+  const std::vector<torch::Tensor> reference = Forwards(model, nullptr, {0, 1, 2});
   auto head = model->named_modules()["head"]->as<nn::LinearImpl>();
   torch::Tensor features = torch::randn({3, SmallConfig().dim});
   torch::Tensor head_reference;
@@ -201,18 +203,20 @@ TEST_F(ClientTorchTest, AUseOutsideTheScheduleIsServedFromTheExtraSlot) {
     head_reference = head->forward(features);
   }
   client_->register_module(kKey, *model);
-  auto session = stream(*client_, *model, kKey, torch::Device("cpu"), Settings("block", 2));
-  ExpectBitwiseEqual(Run(model, session.get(), {0}), {reference[0]});
+  // One unit per Linear: the head's is last in the cycle, beyond the K-1 uses a consumer
+  // looks ahead.
+  auto session = stream(*client_, *model, kKey, torch::Device("cpu"), Settings("linear", 2));
+  ExpectBitwiseEqual(Forwards(model, session.get(), {0}), {reference[0]});
   const StreamStats learned = session->stats();
+  ASSERT_LT(learned.ring_slots, learned.units - 1);
   {
-    // A branch: only the head runs. Its unit is last in the cycle, beyond the K-1 uses a
-    // consumer looks ahead, so ddod serves it out of schedule.
+    // A branch: only the head runs, so ddod serves it out of schedule.
     torch::NoGradGuard no_grad;
     ForwardScope pass(*session);
     EXPECT_TRUE(torch::equal(head->forward(features), head_reference));
   }
   EXPECT_EQ(session->stats().sync_uses, learned.sync_uses + 1);
-  ExpectBitwiseEqual(Run(model, session.get(), {1, 2}), {reference[1], reference[2]});
+  ExpectBitwiseEqual(Forwards(model, session.get(), {1, 2}), {reference[1], reference[2]});
   const StreamStats after = session->stats();
   EXPECT_EQ(after.skipped_uses, learned.skipped_uses);
   EXPECT_EQ(after.streamed_uses, learned.streamed_uses + 2 * learned.units);
@@ -220,17 +224,17 @@ TEST_F(ClientTorchTest, AUseOutsideTheScheduleIsServedFromTheExtraSlot) {
 
 TEST_F(ClientTorchTest, ASecondSessionReceivesTheScheduleAndStreamsFromItsFirstForward) {
   Transformer model = MakeModel();
-  const std::vector<torch::Tensor> reference = Run(model, nullptr, {0, 1});
+  const std::vector<torch::Tensor> reference = Forwards(model, nullptr, {0, 1});
   client_->register_module(kKey, *model);
   std::vector<uint32_t> learned;
   {
     auto first = stream(*client_, *model, kKey, torch::Device("cpu"), Settings("linear", 2));
-    Run(model, first.get(), {0});
+    Forwards(model, first.get(), {0});
     learned = first->schedule();
   }
   auto second = stream(*client_, *model, kKey, torch::Device("cpu"), Settings("linear", 2));
   EXPECT_EQ(second->schedule(), learned);
-  ExpectBitwiseEqual(Run(model, second.get(), {0, 1}), reference);
+  ExpectBitwiseEqual(Forwards(model, second.get(), {0, 1}), reference);
   EXPECT_EQ(second->stats().sync_uses, 0u);
 }
 
@@ -277,23 +281,23 @@ TEST_F(ClientTorchTest, ASessionDetachedUnderTheRunnerRaisesSessionClosed) {
   Transformer model = MakeModel();
   client_->register_module(kKey, *model);
   auto session = stream(*client_, *model, kKey, torch::Device("cpu"), Settings("linear", 2));
-  Run(model, session.get(), {0});
+  Forwards(model, session.get(), {0});
   ASSERT_TRUE(client_->rpc().detach(session->session_id()).ok());
-  EXPECT_THROW(Run(model, session.get(), {1}), SessionClosedError);
+  EXPECT_THROW(Forwards(model, session.get(), {1}), SessionClosedError);
   session->close();  // must not throw
 }
 
 TEST_F(ClientTorchTest, ARunnerWaitingOnAKilledDdodRaisesDaemonGoneWithinTwoSeconds) {
   Transformer model = MakeModel();
-  const std::vector<torch::Tensor> reference = Run(model, nullptr, {0, 1, 2});
+  const std::vector<torch::Tensor> reference = Forwards(model, nullptr, {0, 1, 2});
   client_->register_module(kKey, *model);
   auto session = stream(*client_, *model, kKey, torch::Device("cpu"), Settings("linear", 2));
-  ExpectBitwiseEqual(Run(model, session.get(), {0, 1}), {reference[0], reference[1]});
+  ExpectBitwiseEqual(Forwards(model, session.get(), {0, 1}), {reference[0], reference[1]});
   const pid_t pid = daemon_->pid();
   ::kill(pid, SIGKILL);  // not reaped yet: a zombie, as the Python test has it
   const auto started = std::chrono::steady_clock::now();
   try {
-    Run(model, session.get(), {2});
+    Forwards(model, session.get(), {2});
     FAIL() << "the forward finished without ddod";
   } catch (const DaemonGoneError& error) {
     EXPECT_THAT(error.what(), HasSubstr("pid " + std::to_string(pid)));
@@ -302,7 +306,7 @@ TEST_F(ClientTorchTest, ARunnerWaitingOnAKilledDdodRaisesDaemonGoneWithinTwoSeco
   daemon_->Stop(SIGKILL);
   session->close();  // ddod is gone: closing must not throw
   // The module is back on the host pool's views and runs without ddod.
-  ExpectBitwiseEqual(Run(model, nullptr, {2}), {reference[2]});
+  ExpectBitwiseEqual(Forwards(model, nullptr, {2}), {reference[2]});
 }
 
 TEST_F(ClientTorchTest, ABackwardThroughAStreamedWeightRaises) {

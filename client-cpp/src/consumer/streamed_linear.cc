@@ -8,17 +8,14 @@
 namespace ddo::consumer {
 namespace {
 
-c10::optional<at::Tensor> Optional(const at::Tensor& tensor) {
-  return tensor.defined() ? c10::optional<at::Tensor>(tensor) : c10::nullopt;
-}
 
 // The forward in grad mode: a node whose backward raises (see the header).
 struct NoBackwardThroughStream : public torch::autograd::Function<NoBackwardThroughStream> {
   static at::Tensor forward(torch::autograd::AutogradContext* context, const at::Tensor& input,
-                            const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
-                            const std::string& module_path) {
+                            const at::Tensor& weight, const at::Tensor& bias,
+                            const std::string& module_path, LinearFunction linear) {
     context->saved_data["module_path"] = module_path;
-    return at::linear(input, weight, bias);
+    return linear(input, weight, bias);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
@@ -36,16 +33,22 @@ struct NoBackwardThroughStream : public torch::autograd::Function<NoBackwardThro
 
 }  // namespace
 
+at::Tensor AtenLinear(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias) {
+  return at::linear(input, weight,
+                    bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
+}
+
 at::Tensor StreamedLinear(const at::Tensor& input, const at::Tensor& weight,
-                          const at::Tensor& bias, const std::string& module_path) {
+                          const at::Tensor& bias, const std::string& module_path,
+                          LinearFunction linear) {
   const at::ScalarType dtype = input.scalar_type();
   const at::Tensor used_weight = weight.scalar_type() == dtype ? weight : weight.to(dtype);
   at::Tensor used_bias = bias;
   if (bias.defined() && bias.scalar_type() != dtype) used_bias = bias.to(dtype);
   if (input.requires_grad() && at::GradMode::is_enabled()) {
-    return NoBackwardThroughStream::apply(input, used_weight, Optional(used_bias), module_path);
+    return NoBackwardThroughStream::apply(input, used_weight, used_bias, module_path, linear);
   }
-  return at::linear(input, used_weight, Optional(used_bias));
+  return linear(input, used_weight, used_bias);
 }
 
 }  // namespace ddo::consumer

@@ -15,10 +15,19 @@
 
 namespace ddo::consumer {
 
+// The linear function a streamed Linear computes with: the one its unstreamed forward uses, so
+// the results are bitwise equal. Python's F.linear is at::linear (the default); libtorch's C++
+// torch::nn::functional::linear is another function (for a 3-D input it does matmul, then adds
+// the bias, where at::linear fuses the add), so ddo::nn::Linear passes that one.
+using LinearFunction = at::Tensor (*)(const at::Tensor& input, const at::Tensor& weight,
+                                      const at::Tensor& bias);
+at::Tensor AtenLinear(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias);
+
 // input @ weight.T + bias, with `weight` (a ring view) and `bias` (undefined: none) cast to
 // input's dtype. `module_path` names the Linear in the backward's error.
 at::Tensor StreamedLinear(const at::Tensor& input, const at::Tensor& weight,
-                          const at::Tensor& bias, const std::string& module_path);
+                          const at::Tensor& bias, const std::string& module_path,
+                          LinearFunction linear = AtenLinear);
 
 }  // namespace ddo::consumer
 

@@ -59,9 +59,20 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& input) {
 }  // namespace nn
 
 namespace detail {
+namespace {
+
+// torch::nn::Linear's own function, so streamed results are bitwise those of the unstreamed
+// module (it differs from at::linear for 3-D inputs).
+torch::Tensor CppApiLinear(const torch::Tensor& input, const torch::Tensor& weight,
+                           const torch::Tensor& bias) {
+  return torch::nn::functional::linear(input, weight, bias);
+}
+
+}  // namespace
 
 torch::Tensor StreamTap::Forward(const torch::Tensor& input, const torch::Tensor& bias) const {
-  return consumer::StreamedLinear(input, source_->Acquire(unit_).at(index_), bias, module_path_);
+  return consumer::StreamedLinear(input, source_->Acquire(unit_).at(index_), bias, module_path_,
+                                  CppApiLinear);
 }
 
 }  // namespace detail
