@@ -20,8 +20,8 @@
 namespace ddo_example {
 
 struct TransformerConfig {
-  int64_t dim = 256;
-  int64_t heads = 4;
+  int64_t dim = 768;
+  int64_t heads = 12;
   int64_t mlp_ratio = 4;
   int64_t blocks = 4;
   int64_t input_dim = 64;

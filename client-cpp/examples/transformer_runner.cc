@@ -2,7 +2,7 @@
 //
 // A C++ runner streaming a transformer through ddod:
 //
-//   transformer_runner [--device cpu|cuda:0] [--dim 1024] [--blocks 8] [--steps 5]
+//   transformer_runner [--device cpu|cuda:0] [--dim 768] [--blocks 4] [--steps 5]
 //                      [--unit block|linear] [--slots K] [--dtype float32|bfloat16]
 //                      [--key NAME] [--check]
 //

@@ -91,7 +91,7 @@ StreamSettings Settings(const std::string& unit, int slots) {
 class ClientTorchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    daemon_ = std::make_unique<testing::Ddod>(dir_);
+    daemon_ = std::make_unique<test_support::Ddod>(dir_);
     ConnectOptions options;
     options.address = daemon_->address();
     options.allow_embedded = false;
@@ -102,8 +102,8 @@ class ClientTorchTest : public ::testing::Test {
     daemon_.reset();
   }
 
-  testing::TempDir dir_;
-  std::unique_ptr<testing::Ddod> daemon_;
+  test_support::TempDir dir_;
+  std::unique_ptr<test_support::Ddod> daemon_;
   std::unique_ptr<Client> client_;
 };
 

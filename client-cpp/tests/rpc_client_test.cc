@@ -24,87 +24,20 @@
 #include <thread>
 #include <vector>
 
+#include "client-cpp/tests/test_daemon.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "stall_watchdog.h"
 
-extern char** environ;
 
 namespace ddo {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string DdodBinary() {
-  const char* configured = std::getenv("DDO_DDOD_BINARY");
-  return configured != nullptr && *configured != '\0' ? configured : DDO_TEST_DDOD_BINARY;
-}
-
-// A private directory with a short path (sun_path holds 107 bytes), removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/ddo-cpp-XXXXXX";
-    path_ = ::mkdtemp(pattern) != nullptr ? pattern : "";
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  std::string Join(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// A ddod child on DIR/run/ddod.sock with its state in DIR/state; SIGTERM on destruction.
-class Ddod {
- public:
-  explicit Ddod(const TempDir& dir, std::vector<std::string> extra = {})
-      : socket_(dir.Join("run/ddod.sock")) {
-    std::vector<std::string> arguments = {DdodBinary(), "--socket", socket_, "--state-dir",
-                                          dir.Join("state"), "--discard"};
-    arguments.insert(arguments.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (std::string& argument : arguments) argv.push_back(argument.data());
-    argv.push_back(nullptr);
-    const std::string log = dir.Join("ddod.log");
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT, 0600);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    EXPECT_EQ(::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0)
-        << argv[0];
-    posix_spawn_file_actions_destroy(&actions);
-    // Serving once both the gRPC and the identity socket exist and a client gets in.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < deadline) {
-      struct stat info {};
-      if (::stat(socket_.c_str(), &info) == 0 && ::stat((socket_ + ".id").c_str(), &info) == 0) {
-        ConnectOptions options;
-        options.address = address();
-        if (RpcClient::Connect(options).ok()) return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << "ddod did not serve on " << socket_;
-  }
-  Ddod(const Ddod&) = delete;
-  Ddod& operator=(const Ddod&) = delete;
-  ~Ddod() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-  }
-  std::string address() const { return "unix:" + socket_; }
-
- private:
-  std::string socket_;
-  pid_t pid_ = 0;
-};
+using test_support::DdodBinary;
+using test_support::Ddod;
+using test_support::TempDir;
 
 // One ddod for the suite; each test gets its own XDG_RUNTIME_DIR and no DDO_DAEMON.
 class RpcClientTest : public ::testing::Test {

@@ -27,7 +27,7 @@
 
 extern char** environ;
 
-namespace ddo::testing {
+namespace ddo::test_support {
 
 inline std::string DdodBinary() {
   const char* configured = std::getenv("DDO_DDOD_BINARY");
@@ -115,6 +115,6 @@ class Ddod {
   pid_t pid_ = 0;
 };
 
-}  // namespace ddo::testing
+}  // namespace ddo::test_support
 
 #endif  // DDO_CLIENT_TESTS_TEST_DAEMON_H_
