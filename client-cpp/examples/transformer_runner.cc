@@ -2,9 +2,9 @@
 //
 // A C++ runner streaming a transformer through ddod:
 //
-//   transformer_runner [--device cpu|cuda:0] [--dim 768] [--blocks 4] [--steps 5]
+//   transformer_runner [--device cpu|cuda:0] [--dim 768] [--heads 12] [--blocks 4] [--steps 5]
 //                      [--unit block|linear] [--slots K] [--dtype float32|bfloat16]
-//                      [--key NAME] [--check]
+//                      [--key NAME] [--setting DDO_NAME=VALUE]... [--check]
 //
 // It connects (DDO_DAEMON, the default sockets, or a private ddod), stores the model's weights
 // in ddod unless ddod has them already (a warm hit: a second runner starts at once), streams
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,16 +35,19 @@ struct Options {
   int slots = 0;  // 0: ddod's default
   int steps = 5;
   bool check = false;
+  std::map<std::string, std::string> settings;  // --setting: per-session DDO_* values
   ddo_example::TransformerConfig model;
 };
 
-[[noreturn]] void Usage(const char* problem) {
-  std::fprintf(stderr,
-               "%s\nusage: transformer_runner [--device cpu|cuda:N] [--dim D] [--blocks N] "
+// Prints the usage (after `problem`, if any) and exits: 0 for --help, 2 for a bad argument.
+[[noreturn]] void Usage(const char* problem, int code = 2) {
+  std::fprintf(code == 0 ? stdout : stderr,
+               "%s\nusage: transformer_runner [--device cpu|cuda:N] [--dim D] [--heads H] "
+               "[--blocks N] "
                "[--steps N] [--unit block|linear] [--slots K] [--dtype float32|bfloat16] "
-               "[--key NAME] [--check]\n",
+               "[--key NAME] [--setting DDO_NAME=VALUE]... [--check]\n",
                problem);
-  std::exit(2);
+  std::exit(code);
 }
 
 Options Parse(int argc, char** argv) {
@@ -71,9 +75,23 @@ Options Parse(int argc, char** argv) {
     else if (flag == "--steps") options.steps = static_cast<int>(number());
     else if (flag == "--dim") options.model.dim = number();
     else if (flag == "--blocks") options.model.blocks = number();
+    else if (flag == "--heads") options.model.heads = number();
     else if (flag == "--check") options.check = true;
-    else if (flag == "--help" || flag == "-h") Usage("");
+    else if (flag == "--setting") {
+      const std::string setting = value();
+      const size_t equals = setting.find('=');
+      if (equals == std::string::npos || setting.rfind("DDO_", 0) != 0) {
+        Usage(("--setting takes DDO_NAME=VALUE, not '" + setting + "'").c_str());
+      }
+      options.settings[setting.substr(0, equals)] = setting.substr(equals + 1);
+    }
+    else if (flag == "--help" || flag == "-h") {
+      Usage("a C++ runner streaming a transformer through ddod (docs/client-cpp.md)", 0);
+    }
     else Usage(("unknown option " + flag).c_str());
+  }
+  if (options.model.dim % options.model.heads != 0) {
+    Usage("--dim must be a multiple of --heads");
   }
   if (options.dtype != "float32" && options.dtype != "bfloat16") {
     Usage("--dtype is float32 or bfloat16");
@@ -118,6 +136,7 @@ int main(int argc, char** argv) {
     }
 
     ddo::StreamSettings settings;
+    settings.settings = options.settings;
     settings.settings["DDO_STREAM_UNIT"] = options.unit;
     if (options.slots > 0) settings.settings["DDO_RING_SLOTS"] = std::to_string(options.slots);
     auto session = ddo::stream(client, *model, options.key, device, settings);
@@ -159,6 +178,9 @@ int main(int argc, char** argv) {
   } catch (const ddo::Error& error) {
     std::fprintf(stderr, "transformer_runner: %s: %s\n", ddo::StatusCodeName(error.code()),
                  error.what());
+    return 1;
+  } catch (const std::exception& error) {  // torch's own errors
+    std::fprintf(stderr, "transformer_runner: %s\n", error.what());
     return 1;
   }
 }

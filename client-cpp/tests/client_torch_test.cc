@@ -76,7 +76,8 @@ void ExpectBitwiseEqual(const std::vector<torch::Tensor>& got,
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_TRUE(torch::equal(got[i], expected[i]))
         << "step " << i << ": largest difference "
-        << (got[i].to(torch::kFloat64) - expected[i].to(torch::kFloat64)).abs().max().item<double>();
+        << (got[i].to(torch::kFloat64) - expected[i].to(torch::kFloat64))
+               .abs().max().item<double>();
   }
 }
 

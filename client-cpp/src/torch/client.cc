@@ -12,7 +12,7 @@
 
 #include "client-cpp/src/torch/dtypes.h"
 #include "client-cpp/src/torch/module_tensors.h"
-#include "client-cpp/src/torch/shared_mapping.h"
+#include "client-cpp/src/torch/pool_views.h"
 
 namespace ddo {
 namespace {
@@ -184,42 +184,7 @@ Attached Client::attach(const std::string& cache_key) {
     }
   } guard{*rpc_, answer.session_id};
 
-  const ComponentInfo& info = answer.component;
-  std::vector<std::shared_ptr<detail::SharedMapping>> mappings;
-  for (const Segment& segment : info.segments) {
-    UniqueFd fd = ValueOrThrow(rpc_->open_segment(segment.shm_name, /*writable=*/false));
-    mappings.push_back(ValueOrThrow(detail::SharedMapping::Map(
-        fd.get(), segment.size_bytes, detail::MapMode::kCopyOnWrite, segment.shm_name)));
-  }
-  std::map<std::string, const TensorSpec*> specs;
-  for (const TensorSpec& spec : info.tensors) specs.emplace(spec.name, &spec);
-  std::map<std::string, torch::Tensor> tensors;
-  for (const Placement& placement : info.placements) {
-    auto spec = specs.find(placement.name);
-    if (spec == specs.end() || placement.segment >= mappings.size()) {
-      throw Error(StatusCode::kInternal,
-                  "ddod placed '" + placement.name + "' without a tensor spec or segment");
-    }
-    const std::shared_ptr<detail::SharedMapping>& mapping = mappings[placement.segment];
-    if (placement.offset + placement.byte_size > mapping->size() ||
-        placement.byte_size != spec->second->byte_size) {
-      throw Error(StatusCode::kInternal,
-                  "ddod placed '" + placement.name + "' at bytes [" +
-                      std::to_string(placement.offset) + ", " +
-                      std::to_string(placement.offset + placement.byte_size) + ") of a " +
-                      std::to_string(mapping->size()) + "-byte segment");
-    }
-    std::optional<c10::ScalarType> type = detail::TorchType(static_cast<int>(spec->second->dtype));
-    if (!type) {
-      throw Error(StatusCode::kUnimplemented,
-                  "tensor '" + placement.name + "' has a dtype this libtorch cannot represent");
-    }
-    std::shared_ptr<detail::SharedMapping> keep = mapping;
-    tensors.emplace(placement.name,
-                    torch::from_blob(mapping->data() + placement.offset, spec->second->shape,
-                                     [keep](void*) mutable { keep.reset(); },
-                                     torch::TensorOptions().dtype(*type).device(torch::kCPU)));
-  }
+  std::map<std::string, torch::Tensor> tensors = detail::MapComponent(*rpc_, answer.component);
   guard.armed = false;
   return Attached(rpc_, answer.session_id, answer.component, std::move(tensors));
 }

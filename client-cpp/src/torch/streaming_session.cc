@@ -29,6 +29,7 @@
 #include "client-cpp/src/torch/dtypes.h"
 #include "client-cpp/src/torch/device_memory.h"
 #include "client-cpp/src/torch/module_tensors.h"
+#include "client-cpp/src/torch/pool_views.h"
 #include "client-cpp/src/torch/shared_mapping.h"
 #include "client-cpp/src/torch/stream_tap.h"
 
@@ -177,7 +178,6 @@ class StreamingSession::Impl {
   }
 
  private:
-  void MapPool();
   std::map<std::string, torch::Tensor> ResidentViews(const DeviceResources& resources);
   std::map<std::string, StreamedAt> StreamedLayout(const DeviceResources& resources);
   void CheckCoverage(const std::map<std::string, torch::Tensor>& resident,
@@ -218,7 +218,7 @@ void StreamingSession::Impl::Open() {
   }
   const DeviceResources& resources = *answer_.device;
   for (const TensorSpec& spec : answer_.component.tensors) specs_.emplace(spec.name, &spec);
-  MapPool();
+  pool_views_ = detail::MapComponent(*rpc_, answer_.component);
 
   std::map<std::string, detail::DeclaredTensor> declared;
   for (const auto& [name, view] : pool_views_) {
@@ -274,36 +274,6 @@ void StreamingSession::Impl::Open() {
   if (resources.units.empty()) return;  // everything is resident: nothing streams
   OpenConsumer(resources);
   Patch(streamed);
-}
-
-void StreamingSession::Impl::MapPool() {
-  const ComponentInfo& info = answer_.component;
-  std::vector<std::shared_ptr<detail::SharedMapping>> mappings;
-  for (const Segment& segment : info.segments) {
-    UniqueFd fd = ValueOrThrow(rpc_->open_segment(segment.shm_name, /*writable=*/false));
-    mappings.push_back(ValueOrThrow(detail::SharedMapping::Map(
-        fd.get(), segment.size_bytes, detail::MapMode::kCopyOnWrite, segment.shm_name)));
-  }
-  for (const Placement& placement : info.placements) {
-    auto spec = specs_.find(placement.name);
-    if (spec == specs_.end() || placement.segment >= mappings.size() ||
-        placement.offset + placement.byte_size > mappings[placement.segment]->size() ||
-        placement.byte_size != spec->second->byte_size) {
-      throw Error(StatusCode::kInternal, "ddod placed '" + placement.name +
-                                             "' outside its segment or without a tensor spec");
-    }
-    std::optional<c10::ScalarType> type = detail::TorchType(static_cast<int>(spec->second->dtype));
-    if (!type) {
-      throw Error(StatusCode::kUnimplemented,
-                  "tensor '" + placement.name + "' has a dtype this libtorch cannot represent");
-    }
-    std::shared_ptr<detail::SharedMapping> keep = mappings[placement.segment];
-    pool_views_.emplace(
-        placement.name,
-        torch::from_blob(keep->data() + placement.offset, spec->second->shape,
-                         [keep](void*) mutable { keep.reset(); },
-                         torch::TensorOptions().dtype(*type).device(torch::kCPU)));
-  }
 }
 
 std::map<std::string, torch::Tensor> StreamingSession::Impl::ResidentViews(
@@ -384,7 +354,9 @@ void StreamingSession::Impl::CheckCoverage(const std::map<std::string, torch::Te
   if (!uncovered.empty()) {
     problems.push_back("neither resident nor streamed: " + detail::DescribeNames(uncovered));
   }
-  if (!both.empty()) problems.push_back("both resident and streamed: " + detail::DescribeNames(both));
+  if (!both.empty()) {
+    problems.push_back("both resident and streamed: " + detail::DescribeNames(both));
+  }
   if (!not_linear.empty()) {
     problems.push_back("streamed but not a ddo::nn::Linear weight: " +
                        detail::DescribeNames(not_linear));
