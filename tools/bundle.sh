@@ -5,8 +5,9 @@
 #   tools/bundle.sh BUILD_DIR OUT_DIR
 #
 # OUT_DIR/bin holds the programs, OUT_DIR/lib every library ldd lists except the C runtime
-# and libcuda (which must come from the target's own driver), OUT_DIR/device-deps.tar.xz the
-# Python sources of .device-deps/src when there are any. Run with
+# and libcuda (which must come from the target's own driver) and libddo_client_rpc.so.0,
+# OUT_DIR/sdk what the C++ client's torch layer builds against there besides torch,
+# OUT_DIR/device-deps.tar.xz the Python sources of .device-deps/src when there are any. Run with
 #   LD_LIBRARY_PATH=OUT_DIR/lib OUT_DIR/bin/ddod ...
 set -euo pipefail
 if [[ $# -ne 2 ]]; then
@@ -33,6 +34,26 @@ for program in ddod ddoctl ddo_unit_tests; do
     fi
   done
 done
+# The C++ client's connection library and what its torch layer's build there needs besides
+# torch (tools/device-check.sh, stage cpp; docs/client-cpp.md): GoogleTest, GoogleMock and
+# nlohmann/json, headers, static libraries and CMake packages, under OUT_DIR/sdk with Debian's
+# layout (the packages' CMake files find their prefix relative to themselves).
+rpc="$build/lib/libddo_client_rpc.so.0"
+if [[ -f "$rpc" ]]; then
+  strip --strip-debug -o "$out/lib/libddo_client_rpc.so.0" "$rpc"
+  ldd "$rpc" | awk '/=> \// { print $1, $3 }' | while read -r name path; do
+    if [[ ! "$name" =~ $system_lib && "$name" != libddo_client_rpc* ]]; then
+      cp -nL "$path" "$out/lib/$name"
+    fi
+  done
+  multiarch=lib/x86_64-linux-gnu
+  mkdir -p "$out/sdk/include" "$out/sdk/$multiarch/cmake" "$out/sdk/share/cmake"
+  cp -r /usr/include/gtest /usr/include/gmock /usr/include/nlohmann "$out/sdk/include/"
+  cp /usr/$multiarch/libgtest.a /usr/$multiarch/libgtest_main.a /usr/$multiarch/libgmock.a \
+    /usr/$multiarch/libgmock_main.a "$out/sdk/$multiarch/"
+  cp -r /usr/$multiarch/cmake/GTest "$out/sdk/$multiarch/cmake/"
+  cp -r /usr/share/cmake/nlohmann_json "$out/sdk/share/cmake/"
+fi
 # diffusers' and peft's sources for the GPU tests (.device-deps/src, exported from their
 # repositories; DEVICE.md): compressed into the bundle, since raw they do not fit the device's
 # 64 MiB carry beside it. tools/device-check.sh unpacks them.

@@ -10,6 +10,9 @@
 #   release bench/bench_release.py on cuda:0 (what giving a module back costs)
 #   lora    bench/bench_lora_swap.py (LoRA hot swap at a 12 GiB cap; LORA_PARTS, default
 #           "group,ddo")
+#   cpp     the C++ client's torch layer built here against torch's libtorch (CUDA) and the
+#           bundle's libddo_client_rpc.so.0, its gtests and the C++-and-Python runner test on
+#           cuda:0, then bench/bench_client_cpp.py (docs/client-cpp.md)
 #
 #   tools/bundle.sh build .bundle      # here (it packs .device-deps/src, where diffusers' and
 #   tools/device-check.sh              # peft's src/ are exported), then on the device machine,
@@ -92,6 +95,35 @@ stage_lora() {
   timeout "$(left)" python3 bench/bench_lora_swap.py --ddod .bundle/bin/ddod \
     --parts "${LORA_PARTS:-group,ddo}" ${LORA_ARGS:-} --json-out "$OUT/lora_swap.json" > "$OUT/lora_swap.log" 2>&1
   echo "LoRA bench: rc=$?"; tail -45 "$OUT/lora_swap.log"
+}
+
+stage_cpp() {
+  local torch_prefix torch_lib
+  torch_prefix=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)")
+  torch_lib=$(python3 -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))")
+  # libtorch and Debian's protobuf in one process: libtorch must not export protobuf symbols.
+  echo "libtorch_cpu.so exports $(nm -D --defined-only "$torch_lib/libtorch_cpu.so" | grep -c 'google8protobuf') protobuf symbols"
+  { cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDO_WERROR=ON \
+      -DDDO_CLIENT_RPC_PREBUILT="$PWD/.bundle/lib/libddo_client_rpc.so.0" \
+      -DCMAKE_PREFIX_PATH="$torch_prefix;$PWD/.bundle/sdk" \
+      -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DTORCH_CUDA_ARCH_LIST=9.0 \
+    && cmake --build build-device -j "$(nproc)"; } > "$OUT/cpp-build.log" 2>&1
+  echo "cpp build: rc=$?"; grep -E "DDO:|error|Error" "$OUT/cpp-build.log" | head -20; tail -2 "$OUT/cpp-build.log"
+  ln -sf "$PWD/.bundle/bin/ddod" build-device/bin/ddod
+  DDO_TEST_DEVICE=cuda:0 timeout 300 build-device/bin/ddo_client_tests --gtest_brief=1 \
+    > "$OUT/cpp-client-tests.log" 2>&1
+  echo "ddo_client_tests on cuda:0: rc=$?"; grep -E "FAILED|PASSED|Failure" "$OUT/cpp-client-tests.log" | head -20
+  timeout 120 build-device/bin/ddo_consumer_tests --gtest_brief=1 > "$OUT/cpp-consumer-tests.log" 2>&1
+  echo "ddo_consumer_tests: rc=$?"; grep -E "FAILED|PASSED|SKIPPED|Failure" "$OUT/cpp-consumer-tests.log" | head -20
+  DDO_TEST_DEVICE=cuda:0 DDO_DDOD_BINARY="$PWD/build-device/bin/ddod" timeout 300 \
+    python3 -m pytest -q -rA -p no:cacheprovider tests/python/test_client_cpp.py \
+    > "$OUT/cpp-python-tests.log" 2>&1
+  echo "test_client_cpp.py on cuda:0: rc=$?"; tail -4 "$OUT/cpp-python-tests.log"
+  echo "C++ client bench: $(left) s left"
+  timeout "$(left)" python3 bench/bench_client_cpp.py --ddod .bundle/bin/ddod \
+    --runner build-device/bin/transformer_runner --json-out "$OUT/client_cpp.json" \
+    > "$OUT/client-cpp-bench.log" 2>&1
+  echo "C++ client bench: rc=$?"; grep -v "^\[bench" "$OUT/client-cpp-bench.log" | tail -20
 }
 
 for stage in $STAGES; do

@@ -3,7 +3,7 @@
 // A C++ runner streaming a transformer through ddod:
 //
 //   transformer_runner [--device cpu|cuda:0] [--dim 768] [--heads 12] [--blocks 4] [--steps 5]
-//                      [--unit block|linear] [--slots K] [--dtype float32|bfloat16]
+//                      [--tokens 64] [--unit block|linear] [--slots K] [--dtype float32|bfloat16]
 //                      [--key NAME] [--setting DDO_NAME=VALUE]... [--check]
 //
 // It connects (DDO_DAEMON, the default sockets, or a private ddod), stores the model's weights
@@ -34,6 +34,7 @@ struct Options {
   std::string dtype = "float32";
   int slots = 0;  // 0: ddod's default
   int steps = 5;
+  int tokens = 64;  // per forward, batch 1
   bool check = false;
   std::map<std::string, std::string> settings;  // --setting: per-session DDO_* values
   ddo_example::TransformerConfig model;
@@ -44,7 +45,7 @@ struct Options {
   std::fprintf(code == 0 ? stdout : stderr,
                "%s\nusage: transformer_runner [--device cpu|cuda:N] [--dim D] [--heads H] "
                "[--blocks N] "
-               "[--steps N] [--unit block|linear] [--slots K] [--dtype float32|bfloat16] "
+               "[--steps N] [--tokens N] [--unit block|linear] [--slots K] [--dtype float32|bfloat16] "
                "[--key NAME] [--setting DDO_NAME=VALUE]... [--check]\n",
                problem);
   std::exit(code);
@@ -73,6 +74,7 @@ Options Parse(int argc, char** argv) {
     else if (flag == "--dtype") options.dtype = value();
     else if (flag == "--slots") options.slots = static_cast<int>(number());
     else if (flag == "--steps") options.steps = static_cast<int>(number());
+    else if (flag == "--tokens") options.tokens = static_cast<int>(number());
     else if (flag == "--dim") options.model.dim = number();
     else if (flag == "--blocks") options.model.blocks = number();
     else if (flag == "--heads") options.model.heads = number();
@@ -132,7 +134,8 @@ int main(int argc, char** argv) {
     std::vector<torch::Tensor> inputs;
     torch::manual_seed(2);
     for (int step = 0; step < options.steps; ++step) {
-      inputs.push_back(torch::randn({1, 64, options.model.input_dim}).to(dtype).to(device));
+      inputs.push_back(
+          torch::randn({1, options.tokens, options.model.input_dim}).to(dtype).to(device));
     }
 
     ddo::StreamSettings settings;

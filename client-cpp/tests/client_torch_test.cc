@@ -1,9 +1,11 @@
 // ddo::Client, ddo::Attached and ddo::stream against a real ddod on the host backend (device
-// "cpu": shared memory and memcpy, the same protocol as a GPU). Streamed outputs must be
-// bitwise equal to the unstreamed module's.
+// "cpu": shared memory and memcpy, the same protocol as a GPU), or on DDO_TEST_DEVICE (the GPU
+// machine: "cuda:0"). Streamed outputs must be bitwise equal to the unstreamed module's on the
+// same device.
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <map>
 #include <memory>
@@ -39,6 +41,13 @@ TransformerConfig SmallConfig() {
   return config;
 }
 
+// The device the streamed tests run on: DDO_TEST_DEVICE, "cpu" unless set (the GPU machine runs
+// them on "cuda:0", against the model with all its weights on that device).
+torch::Device TestDevice() {
+  const char* configured = std::getenv("DDO_TEST_DEVICE");
+  return torch::Device(configured != nullptr && *configured != '\0' ? configured : "cpu");
+}
+
 Transformer MakeModel(uint64_t seed = 7, torch::Dtype dtype = torch::kFloat32) {
   Transformer model(SmallConfig());
   InitWeights(*model, seed);
@@ -48,26 +57,37 @@ Transformer MakeModel(uint64_t seed = 7, torch::Dtype dtype = torch::kFloat32) {
   return model;
 }
 
-torch::Tensor Input(int64_t step, torch::Dtype dtype = torch::kFloat32) {
+torch::Tensor Input(int64_t step, torch::Dtype dtype = torch::kFloat32,
+                    torch::Device device = TestDevice()) {
   torch::manual_seed(1000 + step);
-  return torch::randn({2, 5, SmallConfig().input_dim}).to(dtype);
+  return torch::randn({2, 5, SmallConfig().input_dim}).to(dtype).to(device);
 }
 
 // The model's outputs for `steps`, each forward marked as one cycle.
 std::vector<torch::Tensor> Forwards(Transformer& model, StreamingSession* session,
                                const std::vector<int64_t>& steps,
-                               torch::Dtype dtype = torch::kFloat32) {
+                               torch::Dtype dtype = torch::kFloat32,
+                               torch::Device device = TestDevice()) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> outputs;
   for (int64_t step : steps) {
     if (session != nullptr) {
       ForwardScope pass(*session);
-      outputs.push_back(model->forward(Input(step, dtype)));
+      outputs.push_back(model->forward(Input(step, dtype, device)));
     } else {
-      outputs.push_back(model->forward(Input(step, dtype)));
+      outputs.push_back(model->forward(Input(step, dtype, device)));
     }
   }
   return outputs;
+}
+
+// The outputs of MakeModel(7, dtype) with all its weights on `device`.
+std::vector<torch::Tensor> Reference(const std::vector<int64_t>& steps,
+                                     torch::Dtype dtype = torch::kFloat32,
+                                     torch::Device device = TestDevice()) {
+  Transformer model = MakeModel(7, dtype);
+  model->to(device);
+  return Forwards(model, nullptr, steps, dtype, device);
 }
 
 void ExpectBitwiseEqual(const std::vector<torch::Tensor>& got,
@@ -124,10 +144,12 @@ TEST_F(ClientTorchTest, AttachedTensorsAreBitwiseEqualAndBindIntoAModule) {
   }
 
   Transformer other = MakeModel(/*seed=*/99);
-  const std::vector<torch::Tensor> reference = Forwards(model, nullptr, {0, 1});
+  const torch::Device host("cpu");  // attached tensors are host views
+  const std::vector<torch::Tensor> reference =
+      Forwards(model, nullptr, {0, 1}, torch::kFloat32, host);
   BindResult result = attached.bind(*other);
   EXPECT_TRUE(result.missing_keys.empty() && result.unexpected_keys.empty());
-  ExpectBitwiseEqual(Forwards(other, nullptr, {0, 1}), reference);
+  ExpectBitwiseEqual(Forwards(other, nullptr, {0, 1}, torch::kFloat32, host), reference);
 
   // A write stays in this process (copy-on-write).
   attached.tensors().at("head.weight").fill_(3);
@@ -160,11 +182,11 @@ TEST_P(StreamedForwardTest, IsBitwiseEqualToTheUnstreamedModuleOverManyCycles) {
   const auto& [unit, slots, dtype] = GetParam();
   Transformer model = MakeModel(7, dtype);
   const std::vector<int64_t> steps = {0, 1, 2, 3, 4, 5, 6, 7};
-  const std::vector<torch::Tensor> reference = Forwards(model, nullptr, steps, dtype);
+  const std::vector<torch::Tensor> reference = Reference(steps, dtype);
   client_->register_module(kKey, *model);
 
   Transformer streamed = MakeModel(/*seed=*/99, dtype);  // other weights: the session's count
-  auto session = stream(*client_, *streamed, kKey, torch::Device("cpu"), Settings(unit, slots));
+  auto session = stream(*client_, *streamed, kKey, TestDevice(), Settings(unit, slots));
   const StreamStats opened = session->stats();
   const uint32_t units = unit == "linear" ? 3 * 6 + 1 : 3 + 1;  // blocks, and the head
   EXPECT_EQ(opened.units, units) << session->plan();
@@ -181,9 +203,10 @@ TEST_P(StreamedForwardTest, IsBitwiseEqualToTheUnstreamedModuleOverManyCycles) {
 
   session->close();
   EXPECT_TRUE(session->closed());
-  // Closed: the module runs on the host pool's copy-on-write views, with the same results.
-  ExpectBitwiseEqual(Forwards(streamed, nullptr, {0, 1}, dtype),
-                     {reference[0], reference[1]});
+  // Closed: the module runs on the host pool's copy-on-write views, with the host's results.
+  const torch::Device host("cpu");
+  ExpectBitwiseEqual(Forwards(streamed, nullptr, {0, 1}, dtype, host),
+                     Reference({0, 1}, dtype, host));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -195,18 +218,20 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST_F(ClientTorchTest, AUseOutsideTheScheduleIsServedFromTheExtraSlot) {
   Transformer model = MakeModel();
-  const std::vector<torch::Tensor> reference = Forwards(model, nullptr, {0, 1, 2});
+  const std::vector<torch::Tensor> reference = Reference({0, 1, 2});
   auto head = model->named_modules()["head"]->as<nn::LinearImpl>();
-  torch::Tensor features = torch::randn({3, SmallConfig().dim});
+  torch::Tensor features = torch::randn({3, SmallConfig().dim}).to(TestDevice());
   torch::Tensor head_reference;
   {
     torch::NoGradGuard no_grad;
-    head_reference = head->forward(features);
+    Transformer on_device = MakeModel();
+    on_device->to(TestDevice());
+    head_reference = on_device->named_modules()["head"]->as<nn::LinearImpl>()->forward(features);
   }
   client_->register_module(kKey, *model);
   // One unit per Linear: the head's is last in the cycle, beyond the K-1 uses a consumer
   // looks ahead.
-  auto session = stream(*client_, *model, kKey, torch::Device("cpu"), Settings("linear", 2));
+  auto session = stream(*client_, *model, kKey, TestDevice(), Settings("linear", 2));
   ExpectBitwiseEqual(Forwards(model, session.get(), {0}), {reference[0]});
   const StreamStats learned = session->stats();
   ASSERT_LT(learned.ring_slots, learned.units - 1);
@@ -225,15 +250,15 @@ TEST_F(ClientTorchTest, AUseOutsideTheScheduleIsServedFromTheExtraSlot) {
 
 TEST_F(ClientTorchTest, ASecondSessionReceivesTheScheduleAndStreamsFromItsFirstForward) {
   Transformer model = MakeModel();
-  const std::vector<torch::Tensor> reference = Forwards(model, nullptr, {0, 1});
+  const std::vector<torch::Tensor> reference = Reference({0, 1});
   client_->register_module(kKey, *model);
   std::vector<uint32_t> learned;
   {
-    auto first = stream(*client_, *model, kKey, torch::Device("cpu"), Settings("linear", 2));
+    auto first = stream(*client_, *model, kKey, TestDevice(), Settings("linear", 2));
     Forwards(model, first.get(), {0});
     learned = first->schedule();
   }
-  auto second = stream(*client_, *model, kKey, torch::Device("cpu"), Settings("linear", 2));
+  auto second = stream(*client_, *model, kKey, TestDevice(), Settings("linear", 2));
   EXPECT_EQ(second->schedule(), learned);
   ExpectBitwiseEqual(Forwards(model, second.get(), {0, 1}), reference);
   EXPECT_EQ(second->stats().sync_uses, 0u);
@@ -245,7 +270,7 @@ TEST_F(ClientTorchTest, StrictRefusesPlainTorchLinearsAndNamesThem) {
   StreamSettings settings = Settings("block", 2);
   settings.strict = true;
   try {
-    stream(*client_, *model, kKey, torch::Device("cpu"), settings);
+    stream(*client_, *model, kKey, TestDevice(), settings);
     FAIL() << "strict accepted a plain torch::nn::Linear";
   } catch (const BindError& error) {
     EXPECT_THAT(error.what(), HasSubstr("'embed'"));
@@ -255,7 +280,7 @@ TEST_F(ClientTorchTest, StrictRefusesPlainTorchLinearsAndNamesThem) {
 TEST_F(ClientTorchTest, ErrorsCarryDdodsCodeAndMessage) {
   Transformer model = MakeModel();
   try {
-    stream(*client_, *model, "no-such-key", torch::Device("cpu"), Settings("block", 2));
+    stream(*client_, *model, "no-such-key", TestDevice(), Settings("block", 2));
     FAIL();
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), StatusCode::kNotFound);
@@ -263,7 +288,7 @@ TEST_F(ClientTorchTest, ErrorsCarryDdodsCodeAndMessage) {
   }
   client_->register_module(kKey, *model);
   try {
-    stream(*client_, *model, kKey, torch::Device("cpu"), Settings("block", 1));
+    stream(*client_, *model, kKey, TestDevice(), Settings("block", 1));
     FAIL();
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), StatusCode::kInvalidArgument);
@@ -272,7 +297,7 @@ TEST_F(ClientTorchTest, ErrorsCarryDdodsCodeAndMessage) {
   TransformerConfig wider = SmallConfig();
   wider.dim = 32;
   Transformer other(wider);
-  EXPECT_THROW(stream(*client_, *other, kKey, torch::Device("cpu"), Settings("block", 2)),
+  EXPECT_THROW(stream(*client_, *other, kKey, TestDevice(), Settings("block", 2)),
                BindError);
   // Nothing refused stays open in ddod: the component can go.
   EXPECT_GT(client_->evict(kKey), 0u);
@@ -281,7 +306,7 @@ TEST_F(ClientTorchTest, ErrorsCarryDdodsCodeAndMessage) {
 TEST_F(ClientTorchTest, ASessionDetachedUnderTheRunnerRaisesSessionClosed) {
   Transformer model = MakeModel();
   client_->register_module(kKey, *model);
-  auto session = stream(*client_, *model, kKey, torch::Device("cpu"), Settings("linear", 2));
+  auto session = stream(*client_, *model, kKey, TestDevice(), Settings("linear", 2));
   Forwards(model, session.get(), {0});
   ASSERT_TRUE(client_->rpc().detach(session->session_id()).ok());
   EXPECT_THROW(Forwards(model, session.get(), {1}), SessionClosedError);
@@ -290,9 +315,9 @@ TEST_F(ClientTorchTest, ASessionDetachedUnderTheRunnerRaisesSessionClosed) {
 
 TEST_F(ClientTorchTest, ARunnerWaitingOnAKilledDdodRaisesDaemonGoneWithinTwoSeconds) {
   Transformer model = MakeModel();
-  const std::vector<torch::Tensor> reference = Forwards(model, nullptr, {0, 1, 2});
+  const std::vector<torch::Tensor> reference = Reference({0, 1, 2});
   client_->register_module(kKey, *model);
-  auto session = stream(*client_, *model, kKey, torch::Device("cpu"), Settings("linear", 2));
+  auto session = stream(*client_, *model, kKey, TestDevice(), Settings("linear", 2));
   ExpectBitwiseEqual(Forwards(model, session.get(), {0, 1}), {reference[0], reference[1]});
   const pid_t pid = daemon_->pid();
   ::kill(pid, SIGKILL);  // not reaped yet: a zombie, as the Python test has it
@@ -307,13 +332,15 @@ TEST_F(ClientTorchTest, ARunnerWaitingOnAKilledDdodRaisesDaemonGoneWithinTwoSeco
   daemon_->Stop(SIGKILL);
   session->close();  // ddod is gone: closing must not throw
   // The module is back on the host pool's views and runs without ddod.
-  ExpectBitwiseEqual(Forwards(model, nullptr, {2}), {reference[2]});
+  const torch::Device host("cpu");
+  ExpectBitwiseEqual(Forwards(model, nullptr, {2}, torch::kFloat32, host),
+                     Reference({2}, torch::kFloat32, host));
 }
 
 TEST_F(ClientTorchTest, ABackwardThroughAStreamedWeightRaises) {
   Transformer model = MakeModel();
   client_->register_module(kKey, *model);
-  auto session = stream(*client_, *model, kKey, torch::Device("cpu"), Settings("block", 2));
+  auto session = stream(*client_, *model, kKey, TestDevice(), Settings("block", 2));
   torch::Tensor input = Input(0).set_requires_grad(true);
   torch::Tensor output;
   {

@@ -60,6 +60,10 @@ class Ddod {
  public:
   explicit Ddod(const TempDir& dir, std::vector<std::string> extra = {})
       : socket_(dir.Join("run/ddod.sock")), log_(dir.Join("ddod.log")) {
+    if (DdodBinary().empty()) {
+      ADD_FAILURE() << "no ddod to start: set DDO_DDOD_BINARY (this build has none)";
+      return;
+    }
     std::vector<std::string> arguments = {DdodBinary(), "--socket", socket_, "--state-dir",
                                           dir.Join("state"), "--discard"};
     arguments.insert(arguments.end(), extra.begin(), extra.end());

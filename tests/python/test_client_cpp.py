@@ -4,8 +4,11 @@ and a C++ runner (client-cpp/examples/transformer_runner) streaming a component 
 runner streams the same component, at once, each bitwise equal to its own unstreamed forward.
 
 The binaries sit beside DDO_DDOD_BINARY (tools/build.sh builds them where libtorch is found);
-the tests skip, saying so, where they are not built."""
+the tests skip, saying so, where they are not built. DDO_TEST_DEVICE picks the device ("cpu"
+unless set; the GPU machine runs them on "cuda:0")."""
 
+import copy
+import importlib.util
 import os
 import re
 import subprocess
@@ -15,6 +18,7 @@ import torch
 from torch import nn
 
 CACHE_KEY = "cpp-and-python"
+DEVICE = os.environ.get("DDO_TEST_DEVICE", "cpu")
 DIM, HEADS, BLOCKS, INPUT_DIM = 256, 4, 2, 64
 
 
@@ -25,60 +29,20 @@ def _binary(name: str) -> str:
     return path
 
 
-class Attention(nn.Module):
-    """client-cpp/examples/transformer_model.h's AttentionImpl, in Python."""
-
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, tokens, _ = x.shape
-
-        def split(t: torch.Tensor) -> torch.Tensor:
-            return t.view(batch, tokens, self.heads, -1).transpose(1, 2)
-
-        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
-        weights = torch.softmax(q @ k.transpose(-2, -1) * (1.0 / q.shape[-1] ** 0.5), -1)
-        return self.o((weights @ v).transpose(1, 2).reshape(batch, tokens, -1))
-
-
-class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, mlp_ratio: int = 4) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attn = Attention(dim, heads)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp_up = nn.Linear(dim, dim * mlp_ratio)
-        self.mlp_down = nn.Linear(dim * mlp_ratio, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp_down(nn.functional.gelu(self.mlp_up(self.norm2(x))))
-
-
-class Transformer(nn.Module):
-    """TransformerImpl: the same names, so one component serves both languages."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Linear(INPUT_DIM, DIM)
-        self.blocks = nn.ModuleList(Block(DIM, HEADS) for _ in range(BLOCKS))
-        self.norm = nn.LayerNorm(DIM)
-        self.head = nn.Linear(DIM, INPUT_DIM)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.embed(x)
-        for block in self.blocks:
-            h = block(h)
-        return self.head(self.norm(h))
+def _transformer() -> nn.Module:
+    """The runner's model in Python (client-cpp/examples/transformer_model.py)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "client-cpp", "examples",
+                        "transformer_model.py")
+    spec = importlib.util.spec_from_file_location("transformer_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Transformer(DIM, HEADS, BLOCKS, INPUT_DIM)
 
 
 def _runner(daemon, *arguments: str) -> subprocess.Popen:
     command = [_binary("transformer_runner"), "--dim", str(DIM), "--heads", str(HEADS),
                "--blocks", str(BLOCKS),
-               "--key", CACHE_KEY, "--unit", "linear", "--slots", "2",
+               "--key", CACHE_KEY, "--unit", "linear", "--slots", "2", "--device", DEVICE,
                "--setting", "DDO_SMALL_TENSOR_THRESHOLD_KB=0", *arguments]
     env = dict(os.environ, DDO_DAEMON=daemon.address)
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -88,7 +52,8 @@ def _runner(daemon, *arguments: str) -> subprocess.Popen:
 def test_the_torch_client_gtests_pass_against_a_real_ddod(ddod_binary):
     binary = _binary("ddo_client_tests")
     done = subprocess.run([binary, "--gtest_brief=1"], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, DDO_DDOD_BINARY=ddod_binary))
+                          timeout=600, env=dict(os.environ, DDO_DDOD_BINARY=ddod_binary,
+                                                DDO_TEST_DEVICE=DEVICE))
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert "PASSED" in done.stdout, done.stdout[-3000:]
 
@@ -101,12 +66,14 @@ def test_a_cpp_and_a_python_runner_stream_one_component_at_once(daemon, client):
     assert "uploaded" in output, output
 
     # Python binds the same component into its copy of the architecture: its reference.
-    model = Transformer().eval()
+    model = _transformer().eval()
     with client.attach(CACHE_KEY) as attached:
         attached.bind(model)
-        reference = {step: _forward(model, step) for step in range(3)}
+        on_device = copy.deepcopy(model).to(DEVICE)  # all its weights on the device
+        reference = {step: _forward(on_device, step) for step in range(3)}
+        del on_device
         settings = {"DDO_SMALL_TENSOR_THRESHOLD_KB": "0", "DDO_STREAM_UNIT": "linear"}
-        with client.stream(model, CACHE_KEY, device="cpu", settings=settings) as session:
+        with client.stream(model, CACHE_KEY, device=DEVICE, settings=settings) as session:
             assert _forward(model, 0).equal(reference[0])  # the learning forward
             # The C++ runner streams the same component while this session is open; Python
             # keeps streaming until it is done.
@@ -127,4 +94,4 @@ def test_a_cpp_and_a_python_runner_stream_one_component_at_once(daemon, client):
 def _forward(model: nn.Module, step: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(100 + step)
     with torch.no_grad():
-        return model(torch.randn(1, 8, INPUT_DIM, generator=generator))
+        return model(torch.randn(1, 8, INPUT_DIM, generator=generator).to(DEVICE))
