@@ -81,16 +81,20 @@ def timed_steps(model, inputs, steps: int, torch) -> List[float]:
         for step in range(steps):
             started = time.perf_counter()
             model(inputs[step])
-            torch.cuda.synchronize()
+            if inputs[step].is_cuda:
+                torch.cuda.synchronize()
             times.append(time.perf_counter() - started)
     return times
 
 
 def run_python(client, key: str, shape, args, torch) -> Dict[str, Any]:
     dim, heads, blocks, tokens = shape
-    with torch.device("meta"):
-        model = load_twin()(dim, heads, blocks).to(torch.bfloat16)
-    model = model.to_empty(device="cpu").eval()
+    if hasattr(torch, "set_default_device"):  # torch >= 2.0: no initialisation to pay
+        with torch.device("meta"):
+            model = load_twin()(dim, heads, blocks).to(torch.bfloat16)
+        model = model.to_empty(device="cpu").eval()
+    else:
+        model = load_twin()(dim, heads, blocks).to(torch.bfloat16).eval()
     generator = torch.Generator().manual_seed(2)
     inputs = [torch.randn(1, tokens, 64, generator=generator).to(torch.bfloat16).to(args.device)
               for _ in range(args.steps)]
@@ -104,7 +108,8 @@ def run_python(client, key: str, shape, args, torch) -> Dict[str, Any]:
         timed_steps(on_device, inputs, 2, torch)  # warm-up
         resident = timed_steps(on_device, inputs, args.steps, torch)
         del on_device, model
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     return {"step_s": statistics.median(streamed[1:]), "steps_s": streamed,
             "overhead_us_per_unit": float(stats["overhead_us_per_unit"]),
             "units": int(stats["units"]), "resident_step_s": statistics.median(resident)}
@@ -125,8 +130,11 @@ def main() -> int:
 
     from diffusers_dynamic_offloader import DdoClient
 
-    figures: Dict[str, Any] = {"device": torch.cuda.get_device_name(args.device),
-                               "h2d": pinned_h2d_gbps(1 << 30, 7), "models": {}}
+    on_gpu = args.device.startswith("cuda")
+    # The host backend ("cpu") has no PCIe bound: the figures are then the consumers' own.
+    figures: Dict[str, Any] = {
+        "device": torch.cuda.get_device_name(args.device) if on_gpu else "cpu (host backend)",
+        "h2d": pinned_h2d_gbps(1 << 30, 7) if on_gpu else {"gbps_median": None}, "models": {}}
     bandwidth = figures["h2d"]["gbps_median"]
     with tempfile.TemporaryDirectory(prefix="ddo-bench-cpp-") as work:
         daemon = Ddod(args.ddod, Path(work), [])
@@ -140,7 +148,8 @@ def main() -> int:
                 streamed_bytes = client.component(key).total_bytes
                 figures["models"][name] = {
                     "shape": dict(zip(("dim", "heads", "blocks", "tokens"), shape)),
-                    "component_bytes": streamed_bytes, "bound_s": streamed_bytes / bandwidth / 1e9,
+                    "component_bytes": streamed_bytes,
+                    "bound_s": streamed_bytes / bandwidth / 1e9 if bandwidth else None,
                     "cpp": {k: v for k, v in cpp.items() if k != "stdout"}, "python": python,
                     "cpp_over_python": cpp["step_s"] / python["step_s"]}
                 client.evict(key)
@@ -148,12 +157,14 @@ def main() -> int:
         finally:
             daemon.stop()
 
-    print(f"device {figures['device']}, B pinned H2D {bandwidth:.1f} GB/s, unit {args.unit}, "
-          f"bf16, median of steps 2..{args.steps}")
+    print(f"device {figures['device']}, B pinned H2D "
+          f"{f'{bandwidth:.1f} GB/s' if bandwidth else '-'}, unit {args.unit}, bf16, "
+          f"median of steps 2..{args.steps}")
     for name, row in figures["models"].items():
         cpp, python = row["cpp"], row["python"]
+        bound = f"{row['bound_s'] * 1e3:.2f} ms" if row["bound_s"] else "-"
         print(f"{name}: {row['shape']}, {row['component_bytes'] / 2**20:.0f} MiB, "
-              f"{cpp['units']} units, bound S/B {row['bound_s'] * 1e3:.2f} ms")
+              f"{cpp['units']} units, bound S/B {bound}")
         print(f"  all on device     {python['resident_step_s'] * 1e3:8.2f} ms")
         print(f"  C++ runner        {cpp['step_s'] * 1e3:8.2f} ms   overhead "
               f"{cpp['overhead_us_per_unit']:6.2f} us/unit   bitwise equal to all-on-device: "

@@ -103,12 +103,13 @@ stage_cpp() {
   torch_lib=$(python3 -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))")
   # libtorch and Debian's protobuf in one process: libtorch must not export protobuf symbols.
   echo "libtorch_cpu.so exports $(nm -D --defined-only "$torch_lib/libtorch_cpu.so" | grep -c 'google8protobuf') protobuf symbols"
-  { cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDO_WERROR=ON \
+  { cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDO_WERROR=OFF \
       -DDDO_CLIENT_RPC_PREBUILT="$PWD/.bundle/lib/libddo_client_rpc.so.0" \
       -DCMAKE_PREFIX_PATH="$torch_prefix;$PWD/.bundle/sdk" \
       -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DTORCH_CUDA_ARCH_LIST=9.0 \
     && cmake --build build-device -j "$(nproc)"; } > "$OUT/cpp-build.log" 2>&1
-  echo "cpp build: rc=$?"; grep -E "DDO:|error|Error" "$OUT/cpp-build.log" | head -20; tail -2 "$OUT/cpp-build.log"
+  echo "cpp build: rc=$?, $(grep -c "warning:" "$OUT/cpp-build.log") warnings"
+  grep -E "DDO:|error:|warning:" "$OUT/cpp-build.log" | head -20; tail -2 "$OUT/cpp-build.log"
   ln -sf "$PWD/.bundle/bin/ddod" build-device/bin/ddod
   DDO_TEST_DEVICE=cuda:0 timeout 300 build-device/bin/ddo_client_tests --gtest_brief=1 \
     > "$OUT/cpp-client-tests.log" 2>&1
@@ -119,6 +120,10 @@ stage_cpp() {
     python3 -m pytest -q -rA -p no:cacheprovider tests/python/test_client_cpp.py \
     > "$OUT/cpp-python-tests.log" 2>&1
   echo "test_client_cpp.py on cuda:0: rc=$?"; tail -4 "$OUT/cpp-python-tests.log"
+  # No DDO_DAEMON: the runner starts a private ddod and removes its directory at the end.
+  (unset DDO_DAEMON; timeout 120 build-device/bin/transformer_runner --device cuda:0 --steps 3 \
+    --check) > "$OUT/cpp-embedded-runner.log" 2>&1
+  echo "runner with a private ddod on cuda:0: rc=$?"; tail -2 "$OUT/cpp-embedded-runner.log"
   echo "C++ client bench: $(left) s left"
   timeout "$(left)" python3 bench/bench_client_cpp.py --ddod .bundle/bin/ddod \
     --runner build-device/bin/transformer_runner --json-out "$OUT/client_cpp.json" \

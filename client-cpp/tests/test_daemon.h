@@ -15,7 +15,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "ddo/rpc.h"
+#include "ddo/wire/file_tree.h"
 #include "gtest/gtest.h"
 
 extern char** environ;
@@ -45,8 +45,7 @@ class TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
+    RemoveTree(path_);  // not std::filesystem: ddo/wire/file_tree.h says why
   }
   std::string Join(const std::string& name) const { return path_ + "/" + name; }
   const std::string& path() const { return path_; }

@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <set>
 #include <thread>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "channel.h"
 #include "daemon_only_variables.h"
+#include "ddo/wire/file_tree.h"
 #include "ddo/wire/identity_protocol.h"
 #include "ddo/wire/posix_error.h"
 
@@ -53,7 +53,7 @@ bool IsExecutable(const std::string& path) {
 absl::StatusOr<std::string> FindDdodBinary() {
   if (const char* configured = std::getenv("DDO_DDOD_BINARY");
       configured != nullptr && *configured != '\0') {
-    if (IsExecutable(configured)) return std::filesystem::absolute(configured).string();
+    if (IsExecutable(configured)) return AbsolutePath(configured);
     return Failed(absl::StrCat(
         "DDO_DDOD_BINARY='", configured, "' is not an executable file; point it at a built ddod "
         "(e.g. build/bin/ddod) or unset it to use ddod from PATH"));
@@ -112,8 +112,7 @@ absl::StatusOr<std::string> MakePrivateDirectory() {
   }
   if (directory.empty()) return PosixError("mkdtemp for a private ddod", errno);
   if (!OwnedPrivately(directory, true)) {
-    std::error_code ignored;
-    std::filesystem::remove_all(directory, ignored);
+    RemoveTree(directory);
     return Failed(absl::StrCat("the private directory ", directory,
                                " made for ddod is not a directory of yours with mode 0700 "
                                "(another user may have replaced it): not starting ddod there"));
@@ -161,7 +160,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedDaemon>> EmbeddedDaemon::Start() {
   UniqueFd log(::open(log_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!log.valid()) {
     const int error = errno;
-    std::filesystem::remove_all(*directory);
+    RemoveTree(*directory);
     return PosixError(absl::StrCat("open ", log_path), error);
   }
 
@@ -194,7 +193,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedDaemon>> EmbeddedDaemon::Start() {
                                     envp.data());
   posix_spawn_file_actions_destroy(&actions);
   if (spawned != 0) {
-    std::filesystem::remove_all(*directory);
+    RemoveTree(*directory);
     return Failed(absl::StrCat("could not run ", *binary, ": ", std::strerror(spawned)));
   }
   std::unique_ptr<EmbeddedDaemon> daemon(new EmbeddedDaemon(pid, *directory, std::move(log)));
@@ -227,8 +226,7 @@ EmbeddedDaemon::~EmbeddedDaemon() {
       ::waitpid(pid_, nullptr, 0);
     }
   }
-  std::error_code ignored;
-  std::filesystem::remove_all(directory_, ignored);
+  RemoveTree(directory_);
 }
 
 std::string EmbeddedDaemon::LogTail() const {
