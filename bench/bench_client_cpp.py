@@ -33,16 +33,12 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_flux_stream import Ddod, pinned_h2d_gbps  # noqa: E402
+from bench_flux_stream import Ddod, log, pinned_h2d_gbps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # name: (dim, heads, blocks, tokens): many small units (overhead-bound) and fewer large ones
 # (bandwidth-bound).
 MODELS = {"small": (512, 8, 16, 64), "large": (2048, 16, 8, 1024)}
-
-
-def log(message: str) -> None:
-    print(f"[bench-client-cpp] {message}", file=sys.stderr, flush=True)
 
 
 def load_twin():

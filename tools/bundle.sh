@@ -4,8 +4,8 @@
 #
 #   tools/bundle.sh BUILD_DIR OUT_DIR
 #
-# OUT_DIR/bin holds the programs, OUT_DIR/lib every library ldd lists except the C runtime
-# and libcuda (which must come from the target's own driver) and libddo_client_rpc.so.0,
+# OUT_DIR/bin holds the programs, OUT_DIR/lib libddo_client_rpc.so.0 and every library ldd
+# lists except the C runtime and libcuda (which must come from the target's own driver),
 # OUT_DIR/sdk what the C++ client's torch layer builds against there besides torch,
 # OUT_DIR/device-deps.tar.xz the Python sources of .device-deps/src when there are any. Run with
 #   LD_LIBRARY_PATH=OUT_DIR/lib OUT_DIR/bin/ddod ...
@@ -24,15 +24,20 @@ mkdir -p "$out/bin" "$out/lib"
 # them), with stable sonames.
 system_lib='^(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux.*|libcuda|libsystemd|libcap|libgcrypt|libgpg-error|liblzma|libzstd|liblz4)\.so'
 
-for program in ddod ddoctl ddo_unit_tests; do
-  [[ -x "$build/bin/$program" ]] || { echo "bundle: $build/bin/$program not built" >&2; exit 1; }
-  # Debug info stays home: the bundle travels to the device within a size limit.
-  strip --strip-debug -o "$out/bin/$program" "$build/bin/$program"
-  ldd "$build/bin/$program" | awk '/=> \// { print $1, $3 }' | while read -r name path; do
+# Copies what `binary` links, other than the system's libraries, into OUT_DIR/lib.
+bundle_libraries() {
+  ldd "$1" | awk '/=> \// { print $1, $3 }' | while read -r name path; do
     if [[ ! "$name" =~ $system_lib ]]; then
       cp -nL "$path" "$out/lib/$name"
     fi
   done
+}
+
+for program in ddod ddoctl ddo_unit_tests; do
+  [[ -x "$build/bin/$program" ]] || { echo "bundle: $build/bin/$program not built" >&2; exit 1; }
+  # Debug info stays home: the bundle travels to the device within a size limit.
+  strip --strip-debug -o "$out/bin/$program" "$build/bin/$program"
+  bundle_libraries "$build/bin/$program"
 done
 # The C++ client's connection library and what its torch layer's build there needs besides
 # torch (tools/device-check.sh, stage cpp; docs/client-cpp.md): GoogleTest, GoogleMock and
@@ -41,11 +46,7 @@ done
 rpc="$build/lib/libddo_client_rpc.so.0"
 if [[ -f "$rpc" ]]; then
   strip --strip-debug -o "$out/lib/libddo_client_rpc.so.0" "$rpc"
-  ldd "$rpc" | awk '/=> \// { print $1, $3 }' | while read -r name path; do
-    if [[ ! "$name" =~ $system_lib && "$name" != libddo_client_rpc* ]]; then
-      cp -nL "$path" "$out/lib/$name"
-    fi
-  done
+  bundle_libraries "$rpc"
   multiarch=lib/x86_64-linux-gnu
   mkdir -p "$out/sdk/include" "$out/sdk/$multiarch/cmake" "$out/sdk/share/cmake"
   cp -r /usr/include/gtest /usr/include/gmock /usr/include/nlohmann "$out/sdk/include/"

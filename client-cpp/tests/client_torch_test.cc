@@ -9,6 +9,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,12 +72,9 @@ std::vector<torch::Tensor> Forwards(Transformer& model, StreamingSession* sessio
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> outputs;
   for (int64_t step : steps) {
-    if (session != nullptr) {
-      ForwardScope pass(*session);
-      outputs.push_back(model->forward(Input(step, dtype, device)));
-    } else {
-      outputs.push_back(model->forward(Input(step, dtype, device)));
-    }
+    std::optional<ForwardScope> pass;
+    if (session != nullptr) pass.emplace(*session);
+    outputs.push_back(model->forward(Input(step, dtype, device)));
   }
   return outputs;
 }

@@ -8,6 +8,7 @@
 #ifndef DDO_WIRE_FILE_TREE_H_
 #define DDO_WIRE_FILE_TREE_H_
 
+#include <errno.h>
 #include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
@@ -22,10 +23,9 @@ namespace ddo {
 inline bool RemoveTree(const std::string& path) {
   if (path.empty()) return true;
   auto remove_one = [](const char* name, const struct stat*, int, struct FTW*) {
-    return ::remove(name) == 0 ? 0 : -1;
+    return ::remove(name) == 0 || errno == ENOENT ? 0 : -1;
   };
-  if (::access(path.c_str(), F_OK) != 0) return true;
-  return ::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0;
+  return ::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0 || errno == ENOENT;
 }
 
 // `path` made absolute against the working directory (not resolving links, like
