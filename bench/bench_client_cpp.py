@@ -10,8 +10,12 @@ prints per model
     bound S/B for the S bytes a step streams;
   * the median step time (after the learning forward) of the C++ runner, of the Python client
     and of the all-on-device model, and the ratio C++ / Python (goal: <= 1.05);
-  * both consumers' per-unit overhead (CPU time of acquire and release, their own counters;
-    goals: C++ < 5 us, Python with the C++ consumer < 10 us).
+  * the Python client twice: on its Python consumer and on the C++ one (DDO_CLIENT_CONSUMER,
+    client-cpp/python/ddo_consumer_ext.cc), and their ratio;
+  * each consumer's per-unit overhead (CPU time of acquire and release, its own counters;
+    goals: C++ < 5 us, Python with the C++ consumer < 10 us), and the wall time per unit
+    (step time / units: everything the host does per streamed Linear, compute included,
+    which is what the consumer's own counter leaves out).
 
     LD_LIBRARY_PATH=.bundle/lib python3 bench/bench_client_cpp.py --ddod .bundle/bin/ddod \\
         --runner build-device/bin/transformer_runner --json-out out.json
@@ -83,8 +87,12 @@ def timed_steps(model, inputs, steps: int, torch) -> List[float]:
     return times
 
 
-def run_python(client, key: str, shape, args, torch) -> Dict[str, Any]:
+def run_python(client, key: str, shape, args, torch, consumer: str,
+               resident: bool) -> Dict[str, Any]:
+    """The Python client streaming the twin with ``consumer`` (DDO_CLIENT_CONSUMER); with
+    ``resident``, also the twin with every weight on the device."""
     dim, heads, blocks, tokens = shape
+    os.environ["DDO_CLIENT_CONSUMER"] = consumer
     if hasattr(torch, "set_default_device"):  # torch >= 2.0: no initialisation to pay
         with torch.device("meta"):
             model = load_twin()(dim, heads, blocks).to(torch.bfloat16)
@@ -100,15 +108,23 @@ def run_python(client, key: str, shape, args, torch) -> Dict[str, Any]:
         with client.stream(model, key, device=args.device, settings=settings) as session:
             streamed = timed_steps(model, inputs, args.steps, torch)
             stats = session.stats()
-        on_device = model.to(args.device)
-        timed_steps(on_device, inputs, 2, torch)  # warm-up
-        resident = timed_steps(on_device, inputs, args.steps, torch)
-        del on_device, model
+        if stats["consumer"] != consumer:
+            raise RuntimeError(f"DDO_CLIENT_CONSUMER={consumer}, but the session streamed "
+                               f"with the {stats['consumer']} consumer")
+        figures = {"step_s": statistics.median(streamed[1:]), "steps_s": streamed,
+                   "overhead_us_per_unit": float(stats["overhead_us_per_unit"]),
+                   "units": int(stats["units"])}
+        figures["wall_us_per_unit"] = figures["step_s"] / figures["units"] * 1e6
+        if resident:
+            on_device = model.to(args.device)
+            timed_steps(on_device, inputs, 2, torch)  # warm-up
+            figures["resident_step_s"] = statistics.median(
+                timed_steps(on_device, inputs, args.steps, torch))
+            del on_device
+        del model
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    return {"step_s": statistics.median(streamed[1:]), "steps_s": streamed,
-            "overhead_us_per_unit": float(stats["overhead_us_per_unit"]),
-            "units": int(stats["units"]), "resident_step_s": statistics.median(resident)}
+    return figures
 
 
 def main() -> int:
@@ -140,14 +156,18 @@ def main() -> int:
                 shape = MODELS[name]
                 key = f"bench-cpp-{name}"
                 cpp = run_cpp(args.runner, daemon.address, key, shape, args)
-                python = run_python(client, key, shape, args, torch)
+                cpp["wall_us_per_unit"] = cpp["step_s"] / cpp["units"] * 1e6
+                python = run_python(client, key, shape, args, torch, "python", resident=True)
+                python_cpp = run_python(client, key, shape, args, torch, "cpp", resident=False)
                 streamed_bytes = client.component(key).total_bytes
                 figures["models"][name] = {
                     "shape": dict(zip(("dim", "heads", "blocks", "tokens"), shape)),
                     "component_bytes": streamed_bytes,
                     "bound_s": streamed_bytes / bandwidth / 1e9 if bandwidth else None,
                     "cpp": {k: v for k, v in cpp.items() if k != "stdout"}, "python": python,
-                    "cpp_over_python": cpp["step_s"] / python["step_s"]}
+                    "python_cpp_consumer": python_cpp,
+                    "cpp_over_python": cpp["step_s"] / python["step_s"],
+                    "cpp_consumer_over_python_consumer": python_cpp["step_s"] / python["step_s"]}
                 client.evict(key)
             client.close()
         finally:
@@ -157,17 +177,21 @@ def main() -> int:
           f"{f'{bandwidth:.1f} GB/s' if bandwidth else '-'}, unit {args.unit}, bf16, "
           f"median of steps 2..{args.steps}")
     for name, row in figures["models"].items():
-        cpp, python = row["cpp"], row["python"]
+        cpp, python, python_cpp = row["cpp"], row["python"], row["python_cpp_consumer"]
         bound = f"{row['bound_s'] * 1e3:.2f} ms" if row["bound_s"] else "-"
         print(f"{name}: {row['shape']}, {row['component_bytes'] / 2**20:.0f} MiB, "
               f"{cpp['units']} units, bound S/B {bound}")
         print(f"  all on device     {python['resident_step_s'] * 1e3:8.2f} ms")
-        print(f"  C++ runner        {cpp['step_s'] * 1e3:8.2f} ms   overhead "
-              f"{cpp['overhead_us_per_unit']:6.2f} us/unit   bitwise equal to all-on-device: "
-              f"{cpp['bitwise_equal']}")
-        print(f"  Python client     {python['step_s'] * 1e3:8.2f} ms   overhead "
-              f"{python['overhead_us_per_unit']:6.2f} us/unit")
-        print(f"  C++ / Python      {row['cpp_over_python']:.3f}  (goal <= 1.05)")
+        for label, figures_of in (("C++ runner", cpp), ("Python, Python consumer", python),
+                                  ("Python, C++ consumer", python_cpp)):
+            print(f"  {label:24s}{figures_of['step_s'] * 1e3:8.2f} ms   consumer overhead "
+                  f"{figures_of['overhead_us_per_unit']:6.2f} us/unit   wall "
+                  f"{figures_of['wall_us_per_unit']:6.2f} us/unit")
+        print(f"  C++ runner bitwise equal to all-on-device: {cpp['bitwise_equal']}")
+        print(f"  C++ runner / Python (Python consumer)       {row['cpp_over_python']:.3f}  "
+              f"(goal <= 1.05)")
+        print(f"  Python: C++ consumer / Python consumer      "
+              f"{row['cpp_consumer_over_python_consumer']:.3f}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(figures, indent=2))
     return 0

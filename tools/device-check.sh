@@ -13,6 +13,10 @@
 #   cpp     the C++ client's torch layer built here against torch's libtorch (CUDA) and the
 #           bundle's libddo_client_rpc.so.0, its gtests and the C++-and-Python runner test on
 #           cuda:0, then bench/bench_client_cpp.py (docs/client-cpp.md)
+#   consumer the Python client's C++ consumer (DDO_CLIENT_CONSUMER): the extension built with
+#           torch's cpp_extension, tests/python/test_cpp_consumer.py, the GPU streaming tests
+#           on both consumers, the compile tests on it, then bench_flux_stream.py at one cap
+#           with each consumer (CONSUMER_CAPS, default 16)
 #
 #   tools/bundle.sh build .bundle      # here (it packs .device-deps/src, where diffusers' and
 #   tools/device-check.sh              # peft's src/ are exported), then on the device machine,
@@ -129,6 +133,27 @@ stage_cpp() {
     --runner build-device/bin/transformer_runner --json-out "$OUT/client_cpp.json" \
     > "$OUT/client-cpp-bench.log" 2>&1
   echo "C++ client bench: rc=$?"; grep -v "^\[bench" "$OUT/client-cpp-bench.log" | tail -20
+}
+
+stage_consumer() {
+  local started=$SECONDS
+  python3 -m diffusers_dynamic_offloader.cpp_consumer --build > "$OUT/consumer-build.log" 2>&1
+  echo "C++ consumer extension: rc=$?, $((SECONDS - started)) s"; tail -2 "$OUT/consumer-build.log"
+  export DDO_REQUIRE_CPP_CONSUMER=1
+  timeout 200 python3 -m pytest -q -rA -p no:cacheprovider tests/python/test_cpp_consumer.py \
+    > "$OUT/consumer-tests.log" 2>&1
+  echo "test_cpp_consumer.py: rc=$?"; tail -2 "$OUT/consumer-tests.log"
+  timeout 400 python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_streaming_gpu.py \
+    tests/gpu/test_compile_gpu.py > "$OUT/consumer-gpu-tests.log" 2>&1
+  echo "GPU streaming (both consumers) and compile tests: rc=$?"
+  grep -E "passed|failed|error" "$OUT/consumer-gpu-tests.log" | tail -3
+  for consumer in python cpp; do
+    echo "FLUX-size bench, $consumer consumer: $(left) s left"
+    DDO_CLIENT_CONSUMER=$consumer timeout "$(left)" python3 bench/bench_flux_stream.py \
+      --ddod .bundle/bin/ddod --caps "${CONSUMER_CAPS:-16}" --skip-diffusers --skip-warm \
+      --steps 3 --json-out "$OUT/flux-$consumer.json" > "$OUT/flux-$consumer.log" 2>&1
+    echo "rc=$?"; sed -n '/^FLUX transformer/,/^  S: /p' "$OUT/flux-$consumer.log" | head -12
+  done
 }
 
 for stage in $STAGES; do

@@ -15,6 +15,8 @@ packages=(
   python3-pip python3-setuptools python3-wheel
   # The C++ client's torch half (client-cpp; python3-torch does not pull the headers).
   libtorch-dev
+  # The Python client's C++ consumer extension (torch.utils.cpp_extension builds it on first use).
+  pybind11-dev python3-dev
 )
 
 missing=()

@@ -42,9 +42,16 @@ echo "== Python tests (Debian python3, real ddod)"
 export PYTHONPATH="$root/client-python/src${PYTHONPATH:+:$PYTHONPATH}"
 export DDO_DDOD_BINARY="$build/bin/ddod"
 export DDO_DDOCTL_BINARY="$build/bin/ddoctl"
+# The client's C++ consumer, built once here: the streaming tests run on it and on the Python
+# one, and must not skip it on a machine that has what it needs (install-deps.sh installs it).
+/usr/bin/python3 -m diffusers_dynamic_offloader.cpp_consumer --build
+export DDO_REQUIRE_CPP_CONSUMER=1
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 
 echo "== security suite (throwaway users)"
+# Its runners are other users, each with an empty extension cache: they stream with the Python
+# consumer rather than build the C++ one in every test.
+export DDO_CLIENT_CONSUMER=python
 # Needs root: it creates users and groups and attacks a root ddod as them (skipped otherwise).
 export PYTHONPATH="$root/client-python/src${PYTHONPATH:+:$PYTHONPATH}"
 export DDO_DDOD_BINARY="$build/bin/ddod"

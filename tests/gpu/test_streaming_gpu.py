@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO / "client-python" / "src"))
 sys.path.insert(0, str(REPO / "tests" / "python"))
 
 import streaming_models as sm  # noqa: E402
+from streaming_support import CONSUMERS, use_consumer  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -45,6 +46,14 @@ DEVICE = "cuda:0"
 # lease end is noticed within a second; the brief for this test says about two seconds).
 DEAD_SESSION_GONE_S = 2.5
 CHILD_TIMEOUT_S = 120.0
+
+
+@pytest.fixture(autouse=True, params=CONSUMERS)
+def consumer(request, monkeypatch) -> str:
+    """Every test here runs on the Python consumer and on the C++ one (DDO_CLIENT_CONSUMER;
+    the runner processes inherit it)."""
+    use_consumer(monkeypatch, request.param)
+    return request.param
 
 
 def _sessions(client) -> List["object"]:
@@ -85,7 +94,7 @@ def _out_of_schedule(stats: Dict) -> int:
 
 @pytest.mark.parametrize("dtype_name", ["bf16", "fp32"])
 @pytest.mark.parametrize("unit", ["linear", "block"])
-def test_streamed_outputs_are_bitwise_equal(client, dtype_name, unit):
+def test_streamed_outputs_are_bitwise_equal(client, dtype_name, unit, consumer):
     dtype = sm.DTYPES[dtype_name]
     key = f"test/stream-equal/{dtype_name}/{unit}"
     model, reference = _register(client, key, dtype)
@@ -107,6 +116,7 @@ def test_streamed_outputs_are_bitwise_equal(client, dtype_name, unit):
         # After the learning forward, forwards that follow the schedule need no sync use.
         assert stats["sync_uses"] == after_learning["sync_uses"], (after_learning, stats)
         assert stats["units"] >= (1 if unit == "block" else 2), stats
+        assert stats["consumer"] == consumer, stats
     finally:
         session.close()
     # The module is usable on the host again after close (host views of ddod's pool).

@@ -21,6 +21,31 @@ CACHE_KEY = "tiny-transformer"
 #: resident); proj_in and proj_out stay resident by the default always-resident patterns.
 STREAM_ALL = {"DDO_SMALL_TENSOR_THRESHOLD_KB": "0"}
 
+#: The consumers a runner streams with (DDO_CLIENT_CONSUMER): the tests run on both.
+CONSUMERS = ("python", "cpp")
+
+
+def use_consumer(monkeypatch, consumer: str) -> None:
+    """Streams with ``consumer`` from here on. For ``cpp`` the extension is built first (once
+    per process); where it cannot be built the test is skipped with the reason, or fails when
+    DDO_REQUIRE_CPP_CONSUMER=1 (tools/run-tests.sh sets it: every machine it runs on has the
+    compiler and headers)."""
+    monkeypatch.setenv("DDO_CLIENT_CONSUMER", consumer)
+    if consumer != "cpp":
+        return
+    import os
+
+    import pytest
+    from diffusers_dynamic_offloader import cpp_consumer
+
+    try:
+        cpp_consumer.extension()
+    except Exception as error:  # noqa: B902 - reported either way
+        if os.environ.get("DDO_REQUIRE_CPP_CONSUMER") == "1":
+            pytest.fail(f"the C++ consumer is required here: {error}")
+        pytest.skip(f"no C++ consumer here: {error}")
+
+
 #: Streamed Linear modules per block.
 LINEARS_PER_BLOCK = 4
 

@@ -125,3 +125,12 @@ def test_the_package_holds_what_a_machine_needs(unpacked):
     assert done.stdout.startswith(site), done.stdout
     assert not [name for name in os.listdir(os.path.join(site, "diffusers_dynamic_offloader"))
                 if name == "__pycache__"]
+    # The installed client finds the C++ consumer's sources in the package itself.
+    done = subprocess.run(
+        ["/usr/bin/python3", "-c",
+         "from diffusers_dynamic_offloader import cpp_consumer as c; print(c.source_root())"],
+        capture_output=True, text=True, timeout=120, cwd="/",
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": site, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == os.path.realpath(
+        os.path.join(site, "diffusers_dynamic_offloader", "_cpp_src"))

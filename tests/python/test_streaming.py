@@ -23,6 +23,7 @@ from diffusers_dynamic_offloader.errors import DaemonGoneError
 from store_support import Child, child_env
 from streaming_support import (
     CACHE_KEY,
+    CONSUMERS,
     DEPTH,
     LINEARS_PER_BLOCK,
     RUNNER_SCRIPT,
@@ -33,10 +34,18 @@ from streaming_support import (
     mismatches,
     run,
     stats_summary,
+    use_consumer,
 )
 from support import process_gone, wait_until
 
 LINEAR_UNITS = DEPTH * LINEARS_PER_BLOCK
+
+
+@pytest.fixture(autouse=True, params=CONSUMERS)
+def consumer(request, monkeypatch) -> str:
+    """Every test of this file runs on the Python consumer and on the C++ one."""
+    use_consumer(monkeypatch, request.param)
+    return request.param
 
 
 def sessions(client: DdoClient):
@@ -54,7 +63,10 @@ def open_session(client, model, unit="linear", slots=None, **extra) -> Streaming
     settings = dict(STREAM_ALL, DDO_STREAM_UNIT=unit, **extra)
     if slots is not None:
         settings["DDO_RING_SLOTS"] = str(slots)
-    return client.stream(model, CACHE_KEY, device="cpu", settings=settings)
+    session = client.stream(model, CACHE_KEY, device="cpu", settings=settings)
+    expected = os.environ["DDO_CLIENT_CONSUMER"] if session.stats()["units"] else "none"
+    assert session.stats()["consumer"] == expected
+    return session
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])

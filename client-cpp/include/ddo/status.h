@@ -135,6 +135,13 @@ class StreamingError : public Error {
   using Error::Error;
 };
 
+// A CUDA graph capture reached a streamed module: a replayed graph would replay the weights of
+// the captured pass.
+class GraphCaptureError : public StreamingError {
+ public:
+  using StreamingError::StreamingError;
+};
+
 // ddod closed or failed the session (its state word says which).
 class SessionClosedError : public StreamingError {
  public:

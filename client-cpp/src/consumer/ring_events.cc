@@ -29,7 +29,7 @@ void RingEvents::RecordConsumed(uint32_t slot) { consumed_.at(slot)->Record(curr
 
 void RingEvents::RefuseCapture(const std::string& where) {
   if (!driver_->StreamIsCapturing(current_stream_())) return;
-  throw StreamingError(
+  throw GraphCaptureError(
       StatusCode::kFailedPrecondition,
       where + ": a CUDA graph capture reached a module on the DDO route. Its weights stream "
               "from ddod's ring, refilled while the forward runs, which a replayed graph cannot "

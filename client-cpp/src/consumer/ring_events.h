@@ -28,7 +28,7 @@ class RingEvents {
 
   // Marks the end of the current stream's reads of `slot`.
   void RecordConsumed(uint32_t slot);
-  // StreamingError when the current stream captures a CUDA graph: a replayed graph would
+  // GraphCaptureError when the current stream captures a CUDA graph: a replayed graph would
   // replay the weights of the captured pass. `where` names the caller ("a streamed Linear").
   void RefuseCapture(const std::string& where);
 

@@ -13,21 +13,22 @@ namespace {
 struct NoBackwardThroughStream : public torch::autograd::Function<NoBackwardThroughStream> {
   static at::Tensor forward(torch::autograd::AutogradContext* context, const at::Tensor& input,
                             const at::Tensor& weight, const at::Tensor& bias,
-                            const std::string& module_path, LinearFunction linear) {
+                            const std::string& module_path, LinearFunction linear,
+                            const char* remedy) {
     context->saved_data["module_path"] = module_path;
+    context->saved_data["remedy"] = std::string(remedy);
     return linear(input, weight, bias);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
                                                  torch::autograd::variable_list) {
     const std::string module_path = context->saved_data["module_path"].toStringRef();
+    const std::string remedy = context->saved_data["remedy"].toStringRef();
     throw Error(StatusCode::kFailedPrecondition,
                 module_path +
                     ": cannot backpropagate through a Linear whose weight DDO streams (its device "
                     "copy sits in a ring slot that is reused long before the backward pass). "
-                    "Training through streamed weights is not supported: run inference under "
-                    "torch::NoGradGuard / c10::InferenceMode, or close the streaming session "
-                    "first to train on the module's own copy.");
+                    "Training through streamed weights is not supported: " + remedy);
   }
 };
 
@@ -40,13 +41,14 @@ at::Tensor AtenLinear(const at::Tensor& input, const at::Tensor& weight, const a
 
 at::Tensor StreamedLinear(const at::Tensor& input, const at::Tensor& weight,
                           const at::Tensor& bias, const std::string& module_path,
-                          LinearFunction linear) {
+                          LinearFunction linear, const char* remedy) {
   const at::ScalarType dtype = input.scalar_type();
   const at::Tensor used_weight = weight.scalar_type() == dtype ? weight : weight.to(dtype);
   at::Tensor used_bias = bias;
   if (bias.defined() && bias.scalar_type() != dtype) used_bias = bias.to(dtype);
   if (input.requires_grad() && at::GradMode::is_enabled()) {
-    return NoBackwardThroughStream::apply(input, used_weight, used_bias, module_path, linear);
+    return NoBackwardThroughStream::apply(input, used_weight, used_bias, module_path, linear,
+                                          remedy);
   }
   return linear(input, used_weight, used_bias);
 }

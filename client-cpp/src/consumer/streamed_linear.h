@@ -23,11 +23,19 @@ using LinearFunction = at::Tensor (*)(const at::Tensor& input, const at::Tensor&
                                       const at::Tensor& bias);
 at::Tensor AtenLinear(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias);
 
+// What the backward's error advises a C++ runner; the Python extension passes the Python
+// client's words.
+inline constexpr const char* kCppTrainingRemedy =
+    "run inference under torch::NoGradGuard / c10::InferenceMode, or close the streaming "
+    "session first to train on the module's own copy.";
+
 // input @ weight.T + bias, with `weight` (a ring view) and `bias` (undefined: none) cast to
-// input's dtype. `module_path` names the Linear in the backward's error.
+// input's dtype. `module_path` names the Linear in the backward's error, which ends with
+// `remedy`.
 at::Tensor StreamedLinear(const at::Tensor& input, const at::Tensor& weight,
                           const at::Tensor& bias, const std::string& module_path,
-                          LinearFunction linear = AtenLinear);
+                          LinearFunction linear = AtenLinear,
+                          const char* remedy = kCppTrainingRemedy);
 
 }  // namespace ddo::consumer
 

@@ -96,6 +96,10 @@ class Doorbell(Closeable):
         self.seq = self._segment.u32(_BELL_SEQ)
         self.daemon_sleeping = self._segment.u32(_BELL_SLEEPING)
         self._seq_address = ctypes.addressof(self.seq)
+        #: Where the doorbell is mapped, its size and name (for the C++ consumer).
+        self.address = self._seq_address - _BELL_SEQ
+        self.size = DOORBELL_BYTES
+        self.name = self._segment.path
 
     def ring(self) -> None:
         """Increments ``seq`` and wakes the worker (a lost increment, when two runners ring at
@@ -187,6 +191,10 @@ class ControlBlock(Closeable):
             segment.u64(_SLOT_USE + 8 * (self.slots + 1 + slot)) for slot in range(self.slots + 1)
         ]
         self.stall_timeout_ns = int(stall_timeout * 1e9)
+        #: Where the block is mapped, its size and name (for the C++ consumer).
+        self.address = ctypes.addressof(self.ready) - _READY
+        self.size = segment.size
+        self.name = segment.path
         # A ddod in another pid namespace has a pid this process cannot see: then only
         # `state` and the stall timeout end a wait.
         self._check_pid = self.daemon_pid > 0 and _process_alive(self.daemon_pid)

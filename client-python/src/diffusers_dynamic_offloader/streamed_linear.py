@@ -7,6 +7,10 @@ Linear added to it (:mod:`.fused_on_arrival`); weight and bias are cast to the i
 when they differ. A backward pass through it raises (see
 :class:`_NoBackwardThroughStream`). Under ``torch.compile`` it is a graph break
 (:mod:`.compile_support`).
+
+With the C++ consumer (:mod:`.cpp_consumer`), :func:`cpp_streamed_forward` runs the whole
+forward of a Linear without fused adapters in C++ (acquire, view, cast, ``F.linear``, and a
+backward that raises with the same words).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from .fused_on_arrival import ArrivalDeltas
 from .ring_consumer import UnitViews
 from .shared_weights import plain
 
-__all__ = ["streamed_forward"]
+__all__ = ["cpp_streamed_forward", "streamed_forward"]
 
 
 def streamed_forward(
@@ -55,6 +59,38 @@ def streamed_forward(
 
     def forward(input: torch.Tensor) -> torch.Tensor:
         return traced(input) if is_compiling() else run(input)
+
+    return forward
+
+
+def cpp_streamed_forward(
+    consumer, unit: int, index: int, bias: Optional[torch.Tensor], module_path: str,
+    fused: Optional[ArrivalDeltas] = None,
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The forward of a streamed Linear served by the C++ consumer: one call into it per
+    forward (the Linear is registered once as a tap, with a plain alias of its bias). While
+    adapters are fused into the Linear (``fused``, which can gain them later), the forward of
+    :func:`streamed_forward` over the consumer's views adds them."""
+    tap = consumer.add_linear(unit, index, plain(bias) if bias is not None else None,
+                              module_path)
+    linear = consumer.linear
+    with_adapters = (streamed_forward(consumer.tensors, unit, index, bias, module_path, fused)
+                     if fused is not None else None)
+
+    def run(input: torch.Tensor) -> torch.Tensor:
+        if fused:
+            return with_adapters(input)
+        return linear(tap, input)
+
+    traced = eager_only(run)
+    is_compiling = compiling
+
+    def forward(input: torch.Tensor) -> torch.Tensor:
+        if is_compiling():
+            return traced(input)
+        if fused:
+            return with_adapters(input)
+        return linear(tap, input)
 
     return forward
 

@@ -61,6 +61,7 @@ from ._proto import components_pb2, sessions_pb2
 from . import dtypes
 from .device_memory import DeviceMemory
 from .compile_support import eager_only, refuse_capture
+from . import cpp_consumer
 from .control_block import DEFAULT_STALL_TIMEOUT_S, ControlBlock, Doorbell
 from .detach import detach_session
 from .errors import BindError, ConfigurationError, DaemonError, DdoError, describe_names
@@ -84,7 +85,7 @@ from .rpc_channel import RpcChannel
 from .runner_log import log_pass
 from .shared_weights import EditListener, WeightGuard, guard, is_guarded, plain
 from .shm import SegmentMapping
-from .streamed_linear import streamed_forward
+from .streamed_linear import cpp_streamed_forward, streamed_forward
 from .weight_watch import (WeightWatch, move_runner_owned, place_adapters_around,
                            structure_version)
 
@@ -318,7 +319,10 @@ class StreamingSession(Closeable, EditListener):
         self._block: Optional[ControlBlock] = None
         self._doorbell: Optional[Doorbell] = None
         self._events: Optional[RingEvents] = None
-        self._consumer: Optional[RingConsumer] = None
+        self._consumer: Optional[RingConsumer] = None  # or cpp_consumer's
+        #: Which consumer serves the streamed Linears: "python" or "cpp" (:mod:`.cpp_consumer`);
+        #: "none" while nothing streams.
+        self.consumer_kind = "none"
         self._bound = False
         self._groups: List[Tuple[str, List[ModuleTensor]]] = []
         # What _bind bound, by component name: the guarded tensor and the view it started as.
@@ -352,6 +356,7 @@ class StreamingSession(Closeable, EditListener):
 
     def _open(self) -> None:
         response = self._response
+        self.consumer_kind = "none"
         if not response.HasField("device") or not response.device.control_block_shm:
             raise DdoError(
                 f"ddod answered the streaming Attach of {self.cache_key!r} without device "
@@ -403,17 +408,41 @@ class StreamingSession(Closeable, EditListener):
                 f"{len(resources.units)} units and {resources.ring_arena_bytes} bytes"
             )
         self._doorbell = Doorbell(resources.doorbell_shm, opener=opener)
+        self._open_consumer(resources, specs)
+        self._patch(groups, streamed)
+
+    def _open_consumer(
+        self, resources: sessions_pb2.DeviceResources,
+        specs: Mapping[str, components_pb2.TensorSpec],
+    ) -> None:
+        """The C++ consumer or the Python one, as DDO_CLIENT_CONSUMER says
+        (:mod:`.cpp_consumer`)."""
+        extension = cpp_consumer.extension()
+        if extension is not None:
+            cuda = self.device.type == "cuda"
+            if cuda:
+                self._check_event_counts(resources)
+            self._consumer = cpp_consumer.open_consumer(
+                extension, self._block, self._doorbell, self._ring.whole(),
+                self._unit_layouts(resources, specs), list(self._response.schedule),
+                self._send_schedule,
+                list(resources.ready_event_handles) if cuda else [],
+                list(resources.consumed_event_handles) if cuda else [],
+                self.device,
+            )
+            self.consumer_kind = "cpp"
+            return
         if self.device.type == "cuda":
             self._events = self._open_events(resources)
         self._consumer = RingConsumer(
             self._block,
             self._doorbell,
-            self._ring_views(resources, specs),
-            list(response.schedule),
+            RingViews(self._ring.whole(), self._unit_layouts(resources, specs)),
+            list(self._response.schedule),
             self._send_schedule,
             self._events,
         )
-        self._patch(groups, streamed)
+        self.consumer_kind = "python"
 
     def _match_module(self) -> List[Tuple[str, List[ModuleTensor]]]:
         """Every tensor of the module with the component's name for it; BindError when they
@@ -510,19 +539,20 @@ class StreamingSession(Closeable, EditListener):
                 + "; ".join(problems)
             )
 
-    def _ring_views(
-        self, resources: sessions_pb2.DeviceResources,
+    @staticmethod
+    def _unit_layouts(
+        resources: sessions_pb2.DeviceResources,
         specs: Mapping[str, components_pb2.TensorSpec],
-    ) -> RingViews:
-        """Views of any unit wherever ddod places it in the ring."""
-        layouts = [
+    ) -> List[List[Tuple[str, int, int, torch.dtype, List[int]]]]:
+        """Per unit, where its tensors lie in it: what views of the ring are made from."""
+        return [
             [(p.name, p.offset, p.byte_size, _dtype(specs[p.name]), list(specs[p.name].shape))
              for p in layout.tensors]
             for layout in resources.units
         ]
-        return RingViews(self._ring.whole(), layouts)
 
-    def _open_events(self, resources: sessions_pb2.DeviceResources) -> RingEvents:
+    @staticmethod
+    def _check_event_counts(resources: sessions_pb2.DeviceResources) -> None:
         count = resources.ring_slots + 1
         if (len(resources.ready_event_handles) != count
                 or len(resources.consumed_event_handles) != count):
@@ -531,6 +561,9 @@ class StreamingSession(Closeable, EditListener):
                 f"{len(resources.consumed_event_handles)} consumed event handles for "
                 f"{count} slots"
             )
+
+    def _open_events(self, resources: sessions_pb2.DeviceResources) -> RingEvents:
+        self._check_event_counts(resources)
 
         def open_event(handle: bytes) -> "torch.cuda.Event":
             return torch.cuda.Event.from_ipc_handle(self.device, handle)
@@ -585,9 +618,14 @@ class StreamingSession(Closeable, EditListener):
                         f"instance (by accelerate or another offloading hook?); remove that "
                         f"hook before streaming"
                     )
-                linear.forward = streamed_forward(
-                    consumer.tensors, where.unit, where.index, linear.bias, entry.module_path,
-                    fused)
+                if self.consumer_kind == "cpp":
+                    linear.forward = cpp_streamed_forward(
+                        consumer, where.unit, where.index, linear.bias, entry.module_path,
+                        fused)
+                else:
+                    linear.forward = streamed_forward(
+                        consumer.tensors, where.unit, where.index, linear.bias,
+                        entry.module_path, fused)
                 patched.add(id(linear))
                 self._patched.append(linear)
         self._take_over_merges()
@@ -944,7 +982,9 @@ class StreamingSession(Closeable, EditListener):
         ``streamed_bytes_per_cycle``: the bytes of the units of one schedule cycle;
         ``schedule_length``; ``learning``: True until the schedule is known;
         ``edit_syncs`` and ``uploaded_edit_bytes``: edits stored in ddod; ``fused_lora``:
-        DDO_FUSED_LORA; ``linears_fused_on_arrival``: Linears with fused adapters added on
+        DDO_FUSED_LORA; ``consumer``: ``"cpp"`` or ``"python"`` (which consumer serves the
+        streamed Linears, DDO_CLIENT_CONSUMER), ``"none"`` when nothing streams;
+        ``linears_fused_on_arrival``: Linears with fused adapters added on
         arrival (:mod:`.fused_on_arrival`).
         """
         resources = self._response.device
@@ -973,6 +1013,7 @@ class StreamingSession(Closeable, EditListener):
             edit_syncs=self._edit_syncs,
             uploaded_edit_bytes=self._uploaded_edit_bytes,
             fused_lora=self.fused_lora,
+            consumer=self.consumer_kind,
             linears_fused_on_arrival=sum(
                 1 for linear in self.module.modules() if arrival_deltas(linear)),
         )
