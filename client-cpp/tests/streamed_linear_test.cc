@@ -51,6 +51,11 @@ TEST(StreamedLinear, ABackwardThroughTheRingRaises) {
               std::string::npos)
         << error.what();
   }
+  // A Linear without bias in grad mode (torch 1.13's autograd Function took an undefined
+  // bias for a tensor and failed in its forward: "tensor does not have a device").
+  const at::Tensor unbiased = StreamedLinear(input, torch::randn({4, 8}), at::Tensor(), "m");
+  ASSERT_TRUE(unbiased.requires_grad());
+  EXPECT_THROW(unbiased.sum().backward(), std::exception);
   torch::NoGradGuard no_grad;  // inference: no node at all
   EXPECT_FALSE(StreamedLinear(input, torch::randn({4, 8}), at::Tensor(), "m").requires_grad());
 }

@@ -8,16 +8,22 @@
 namespace ddo::consumer {
 namespace {
 
+// The bias, passed to the autograd Function as a non-tensor argument: torch 1.13's
+// Function::apply records every tensor argument's device, and an undefined bias (a Linear
+// without one) has none. The backward raises anyway, so the bias needs no gradient edge.
+struct OptionalBias {
+  at::Tensor tensor;  // undefined: none
+};
 
 // The forward in grad mode: a node whose backward raises (see the header).
 struct NoBackwardThroughStream : public torch::autograd::Function<NoBackwardThroughStream> {
   static at::Tensor forward(torch::autograd::AutogradContext* context, const at::Tensor& input,
-                            const at::Tensor& weight, const at::Tensor& bias,
+                            const at::Tensor& weight, const OptionalBias& bias,
                             const std::string& module_path, LinearFunction linear,
                             const char* remedy) {
     context->saved_data["module_path"] = module_path;
     context->saved_data["remedy"] = std::string(remedy);
-    return linear(input, weight, bias);
+    return linear(input, weight, bias.tensor);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
@@ -47,8 +53,8 @@ at::Tensor StreamedLinear(const at::Tensor& input, const at::Tensor& weight,
   at::Tensor used_bias = bias;
   if (bias.defined() && bias.scalar_type() != dtype) used_bias = bias.to(dtype);
   if (input.requires_grad() && at::GradMode::is_enabled()) {
-    return NoBackwardThroughStream::apply(input, used_weight, used_bias, module_path, linear,
-                                          remedy);
+    return NoBackwardThroughStream::apply(input, used_weight, OptionalBias{used_bias},
+                                          module_path, linear, remedy);
   }
   return linear(input, used_weight, used_bias);
 }
