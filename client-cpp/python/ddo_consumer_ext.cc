@@ -12,16 +12,21 @@
 // protobuf here: the learned schedule goes back through a Python callable (SetSchedule).
 //
 // The GIL is held except while a wait sleeps on its futex (the lease thread and the runner's
-// other threads go on meanwhile).
+// other threads go on meanwhile). That sleep is the one moment another thread can call in: a
+// second forward is refused, and a close (drop_views) makes the waiting call raise
+// SessionClosedError at its next wake-up and waits for it to leave before it frees anything, so
+// Python never unmaps memory a wait still reads.
 #include <torch/extension.h>
 
 #include <Python.h>
 #include <torch/csrc/Dtype.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -177,13 +182,19 @@ class Consumer {
     options.after_sleep = [this] {
       PyEval_RestoreThread(sleeping_thread_);
       sleeping_thread_ = nullptr;
+      if (closing_) {
+        throw SessionClosedError(StatusCode::kCancelled,
+                                 "the streaming session was closed by another thread while this "
+                                 "forward waited for ddod");
+      }
     };
     consumer_ = std::make_unique<RingConsumer>(std::move(options));
   }
 
   // The hot path: the views of `unit`'s tensors, switching the unit in when it is not held.
   py::tuple Tensors(uint32_t unit) {
-    const uint64_t offset = Live().Acquire(unit);
+    InUse in_use(*this);
+    const uint64_t offset = consumer_->Acquire(unit);
     if (int64_t{unit} == tuple_unit_ && offset == tuple_offset_) return held_tuple_;
     const UnitViews& views = views_->Views(unit, offset);
     py::tuple tuple(views.size());
@@ -210,33 +221,50 @@ class Consumer {
   // The whole forward of Linear `tap` on `input`, in C++ (StreamedLinear: the weight and bias
   // cast to the input's dtype, and a backward that raises in grad mode).
   at::Tensor Linear(uint32_t tap, const at::Tensor& input) {
+    InUse in_use(*this);
     const LinearTap& linear = taps_.at(tap);
-    const uint64_t offset = Live().Acquire(linear.unit);
+    const uint64_t offset = consumer_->Acquire(linear.unit);
     const UnitViews& views = views_->Views(linear.unit, offset);
     return StreamedLinear(input, views.at(linear.index), linear.bias, linear.module_path,
                           AtenLinear, kPythonTrainingRemedy);
   }
 
   void BeginForward() {
+    InUse in_use(*this);
     if (events_ != nullptr) events_->RefuseCapture("the streamed module");
-    Live().BeginForward();
+    consumer_->BeginForward();
   }
 
   void EndForward() {
-    std::vector<uint32_t> order = Live().EndForward();
-    ForgetTuple();
+    std::vector<uint32_t> order;
+    {
+      InUse in_use(*this);
+      order = consumer_->EndForward();
+      ForgetTuple();
+    }
     if (order.empty()) return;
-    const uint64_t accepted = send_schedule_(order).cast<uint64_t>();
+    const uint64_t accepted = send_schedule_(order).cast<uint64_t>();  // Python: SetSchedule
+    InUse in_use(*this);
     consumer_->AdoptSchedule(std::move(order), accepted);
   }
 
+  // Releases the held unit. Nothing while another thread's call waits (the session's close
+  // does this first; drop_views then deals with that call).
   void Release() {
-    if (consumer_ != nullptr) consumer_->Release();
+    if (consumer_ == nullptr || busy_ > 0) return;
+    consumer_->Release();
     ForgetTuple();
   }
 
-  // Forgets every view of the ring (before its memory is closed); the consumer is closed.
+  // Forgets every view of the ring (before its memory is closed); the consumer is closed. A
+  // call of another thread waiting for ddod raises SessionClosedError when it next wakes (within
+  // a futex slice, 2 ms); this waits for it to leave first.
   void DropViews() {
+    closing_ = true;
+    while (busy_ > 0) {
+      py::gil_scoped_release let_go;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     ForgetTuple();
     taps_.clear();
     if (views_ != nullptr) views_->Close();
@@ -275,13 +303,29 @@ class Consumer {
   }
 
  private:
-  RingConsumer& Live() {
-    if (consumer_ == nullptr) {
-      throw SessionClosedError(StatusCode::kFailedPrecondition,
-                               "the streaming session is closed: its ring is gone");
+  // A call that may wait for ddod with the GIL let go: refused once the session is closed, and
+  // while another thread's call waits (one forward at a time per session).
+  class InUse {
+   public:
+    explicit InUse(Consumer& consumer) : consumer_(consumer) {
+      if (consumer_.closing_ || consumer_.consumer_ == nullptr) {
+        throw SessionClosedError(StatusCode::kFailedPrecondition,
+                                 "the streaming session is closed: its ring is gone");
+      }
+      if (consumer_.busy_ > 0) {
+        throw StreamingError(StatusCode::kFailedPrecondition,
+                             "another thread is running a forward of this streaming session "
+                             "(one forward at a time per session)");
+      }
+      ++consumer_.busy_;
     }
-    return *consumer_;
-  }
+    ~InUse() { --consumer_.busy_; }
+    InUse(const InUse&) = delete;
+    InUse& operator=(const InUse&) = delete;
+
+   private:
+    Consumer& consumer_;
+  };
 
   void ForgetTuple() {
     held_tuple_ = py::tuple();
@@ -299,6 +343,8 @@ class Consumer {
   int64_t tuple_unit_ = -1;
   uint64_t tuple_offset_ = 0;
   PyThreadState* sleeping_thread_ = nullptr;
+  int busy_ = 0;          // calls in progress (at most one: see InUse)
+  bool closing_ = false;  // drop_views began
   ConsumerStatistics closed_statistics_;
   std::vector<uint32_t> closed_schedule_;
 };

@@ -180,3 +180,42 @@ def test_the_gil_is_released_while_the_cpp_consumer_waits_for_ddod(client, daemo
         assert counted["ticks"] > 200, counted
         assert session.stats()["wait_seconds"] > 0.5
         assert torch.equal(output, run(reference, 0, DTYPE))
+
+
+def test_a_close_from_another_thread_ends_a_waiting_forward_with_an_error_not_a_crash(
+        client, daemon, monkeypatch):
+    use_consumer(monkeypatch, "cpp")
+    model = make_model(DTYPE)
+    reference = frozen_copy(model)
+    client.register_module(CACHE_KEY, model)
+    session = stream(client, model)
+    # ddod stops; the learning forward waits for it in another thread (the GIL let go).
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    waker = subprocess.Popen(["sh", "-c", f"sleep 2; kill -CONT {daemon.proc.pid}"])
+    outcome = {}
+
+    def forward() -> None:
+        try:
+            run(model, 0, DTYPE)
+            outcome["result"] = "finished"
+        except BaseException as error:  # noqa: B902 - the test inspects it
+            outcome["result"] = error
+
+    runner = threading.Thread(target=forward, daemon=True)
+    try:
+        runner.start()
+        time.sleep(0.5)
+        assert runner.is_alive(), outcome  # waiting for ddod
+        # A second forward meanwhile is refused, not interleaved with the waiting one.
+        with pytest.raises(StreamingError, match="another thread is running a forward"):
+            session._consumer.tensors(0)
+        session.close()  # the detach waits for ddod to run again
+        runner.join(10)
+    finally:
+        waker.wait()
+    assert not runner.is_alive()
+    error = outcome["result"]
+    assert isinstance(error, SessionClosedError), error
+    assert "closed by another thread while this forward waited" in str(error)
+    assert session_count(client) == 0
+    assert mismatches(model, reference, [1], DTYPE) == []
