@@ -89,7 +89,8 @@ void TranslateError(std::exception_ptr thrown) {
 
 at::ScalarType ScalarTypeOf(const py::handle& dtype) {
   if (!THPDtype_Check(dtype.ptr())) {
-    throw Error(StatusCode::kInvalidArgument, "a unit layout names a dtype that is not a torch.dtype");
+    throw Error(StatusCode::kInvalidArgument,
+                "a unit layout names a dtype that is not a torch.dtype");
   }
   return reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
 }
@@ -268,9 +269,11 @@ class Consumer {
     ForgetTuple();
     taps_.clear();
     if (views_ != nullptr) views_->Close();
-    if (consumer_ != nullptr) consumer_->ForgetHeld();
-    closed_statistics_ = consumer_ != nullptr ? consumer_->statistics() : closed_statistics_;
-    closed_schedule_ = consumer_ != nullptr ? consumer_->schedule() : closed_schedule_;
+    if (consumer_ != nullptr) {
+      consumer_->ForgetHeld();
+      closed_statistics_ = consumer_->statistics();
+      closed_schedule_ = consumer_->schedule();
+    }
     consumer_.reset();  // nothing reads the block or the doorbell from here on
     events_.reset();
     views_.reset();
@@ -359,7 +362,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("init_errors", &ddo::consumer::InitErrors, py::arg("ddo_error"),
              py::arg("streaming"), py::arg("graph_capture"), py::arg("session_closed"),
              py::arg("daemon_gone"));
-  module.def("torch_has_cuda", &ddo::consumer::TorchHasCuda);
   py::class_<Consumer>(module, "Consumer")
       .def(py::init<uintptr_t, uint64_t, std::string, uintptr_t, uint64_t, std::string,
                     uint32_t, uint64_t, at::Tensor, const py::sequence&, std::vector<uint32_t>,
@@ -367,8 +369,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
                     const std::string&, double>(),
            py::arg("control"), py::arg("control_bytes"), py::arg("control_name"),
            py::arg("doorbell"), py::arg("doorbell_bytes"), py::arg("doorbell_name"),
-           py::arg("slots"), py::arg("arena_bytes"), py::arg("ring"), py::arg("layouts"), py::arg("schedule"),
-           py::arg("send_schedule"), py::arg("ready_events"), py::arg("consumed_events"),
+           py::arg("slots"), py::arg("arena_bytes"), py::arg("ring"), py::arg("layouts"),
+           py::arg("schedule"), py::arg("send_schedule"), py::arg("ready_events"), py::arg("consumed_events"),
            py::arg("device"), py::arg("stall_timeout"))
       .def("tensors", &Consumer::Tensors, py::arg("unit"))
       .def("add_linear", &Consumer::AddLinear, py::arg("unit"), py::arg("index"),

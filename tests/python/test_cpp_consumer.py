@@ -37,6 +37,20 @@ def stream(client: DdoClient, model, **settings):
                          settings=dict(STREAM_ALL, DDO_STREAM_UNIT="linear", **settings))
 
 
+def registered_model(client: DdoClient):
+    """The test model registered in ddod, and a frozen copy of it to compare with."""
+    model = make_model(DTYPE)
+    reference = frozen_copy(model)
+    client.register_module(CACHE_KEY, model)
+    return model, reference
+
+
+def streams_on_the_python_consumer(client: DdoClient, model, reference) -> None:
+    with stream(client, model) as session:
+        assert session.stats()["consumer"] == "python"
+        assert mismatches(model, reference, [0, 1], DTYPE) == []
+
+
 def session_count(client: DdoClient) -> int:
     return len(client.rpc.unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions)
 
@@ -76,15 +90,11 @@ def test_auto_falls_back_to_python_with_one_line_saying_why(
         client, monkeypatch, fresh_attempt, tmp_path, caplog):
     monkeypatch.setenv("DDO_CLIENT_CONSUMER", "auto")
     monkeypatch.setenv("DDO_CLIENT_CPP_SOURCES", str(tmp_path / "nowhere"))
-    model = make_model(DTYPE)
-    reference = frozen_copy(model)
-    client.register_module(CACHE_KEY, model)
+    model, reference = registered_model(client)
     with caplog.at_level(logging.INFO, logger="diffusers_dynamic_offloader"):
-        with stream(client, model) as session:
-            assert session.stats()["consumer"] == "python"
-            assert mismatches(model, reference, [0, 1], DTYPE) == []
-        with stream(client, model) as session:  # no second attempt, no second line
-            assert session.stats()["consumer"] == "python"
+        streams_on_the_python_consumer(client, model, reference)
+        # No second attempt, no second line.
+        streams_on_the_python_consumer(client, model, reference)
     lines = [r.getMessage() for r in caplog.records if "Python consumer" in r.getMessage()]
     assert len(lines) == 1, lines
     assert "sources are not installed" in lines[0] and "nowhere" in lines[0]
@@ -94,9 +104,7 @@ def test_cpp_mode_refuses_to_stream_without_the_extension_and_leaves_no_session(
         client, monkeypatch, fresh_attempt, tmp_path):
     monkeypatch.setenv("DDO_CLIENT_CONSUMER", "cpp")
     monkeypatch.setenv("DDO_CLIENT_CPP_SOURCES", str(tmp_path / "nowhere"))
-    model = make_model(DTYPE)
-    reference = frozen_copy(model)
-    client.register_module(CACHE_KEY, model)
+    model, reference = registered_model(client)
     with pytest.raises(ConfigurationError, match="DDO_CLIENT_CONSUMER=cpp, but the C\\+\\+ "
                                                  "consumer's sources are not installed"):
         stream(client, model)
@@ -110,21 +118,15 @@ def test_a_compile_error_falls_back_and_reports_the_failed_build(
     monkeypatch.setenv("DDO_CLIENT_CONSUMER", "auto")
     monkeypatch.setenv("DDO_CLIENT_CPP_SOURCES", broken_sources(str(tmp_path / "src")))
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "build"))
-    model = make_model(DTYPE)
-    reference = frozen_copy(model)
-    client.register_module(CACHE_KEY, model)
+    model, reference = registered_model(client)
     with caplog.at_level(logging.INFO, logger="diffusers_dynamic_offloader"):
-        with stream(client, model) as session:
-            assert session.stats()["consumer"] == "python"
-            assert mismatches(model, reference, [0, 1], DTYPE) == []
+        streams_on_the_python_consumer(client, model, reference)
     assert any("building the C++ consumer failed" in r.getMessage() for r in caplog.records)
 
 
 def test_the_cpp_consumer_raises_the_python_clients_errors(client, monkeypatch):
     use_consumer(monkeypatch, "cpp")
-    model = make_model(DTYPE)
-    reference = frozen_copy(model)
-    client.register_module(CACHE_KEY, model)
+    model, reference = registered_model(client)
     session = stream(client, model)
     consumer = session._consumer
     try:
@@ -148,9 +150,7 @@ def test_the_cpp_consumer_raises_the_python_clients_errors(client, monkeypatch):
 
 def test_the_gil_is_released_while_the_cpp_consumer_waits_for_ddod(client, daemon, monkeypatch):
     use_consumer(monkeypatch, "cpp")
-    model = make_model(DTYPE)
-    reference = frozen_copy(model)
-    client.register_module(CACHE_KEY, model)
+    model, reference = registered_model(client)
     with stream(client, model) as session:
         assert session.stats()["learning"]
         # ddod stops for a second (a separate process wakes it: this one may be stuck in
@@ -185,9 +185,7 @@ def test_the_gil_is_released_while_the_cpp_consumer_waits_for_ddod(client, daemo
 def test_a_close_from_another_thread_ends_a_waiting_forward_with_an_error_not_a_crash(
         client, daemon, monkeypatch):
     use_consumer(monkeypatch, "cpp")
-    model = make_model(DTYPE)
-    reference = frozen_copy(model)
-    client.register_module(CACHE_KEY, model)
+    model, reference = registered_model(client)
     session = stream(client, model)
     # ddod stops; the learning forward waits for it in another thread (the GIL let go).
     os.kill(daemon.proc.pid, signal.SIGSTOP)

@@ -142,8 +142,8 @@ def build(verbose: bool = False) -> ModuleType:
     try:
         extension = cpp_extension.load(
             name=name,
-            sources=[str(root / name) for name in _SOURCES],
-            extra_include_paths=[str(root / name) for name in _INCLUDE_DIRS],
+            sources=[str(root / source) for source in _SOURCES],
+            extra_include_paths=[str(root / directory) for directory in _INCLUDE_DIRS],
             extra_cflags=flags,
             with_cuda=False,  # the CUDA driver is looked up at run time (cuda_driver.cc)
             verbose=verbose,

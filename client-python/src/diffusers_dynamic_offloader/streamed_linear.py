@@ -86,11 +86,7 @@ def cpp_streamed_forward(
     is_compiling = compiling
 
     def forward(input: torch.Tensor) -> torch.Tensor:
-        if is_compiling():
-            return traced(input)
-        if fused:
-            return with_adapters(input)
-        return linear(tap, input)
+        return traced(input) if is_compiling() else run(input)
 
     return forward
 

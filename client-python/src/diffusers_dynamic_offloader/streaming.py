@@ -58,10 +58,9 @@ from torch import nn
 
 from ._closeable import Closeable
 from ._proto import components_pb2, sessions_pb2
-from . import dtypes
+from . import cpp_consumer, dtypes
 from .device_memory import DeviceMemory
 from .compile_support import eager_only, refuse_capture
-from . import cpp_consumer
 from .control_block import DEFAULT_STALL_TIMEOUT_S, ControlBlock, Doorbell
 from .detach import detach_session
 from .errors import BindError, ConfigurationError, DaemonError, DdoError, describe_names
@@ -419,9 +418,7 @@ class StreamingSession(Closeable, EditListener):
         (:mod:`.cpp_consumer`)."""
         extension = cpp_consumer.extension()
         if extension is not None:
-            cuda = self.device.type == "cuda"
-            if cuda:
-                self._check_event_counts(resources)
+            cuda = self.device.type == "cuda"  # the extension opens the events and checks them
             self._consumer = cpp_consumer.open_consumer(
                 extension, self._block, self._doorbell, self._ring.whole(),
                 self._unit_layouts(resources, specs), list(self._response.schedule),
@@ -551,8 +548,7 @@ class StreamingSession(Closeable, EditListener):
             for layout in resources.units
         ]
 
-    @staticmethod
-    def _check_event_counts(resources: sessions_pb2.DeviceResources) -> None:
+    def _open_events(self, resources: sessions_pb2.DeviceResources) -> RingEvents:
         count = resources.ring_slots + 1
         if (len(resources.ready_event_handles) != count
                 or len(resources.consumed_event_handles) != count):
@@ -561,9 +557,6 @@ class StreamingSession(Closeable, EditListener):
                 f"{len(resources.consumed_event_handles)} consumed event handles for "
                 f"{count} slots"
             )
-
-    def _open_events(self, resources: sessions_pb2.DeviceResources) -> RingEvents:
-        self._check_event_counts(resources)
 
         def open_event(handle: bytes) -> "torch.cuda.Event":
             return torch.cuda.Event.from_ipc_handle(self.device, handle)
