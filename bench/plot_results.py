@@ -18,7 +18,14 @@ Writes, from the JSON the benchmarks recorded (nothing is measured here):
   what ddod holds), diffusers' group offloading (setup pins a copy, then the first step);
 - ``lora-switch.png``: LoRA switches on the same transformer (bench_lora_swap.py): unfused,
   fused to a LoRA never fused before, fused back to one fused before (DDO_FUSED_LORA=on_arrival,
-  and, from another run, stored), against diffusers'.
+  and, from another run, stored), against diffusers';
+- ``arch-<name>-step-vs-cap.png`` (``--arch``, repeatable): one per architecture measured by
+  bench_architectures.py, a panel per shape: step time against the VRAM cap for DDO (each
+  expert), diffusers' group offloading (block and leaf level; hollow markers where a figure
+  measured under a smaller cap stands for a larger one) and the bound max(C, S/B), with the
+  all-GPU step C.
+
+Each of --flux, --lora (with --lora-stored) and --arch draws its own plots; give any of them.
 """
 
 from __future__ import annotations
@@ -128,21 +135,83 @@ def lora_bars(lora: Dict[str, Any], stored: Dict[str, Any], out: Path) -> Path:
                            f"{lora['args']['cap']:g} GiB cap")
 
 
+def arch_step_vs_cap(run: Dict[str, Any], out: Path) -> Path:
+    """bench_architectures.py's ``summary``: a panel per shape, step time against the cap."""
+    rows = run["summary"]
+    shapes = list(dict.fromkeys(row["shape"] for row in rows))
+    experts = run["model"]["experts"]
+    figure, panels = plt.subplots(1, len(shapes), figsize=(5.2 * len(shapes), 4.0), squeeze=False)
+    for axes, shape in zip(panels[0], shapes):
+        mine = sorted((row for row in rows if row["shape"] == shape), key=lambda r: r["cap_gib"])
+        caps = sorted({row["cap_gib"] for row in mine})
+        for index, expert in enumerate(experts):
+            points = [(r["cap_gib"], r["ddo_step_s"]) for r in mine
+                      if r["expert"] == expert and r["ddo_step_s"] is not None]
+            label = "DDO" if len(experts) == 1 else f"DDO, {expert}"
+            axes.plot([c for c, _ in points], [s for _, s in points], "o-" if index == 0 else "o:",
+                      color=DDO_COLOR, label=label)
+        first = [r for r in mine if r["expert"] == experts[0]]
+        for kind, marker, color in (("block_level", "s", BLOCK_COLOR), ("leaf_level", "^", LEAF_COLOR)):
+            measured = [(r["cap_gib"], r[f"{kind}_step_s"]) for r in first
+                        if r[f"{kind}_step_s"] is not None]
+            axes.plot([c for c, _ in measured], [s for _, s in measured], "-", color=color,
+                      label=f"diffusers group offload, {kind}")
+            for row in first:
+                if row[f"{kind}_step_s"] is not None:
+                    stands_in = row[f"{kind}_from_cap_gib"] is not None
+                    axes.plot(row["cap_gib"], row[f"{kind}_step_s"], marker, color=color,
+                              markerfacecolor="none" if stands_in else color)
+        bound = [(r["cap_gib"], r["bound_s"]) for r in first if r["bound_s"] is not None]
+        axes.plot([c for c, _ in bound], [s for _, s in bound], "--", color=BOUND_COLOR,
+                  label="bound: max(all-GPU step, streamed bytes / H2D)")
+        compute = next((r["compute_s"] for r in first if r["compute_s"] is not None), None)
+        if compute is not None:
+            axes.axhline(compute, color=BOUND_COLOR, linewidth=0.8, alpha=0.5)
+        details = run["shapes"][shape]
+        axes.set_title(f"{details['note']}: {details['tokens']} + {details['text_tokens']} tokens",
+                       fontsize=9)
+        axes.set_xlabel("VRAM cap (GiB)")
+        axes.set_xticks(caps)
+        axes.set_ylim(bottom=0)
+        axes.grid(alpha=0.3)
+    panels[0][0].set_ylabel("seconds per step (lower is better)")
+    panels[0][0].legend(fontsize=7, loc="best")
+    machine = run.get("machine", {})
+    figure.suptitle(f"{run['model']['label']} transformer ({run['model']['bytes'] / 2**30:.1f} GiB "
+                    f"bf16), {machine.get('gpu', '')}, H2D {run['h2d']['gbps_median']:.1f} GB/s",
+                    fontsize=10)
+    path = out / f"arch-{run['model']['name']}-step-vs-cap.png"
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--flux", type=Path, required=True,
+    parser.add_argument("--flux", type=Path,
                         help="bench_flux_stream.py's --json-out of a run with DDO and diffusers")
-    parser.add_argument("--lora", type=Path, required=True,
+    parser.add_argument("--lora", type=Path,
                         help="bench_lora_swap.py's --json-out of a run with --parts group,ddo")
-    parser.add_argument("--lora-stored", type=Path, required=True,
+    parser.add_argument("--lora-stored", type=Path,
                         help="a bench_lora_swap.py run with --fused-lora stored (its DDO part)")
+    parser.add_argument("--arch", type=Path, action="append", default=[],
+                        help="bench_architectures.py's JSON of one architecture (repeatable)")
     parser.add_argument("--out", type=Path, default=Path("docs/images"))
     args = parser.parse_args()
+    if (args.lora is None) != (args.lora_stored is None):
+        parser.error("--lora and --lora-stored go together")
+    if not (args.flux or args.lora or args.arch):
+        parser.error("give --flux, --lora with --lora-stored, or --arch")
     args.out.mkdir(parents=True, exist_ok=True)
-    flux, lora = load(args.flux), load(args.lora)
-    stored = load(args.lora_stored)
-    for path in (step_vs_cap(flux, args.out), start_bars(flux, args.out),
-                 lora_bars(lora, stored, args.out)):
+    paths = []
+    if args.flux:
+        flux = load(args.flux)
+        paths += [step_vs_cap(flux, args.out), start_bars(flux, args.out)]
+    if args.lora:
+        paths.append(lora_bars(load(args.lora), load(args.lora_stored), args.out))
+    paths += [arch_step_vs_cap(load(path), args.out) for path in args.arch]
+    for path in paths:
         print(f"wrote {path}")
     return 0
 
