@@ -17,6 +17,10 @@
 #           torch's cpp_extension, tests/python/test_cpp_consumer.py, the GPU streaming tests
 #           on both consumers, the compile tests on it, then bench_flux_stream.py at one cap
 #           with each consumer (CONSUMER_CAPS, default 16)
+#   archsmoke bench/bench_architectures.py --smoke --arch all (every architecture with one or
+#           two blocks: the code paths, no figures)
+#   arch    bench/bench_architectures.py for ARCH (default wan2.1) with ARCH_ARGS (e.g.
+#           "--caps 8,16 --steps 2"), then its plot (bench/plot_results.py --arch)
 #
 #   tools/bundle.sh build .bundle      # here (it packs .device-deps/src, where diffusers' and
 #   tools/device-check.sh              # peft's src/ are exported), then on the device machine,
@@ -154,6 +158,25 @@ stage_consumer() {
       --steps 3 --json-out "$OUT/flux-$consumer.json" > "$OUT/flux-$consumer.log" 2>&1
     echo "rc=$?"; sed -n '/^FLUX transformer/,/^  S: /p' "$OUT/flux-$consumer.log" | head -12
   done
+}
+
+stage_archsmoke() {
+  echo "architectures smoke: $(left) s left"
+  timeout "$(left)" python3 bench/bench_architectures.py --smoke --arch all \
+    --ddod .bundle/bin/ddod > "$OUT/arch-smoke.log" 2>&1
+  echo "architectures smoke: rc=$?"; grep -E "^=== |bitwise (True|False|None)|failed|Error" \
+    "$OUT/arch-smoke.log" | head -60
+}
+
+stage_arch() {
+  local arch="${ARCH:-wan2.1}"
+  echo "architecture $arch: $(left) s left"
+  # ARCH_ARGS is a list of arguments: split on purpose.
+  # shellcheck disable=SC2086
+  timeout "$(left)" python3 bench/bench_architectures.py --arch "$arch" --ddod .bundle/bin/ddod \
+    ${ARCH_ARGS:-} --json-out "$OUT/arch-$arch.json" > "$OUT/arch-$arch.log" 2>&1
+  echo "architecture $arch: rc=$?"; sed -n '/ 1 forward per step/,$p' "$OUT/arch-$arch.log"
+  python3 bench/plot_results.py --arch "$OUT/arch-$arch.json" --out "$OUT" 2>&1 | tail -2
 }
 
 for stage in $STAGES; do
