@@ -697,9 +697,20 @@ def main() -> int:
                "diffusers": diffusers.__version__, "host": platform.node()}
     log(f"{props.name}, {props.total_memory / GIB:.1f} GiB; torch {torch.__version__}; "
         f"diffusers {diffusers.__version__}")
+    failed = []
     for architecture in args.arch_list:
-        run_architecture(architecture, args, caps, props.total_memory, machine)
-    return 0
+        try:
+            run_architecture(architecture, args, caps, props.total_memory, machine)
+        except Exception as error:  # noqa: BLE001 - with several (--smoke), the next one runs
+            if len(args.arch_list) == 1:
+                raise
+            failed.append(architecture.name)
+            log(f"{architecture.name} failed: {flux.describe_error(error)}")
+            traceback.print_exc()
+            flux.release_memory()
+    if failed:
+        log(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
