@@ -1,7 +1,12 @@
 """Quantized and packed weights are recognised by class (without importing the backends) and
 never reach the dense-Linear streaming path."""
 
+import logging
+import types
+
+import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from diffusers_dynamic_offloader.quantized import (
@@ -109,7 +114,89 @@ def test_unpatchable_linears_are_counted_as_the_seed_did(client):
                                     client=client, environ={}) as result:
         assert result.route == "dynamic_offload"
         state = ddo.get_dynamic_offload_state(model)
-        # The odd one; the subclass is not patched either, but by design (not nn.Linear).
+        # The odd one; the well-formed subclass streams with its own forward.
         assert state.planner_decisions["unsupported_linear_module_count"] == 1
         with torch.no_grad():
             assert model[0](torch.ones(1, 8)).shape == (1, 8)
+
+
+class PackedWithoutFeatures(nn.Linear):
+    """A Linear subclass that skips ``Linear.__init__`` (as packed and quantized layers often
+    do): no ``in_features`` / ``out_features``."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        nn.Module.__init__(self)
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.register_parameter("bias", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight) * 0.5
+
+
+def without_features_model() -> nn.Module:
+    torch.manual_seed(5)
+    return nn.Sequential(nn.Linear(8, 8), PackedWithoutFeatures(torch.randn(8, 8)),
+                         nn.Linear(8, 8)).requires_grad_(False)
+
+
+def test_a_linear_subclass_without_features_is_neither_quantized_nor_streamed():
+    model = without_features_model()
+    assert quantized_backend_of(model[1]) == ("", "")
+    assert detect_quantized_backend_modules(model) == {}
+    assert streamable_weights(model) == ["0.weight", "2.weight"]
+    # Judged by what it has: a 3-D weight is packed even without the attributes.
+    packed = PackedWithoutFeatures(torch.zeros(2, 4, 4))
+    assert quantized_backend_of(packed)[0] == "packed"
+
+
+@pytest.mark.parametrize("entry", ["enable_offload", "enable_dynamic_offload",
+                                   "enable_pipeline_offload"])
+def test_every_entry_point_runs_a_linear_subclass_without_features(client, entry):
+    import diffusers_dynamic_offloader as ddo
+
+    model, reference = without_features_model(), without_features_model()
+    keywords = dict(execution_device="cpu", client=client, environ={},
+                    small_tensor_threshold_kb=0)
+    if entry == "enable_pipeline_offload":
+        results = ddo.enable_pipeline_offload(
+            types.SimpleNamespace(components={"transformer": model}), **keywords)
+        result = results["transformer"]
+    else:
+        result = getattr(ddo, entry)(model, component="transformer", **keywords)
+    try:
+        assert result.route == "dynamic_offload"
+        state = ddo.get_dynamic_offload_state(model)
+        assert state.planner_decisions["unsupported_linear_module_count"] == 1
+        assert result.hook.session.stats()["units"] == 2  # the two plain Linears stream
+        x = torch.randn(3, 8)
+        with torch.no_grad():
+            assert torch.equal(model(x), reference(x))
+    finally:
+        ddo.remove_dynamic_offload(result)
+
+
+def test_a_quantized_component_keeps_its_route_with_the_reason_in_the_setup_line(
+        client, caplog, monkeypatch):
+    import sys
+
+    import diffusers_dynamic_offloader as ddo
+
+    calls = []
+    hooks = types.ModuleType("diffusers.hooks")
+    hooks.apply_group_offloading = lambda module, **kwargs: calls.append(module)
+    package = types.ModuleType("diffusers")
+    package.hooks = hooks
+    monkeypatch.setitem(sys.modules, "diffusers", package)
+    monkeypatch.setitem(sys.modules, "diffusers.hooks", hooks)
+    caplog.set_level(logging.INFO, logger="diffusers_dynamic_offloader")
+    modules = examples()
+    model = nn.Sequential(modules["bnb_module"], modules["gguf"], modules["dense"])
+    result = ddo.enable_offload(model, component="transformer", execution_device="cpu",
+                                client=client, environ={})
+    assert result.route == "diffusers_group_offload" and calls == [model]
+    (line,) = [r.getMessage() for r in caplog.records
+               if r.name == "diffusers_dynamic_offloader" and "transformer:" in r.getMessage()]
+    assert "diffusers_group_offload on cpu from cpu" in line, line
+    assert "1 bitsandbytes module (first: 0): bitsandbytes' quantization state" in line, line
+    assert "1 gguf module (first: 1): GGUF's packed blocks" in line, line
+    assert result.event_payload["route_reason"] in line

@@ -18,7 +18,7 @@ without importing them:
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -39,6 +39,31 @@ def is_plain_tensor(tensor: torch.Tensor) -> bool:
         return False
     data = tensor.data if isinstance(tensor, nn.Parameter) else tensor
     return type(data) is torch.Tensor and data.layout == torch.strided and not data.is_quantized
+
+
+def linear_shape(module: nn.Module) -> Optional[Tuple[int, int]]:
+    """``(out_features, in_features)`` of a Linear, or None when it does not say (a subclass
+    that skipped ``Linear.__init__``)."""
+    out_features = getattr(module, "out_features", None)
+    in_features = getattr(module, "in_features", None)
+    if isinstance(out_features, int) and isinstance(in_features, int):
+        return out_features, in_features
+    return None
+
+
+def dense_linear_weight(module: nn.Module) -> Optional[torch.Tensor]:
+    """The weight of an ``nn.Linear`` (subclasses too) that is a plain dense floating tensor
+    (float8 included) of shape ``(out_features, in_features)``, owned by the module itself:
+    the seed's rule for a Linear it can patch. None for anything else (a packed or quantized
+    weight, a subclass without ``in_features``/``out_features``, an SDNQ layer)."""
+    if not isinstance(module, nn.Linear) or hasattr(module, "sdnq_dequantizer"):
+        return None
+    weight = module._parameters.get("weight")
+    shape = linear_shape(module)
+    if (weight is None or shape is None or not is_plain_tensor(weight) or weight.dim() != 2
+            or not weight.is_floating_point() or tuple(weight.shape) != shape):
+        return None
+    return weight
 
 
 def _module_of(kind: type) -> str:
@@ -75,12 +100,16 @@ def quantized_backend_of(module: nn.Module) -> Tuple[str, str]:
         if not is_plain_tensor(tensor):
             return "tensor_subclass", f"{name} is a {data_kind.__name__}"
     if isinstance(module, nn.Linear):
-        weight = module.weight
-        if weight is not None and (
+        # Packed and quantized subclasses often skip Linear.__init__: no in_features or
+        # out_features, sometimes no weight. Only what is there is judged.
+        weight = getattr(module, "weight", None)
+        shape = linear_shape(module)
+        if isinstance(weight, torch.Tensor) and (
                 weight.dim() != 2 or not weight.is_floating_point()
-                or tuple(weight.shape) != (module.out_features, module.in_features)):
+                or (shape is not None and tuple(weight.shape) != shape)):
+            expected = f"{shape}" if shape is not None else "2-D"
             return "packed", (f"weight {tuple(weight.shape)} {weight.dtype} is not "
-                              f"({module.out_features}, {module.in_features}) floating")
+                              f"{expected} floating")
     return "", ""
 
 
@@ -116,3 +145,32 @@ def detect_quantized_backend_modules(module: nn.Module) -> Dict[str, object]:
     payload["quantized_backends"] = sorted(counts)
     payload["quantized_modules"] = {path: backend for path, backend, _ in found}
     return payload
+
+
+#: Why each backend cannot stream yet: ddod streams plain 2-D floating Linear weights (fp8
+#: included), and the module's own forward runs on views of them.
+_WHY_NOT_STREAMED = {
+    "sdnq": "SDNQ's integer weights and dequantizer state",
+    "bitsandbytes": "bitsandbytes' quantization state lives on its Params4bit/Int8Params objects",
+    "quanto": "quanto's weights are QTensor subclasses",
+    "torchao": "TorchAO's weights are tensor subclasses",
+    "gguf": "GGUF's packed blocks are GGUFParameter objects",
+    "tensor_subclass": "weights that are tensor subclasses",
+    "packed": "packed weights that are not 2-D floating (out_features, in_features) tensors",
+}
+
+
+def route_reason(report: Mapping[str, object]) -> str:
+    """Why a component with quantized modules (``report``: what
+    :func:`detect_quantized_backend_modules` returned) stays off the DDO route: each backend
+    found, how many modules, the first of them, and why DDO cannot stream it yet."""
+    modules = report.get("quantized_modules") or {}
+    parts = []
+    for backend in report.get("quantized_backends") or ():
+        paths = [path for path, found in modules.items() if found == backend]
+        first = f" (first: {paths[0] or '<root>'})" if paths else ""
+        why = _WHY_NOT_STREAMED.get(backend, "weights ddod does not store")
+        parts.append(f"{len(paths)} {backend} module{'s' if len(paths) != 1 else ''}{first}: "
+                     f"{why}")
+    return ("quantized weights DDO cannot stream yet, moved whole by Diffusers group offload: "
+            + "; ".join(parts))

@@ -74,15 +74,17 @@ def _gib(byte_count: float) -> str:
 
 def log_component_setup(component: str, route: str, where: str, seconds: float, *,
                         verbose: bool, session: Any = None,
-                        warm_hit: Optional[bool] = None) -> None:
-    """One line for a component ``enable_offload`` set up: ``route`` on ``where``; for the DDO
-    route, the session's placement (:meth:`StreamingSession.stats`) and whether ddod had the
-    weights (``warm_hit``)."""
+                        warm_hit: Optional[bool] = None, reason: Optional[str] = None) -> None:
+    """One line for a component ``enable_offload`` set up: ``route`` on ``where``, and why
+    (``reason``, when given); for the DDO route, the session's placement
+    (:meth:`StreamingSession.stats`) and whether ddod had the weights (``warm_hit``)."""
     if verbose:
         _ensure_visible()
     if not logger.isEnabledFor(logging.INFO):
         return
     parts = [f"{route} on {where}"]
+    if reason:
+        parts.append(reason)
     if session is not None:
         stats = session.stats()
         if stats["units"]:

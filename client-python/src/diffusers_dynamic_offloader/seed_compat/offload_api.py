@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigurationError, DaemonError
+from ..quantized import route_reason
 from ..resolved_settings import ResolvedSettings
 from .offload_call import (
     CONFIG_FIELDS,
@@ -220,7 +221,7 @@ def apply_route(module: nn.Module, call: ResolvedCall, choice: RouteChoice,
     if choice.quantized:
         payload["quantized_backend"] = choice.quantized
         if chosen.source == "quantized_backend":
-            payload["route_reason"] = "quantized weights are moved whole by Diffusers group offload"
+            payload["route_reason"] = route_reason(choice.quantized)
     payload["route"] = chosen.value
     result = DynamicOffloadApplyResult(module, settings=_seed_settings(call, options),
                                        should_move_to_execution_device=False,
@@ -242,7 +243,8 @@ def apply_route(module: nn.Module, call: ResolvedCall, choice: RouteChoice,
         result.should_move_to_execution_device = True
     result.event_payload = payload
     _log_setup(result, component, chosen.value, call.execution_device, call.offload_device,
-               options.apply_hook, time.perf_counter() - started, warm_hit)
+               options.apply_hook, time.perf_counter() - started, warm_hit,
+               payload.get("route_reason"))
     return result
 
 
@@ -402,8 +404,9 @@ def _apply_group_offload(module: nn.Module, call: ResolvedCall, payload: Dict[st
 def _log_setup(result: DynamicOffloadApplyResult, component: str, route: str,
                execution_device: Union[str, torch.device],
                offload_device: Union[str, torch.device], applied: bool, seconds: float,
-               warm_hit: Optional[bool]) -> None:
-    """The component's setup line (runner_log.log_component_setup)."""
+               warm_hit: Optional[bool], reason: Optional[str] = None) -> None:
+    """The component's setup line (runner_log.log_component_setup), with why it took its
+    route when that was not ddod's answer (``reason``)."""
     from ..runner_log import log_component_setup
 
     session = getattr(result.hook, "session", None)
@@ -415,7 +418,7 @@ def _log_setup(result: DynamicOffloadApplyResult, component: str, route: str,
         where = device_text(execution_device) if applied else "where it was (not moved)"
     log_component_setup(component, route, where, seconds,
                         verbose=bool(getattr(result.settings.config, "verbose", False)),
-                        session=session, warm_hit=warm_hit)
+                        session=session, warm_hit=warm_hit, reason=reason)
 
 
 def enable_dynamic_offload(module: nn.Module, *, event_name: str = "setup_dynamic_offload",

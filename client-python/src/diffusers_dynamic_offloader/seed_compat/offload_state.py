@@ -171,7 +171,7 @@ def build_state(module: nn.Module, *, streamed: Iterable[str], streamable: Itera
     else:
         state.resolved_resident_module_patterns = _block_patterns(state.selected_resident_modules)
     # The seed's count of nn.Linear modules it could not patch (their weight is no plain 2-D
-    # (out_features, in_features) tensor): they run their own forward.
+    # (out_features, in_features) floating tensor): they run their own forward.
     state.planner_decisions.setdefault(
         "unsupported_linear_module_count", _unsupported_linear_count(module))
     return state
@@ -203,17 +203,13 @@ def seed_decisions(decisions: Mapping[str, str]) -> Dict[str, Any]:
 
 
 def _unsupported_linear_count(module: nn.Module) -> int:
-    from ..quantized import is_plain_tensor
+    """Linears (subclasses too, as the seed's ``isinstance``) whose weight is not a plain 2-D
+    floating ``(out_features, in_features)`` tensor: a subclass without ``in_features`` /
+    ``out_features`` counts, and runs its own forward."""
+    from ..quantized import dense_linear_weight
 
-    count = 0
-    for submodule in module.modules():
-        if type(submodule) is not nn.Linear:
-            continue
-        weight = submodule.weight
-        if not (is_plain_tensor(weight) and weight.dim() == 2 and weight.is_floating_point()
-                and tuple(weight.shape) == (submodule.out_features, submodule.in_features)):
-            count += 1
-    return count
+    return sum(1 for submodule in module.modules()
+               if isinstance(submodule, nn.Linear) and dense_linear_weight(submodule) is None)
 
 
 def _block_patterns(module_names: Iterable[str]) -> List[str]:
