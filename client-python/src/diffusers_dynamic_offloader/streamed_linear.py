@@ -11,6 +11,11 @@ when they differ. A backward pass through it raises (see
 With the C++ consumer (:mod:`.cpp_consumer`), :func:`cpp_streamed_forward` runs the whole
 forward of a Linear without fused adapters in C++ (acquire, view, cast, ``F.linear``, and a
 backward that raises with the same words).
+
+A Linear that keeps a forward of its own (a subclass: an fp8 Linear with its scale, ...; or one
+carrying Diffusers' layerwise-casting hook, :mod:`.casting_hooks`) gets
+:func:`own_streamed_forward`: its forward runs as it is, with its ``weight`` parameter being,
+for the call only, the ring's view in the stored dtype (the hook or the module casts it).
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from torch import nn
+
+from .casting_hooks import plain_tensors_for_call, put_back
 from .compile_support import compiling, eager_only
 from .fused_on_arrival import ArrivalDeltas
 from .ring_consumer import UnitViews
 from .shared_weights import plain
 
-__all__ = ["cpp_streamed_forward", "streamed_forward"]
+__all__ = ["cpp_streamed_forward", "own_streamed_forward", "streamed_forward"]
 
 
 def streamed_forward(
@@ -89,6 +97,59 @@ def cpp_streamed_forward(
         return traced(input) if is_compiling() else run(input)
 
     return forward
+
+
+def own_streamed_forward(
+    tensors: Callable[[int], UnitViews], unit: int, index: int, module: nn.Module,
+    own: Callable[..., object], module_path: str, hooked: bool,
+    fused: Optional[ArrivalDeltas] = None,
+) -> Callable[..., object]:
+    """The forward of a streamed Linear that keeps its own: ``own`` (its class's forward, or
+    the Diffusers casting-hook chain when ``hooked``) runs with ``module.weight`` the ring's
+    view of its unit (plus the adapters in ``fused``), in the stored dtype. With ``hooked``,
+    the module's other bound tensors are plain aliases for the call too (the hook's ``.to``
+    replaces their data, not the bound views). A backward pass through the output raises."""
+
+    def run(*args, **kwargs):
+        weight = tensors(unit)[index]
+        if fused:
+            weight = fused.fused(weight)
+        if hooked:
+            replaced = plain_tensors_for_call(module, weight)
+        else:
+            parameters = module._parameters
+            replaced = [(parameters, "weight", parameters["weight"])]
+            parameters["weight"] = nn.Parameter(weight, requires_grad=False)
+        try:
+            output = own(*args, **kwargs)
+        finally:
+            put_back(replaced)
+        if (isinstance(output, torch.Tensor) and output.requires_grad
+                and torch.is_grad_enabled()):
+            return _NoBackwardThroughOutput.apply(output, module_path)
+        return output
+
+    traced = eager_only(run)
+    is_compiling = compiling
+
+    def forward(*args, **kwargs):
+        return traced(*args, **kwargs) if is_compiling() else run(*args, **kwargs)
+
+    return forward
+
+
+class _NoBackwardThroughOutput(torch.autograd.Function):
+    """The output of a streamed Linear's own forward in grad mode: the identity, whose
+    backward raises like :class:`_NoBackwardThroughStream`'s."""
+
+    @staticmethod
+    def forward(ctx, output, module_path):  # noqa: D401 - autograd signature
+        ctx.module_path = module_path
+        return output.view_as(output)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        _NoBackwardThroughStream.backward(ctx, grad_output)
 
 
 class _NoBackwardThroughStream(torch.autograd.Function):

@@ -4,10 +4,11 @@ weights stream through a ring of slots, one unit at a time, in the order the for
 ``client.stream(module, cache_key, device=...)`` (see :func:`stream`) opens a session on a
 component that is already in ddod's pool (``register_module`` or ``load_safetensors``):
 
-1. It finds the *streamable* weights: the 2-D floating ``weight`` of every module whose class
-   is exactly ``torch.nn.Linear`` (PEFT LoRA base layers included), and sends them with
-   ``Attach``; ddod's planner decides what streams and what stays resident
-   (``StreamingSession.plan`` says why).
+1. It finds the *streamable* weights: the plain 2-D floating ``(out_features, in_features)``
+   ``weight`` (float8 included) of every ``torch.nn.Linear`` and Linear subclass with nothing
+   quantized or packed (PEFT LoRA base layers included), and sends them with ``Attach``;
+   ddod's planner decides what streams and what stays resident (``StreamingSession.plan``
+   says why).
 2. It maps what ddod returns: the component's host pool (copy-on-write), the resident slab and the
    ring (shared-memory segments on the host backend, CUDA IPC memory on a GPU), the ring's
    CUDA events, and the control block and the device's doorbell (read-write).
@@ -21,7 +22,10 @@ component that is already in ddod's pool (``register_module`` or ``load_safetens
    own, see :mod:`.module_tensors`) are kept on the execution device (:mod:`.weight_watch`).
 4. It patches the ``forward`` of every streamed Linear (an instance attribute) to take its
    weight from the ring (:mod:`diffusers_dynamic_offloader.ring_consumer`), casting weight and
-   bias to the input's dtype when they differ, and hooks the root module's forward to mark the
+   bias to the input's dtype when they differ; a Linear subclass, or a Linear carrying
+   Diffusers' layerwise-casting hook, runs its own forward (or the hook) on the ring's view in
+   the stored dtype, and resident modules with that hook run it on plain aliases of their
+   views (:mod:`.casting_hooks`). It hooks the root module's forward to mark the
    cycle's boundaries. The first forward teaches ddod the order of the units (unless ddod knew
    it from an earlier session), every later one streams it.
 
@@ -60,6 +64,8 @@ from ._closeable import Closeable
 from ._proto import components_pb2, sessions_pb2
 from . import cpp_consumer, dtypes
 from .device_memory import DeviceMemory
+from .casting_hooks import (CASTING_HOOK_FORWARD, CLASS_FORWARD, casting_forward,
+                            describe_forward, forward_kind)
 from .compile_support import eager_only, refuse_capture
 from .control_block import DEFAULT_STALL_TIMEOUT_S, ControlBlock, Doorbell
 from .detach import detach_session
@@ -78,13 +84,13 @@ from .module_tensors import (
     module_tensors,
 )
 from .pool_views import map_component
-from .quantized import is_plain_tensor
+from .quantized import dense_linear_weight, quantized_backend_of
 from .ring_consumer import RingConsumer, RingEvents, RingViews
 from .rpc_channel import RpcChannel
 from .runner_log import log_pass
 from .shared_weights import EditListener, WeightGuard, guard, is_guarded, plain
 from .shm import SegmentMapping
-from .streamed_linear import cpp_streamed_forward, streamed_forward
+from .streamed_linear import cpp_streamed_forward, own_streamed_forward, streamed_forward
 from .weight_watch import (WeightWatch, move_runner_owned, place_adapters_around,
                            structure_version)
 
@@ -97,9 +103,10 @@ HOST_DEVICE = "cpu"
 
 
 def streamable_weights(module: nn.Module, keep_resident: Sequence[str] = ()) -> List[str]:
-    """The names of the weights a streaming session can stream: the ``weight`` of every module
-    of class exactly ``nn.Linear``, 2-D floating of shape ``(out_features, in_features)``,
-    under the name a component stores it by (the first of its names); a weight tied to
+    """The names of the weights a streaming session can stream: the ``weight`` of every
+    ``nn.Linear`` (subclasses too) with nothing quantized or packed, plain 2-D floating
+    (float8 included) of shape ``(out_features, in_features)``, under the name a component
+    stores it by (the first of its names); a weight tied to
     anything else than another Linear's weight is left out, and so is one whose module path
     matches a ``keep_resident`` regex.
 
@@ -122,16 +129,15 @@ def streamable_weights(module: nn.Module, keep_resident: Sequence[str] = ()) -> 
 
 
 def _is_linear_weight(entry: ModuleTensor) -> bool:
-    owner, tensor = entry.owner, entry.tensor
+    """A Linear's (subclasses too) own plain 2-D floating ``(out_features, in_features)``
+    weight, of a module with nothing quantized or packed (its scales, if any, are plain
+    tensors that stay resident)."""
+    owner = entry.owner
     return (
-        type(owner) is nn.Linear
-        and entry.attribute == "weight"
+        entry.attribute == "weight"
         and not entry.is_buffer
-        and is_plain_tensor(tensor)  # never a quantized or packed tensor subclass
-        and tensor.dim() == 2
-        and tensor.is_floating_point()
-        and tuple(tensor.shape) == (owner.out_features, owner.in_features)
-        and not hasattr(owner, "sdnq_dequantizer")
+        and dense_linear_weight(owner) is entry.tensor
+        and not quantized_backend_of(owner)[0]
     )
 
 
@@ -343,6 +349,8 @@ class StreamingSession(Closeable, EditListener):
         self._passes = 0
         self._pass_began: Optional[Tuple[float, int, int, int]] = None
         self._patched: List[nn.Module] = []
+        # Every forward the session replaced, with what it was (None: the class's).
+        self._original_forwards: List[Tuple[nn.Module, Optional[Callable[..., Any]]]] = []
         self._hooks: List[torch.utils.hooks.RemovableHandle] = []
         # Non-persistent buffers moved to the device: (owner, attribute, original).
         self._moved_buffers: List[Tuple[nn.Module, str, torch.Tensor]] = []
@@ -393,6 +401,7 @@ class StreamingSession(Closeable, EditListener):
             self.device)
         if not resources.units:
             self._take_over_merges()
+            self._wrap_casting_hooks()
             return  # everything is resident: nothing streams, the module runs as it is
 
         self._block = ControlBlock(
@@ -409,6 +418,7 @@ class StreamingSession(Closeable, EditListener):
         self._doorbell = Doorbell(resources.doorbell_shm, opener=opener)
         self._open_consumer(resources, specs)
         self._patch(groups, streamed)
+        self._wrap_casting_hooks()
 
     def _open_consumer(
         self, resources: sessions_pb2.DeviceResources,
@@ -605,13 +615,22 @@ class StreamingSession(Closeable, EditListener):
                     continue  # one module under several names: patched once
                 # (Gives back the forward of a Linear that was resident with fused adapters.)
                 fused = streamed_deltas(linear) if self.fused_lora == "on_arrival" else None
-                if "forward" in linear.__dict__:
+                kind = forward_kind(linear)
+                if kind not in (CLASS_FORWARD, CASTING_HOOK_FORWARD):
                     raise ConfigurationError(
                         f"the forward of {entry.module_path!r} is already replaced on the "
-                        f"instance (by accelerate or another offloading hook?); remove that "
-                        f"hook before streaming"
+                        f"instance by {describe_forward(linear)} (accelerate or another "
+                        f"offloading hook?); remove that hook before streaming (Diffusers' "
+                        f"layerwise casting is the one hook kept: it casts the streamed "
+                        f"weight)"
                     )
-                if self.consumer_kind == "cpp":
+                self._original_forwards.append((linear, linear.__dict__.get("forward")))
+                if kind == CASTING_HOOK_FORWARD or type(linear) is not nn.Linear:
+                    # Its own forward (a subclass's, or the casting hooks') on the ring's view.
+                    linear.forward = own_streamed_forward(
+                        consumer.tensors, where.unit, where.index, linear, linear.forward,
+                        entry.module_path, kind == CASTING_HOOK_FORWARD, fused)
+                elif self.consumer_kind == "cpp":
                     linear.forward = cpp_streamed_forward(
                         consumer, where.unit, where.index, linear.bias, entry.module_path,
                         fused)
@@ -622,6 +641,18 @@ class StreamingSession(Closeable, EditListener):
                 patched.add(id(linear))
                 self._patched.append(linear)
         self._take_over_merges()
+
+    def _wrap_casting_hooks(self) -> None:
+        """Every module the session binds that carries Diffusers' casting hooks and keeps its
+        tensors resident runs its hook chain on plain aliases of them (:mod:`.casting_hooks`):
+        the hook's casts must not reach the bound views."""
+        patched = {id(module) for module in self._patched}
+        for module in self.module.modules():
+            if id(module) in patched or forward_kind(module) != CASTING_HOOK_FORWARD:
+                continue
+            hooked = module.__dict__["forward"]
+            self._original_forwards.append((module, hooked))
+            module.forward = casting_forward(module, hooked)
 
     def _take_over_merges(self) -> None:
         """DDO_FUSED_LORA=on_arrival: fused LoRAs are added as weights arrive
@@ -1049,8 +1080,12 @@ class StreamingSession(Closeable, EditListener):
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         finally:
-            for linear in self._patched:
-                linear.__dict__.pop("forward", None)
+            for module, forward in reversed(self._original_forwards):
+                if forward is None:
+                    module.__dict__.pop("forward", None)
+                else:
+                    module.__dict__["forward"] = forward
+            self._original_forwards = []
             self._patched = []
             # Bound now, or bound before a sync that failed to bind anew.
             if self._bound or (restore_for_release and self._requires_grad):
