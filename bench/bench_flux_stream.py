@@ -26,6 +26,12 @@ the goals with PASS/MISS, and writes everything as JSON (--json-out).
         python3 bench/bench_flux_stream.py --ddod .bundle/bin/ddod --json-out flux.json
 
 --small builds a 2 + 4 block model for a quick smoke run of the whole script.
+
+--fp8 adds, after the bf16 DDO runs, the same model with Diffusers' layerwise casting
+(``enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=torch.bfloat16)``,
+the model's default skip patterns): C8 with every weight on the GPU, then a DDO session at every
+cap of --fp8-caps (default 8) whose units carry the stored fp8 bytes; it reports S, the PCIe
+bound max(C8, S/B) and the ratio to the bf16 step at the same cap (goal: >= 1.6x at 8 GiB).
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ GOAL_BOUND_RATIO = 1.10
 GOAL_SPEEDUP_16 = 2.0
 GOAL_WARM_S = 1.0
 GOAL_H2D_SHARE = 0.90
+GOAL_FP8_SPEEDUP_8 = 1.6
+KEY_FP8 = "bench/flux-dev-random:fp8-layerwise"
 
 
 def log(message: str) -> None:
@@ -297,7 +305,7 @@ class Ddod:
         return self.proc.returncode
 
 
-def session_device_bytes(client, session, pid: int) -> int:
+def session_device_bytes(client, session, pid: int, key: str = KEY) -> int:
     """ddod's device bytes for this session (slab + ring), from ListSessions; from the session
     statistics where the listing has no match."""
     from diffusers_dynamic_offloader._proto import sessions_pb2
@@ -305,7 +313,7 @@ def session_device_bytes(client, session, pid: int) -> int:
     listed = client._unary("ListSessions", sessions_pb2.ListSessionsRequest()).sessions
     session_id = getattr(session, "session_id", None)
     mine = [s for s in listed if (s.session_id == session_id[:8] if session_id else
-                                  s.client_pid == pid and s.cache_key == KEY)]
+                                  s.client_pid == pid and s.cache_key == key)]
     if mine and max(s.device_bytes for s in mine) > 0:
         return max(s.device_bytes for s in mine)
     stats = session.stats()
@@ -350,17 +358,17 @@ def ddo_settings(cap_gib: float, reserve_gib: float, args) -> Dict[str, str]:
 
 
 def ddo_at_cap(client, model, inputs, cap_gib: float, settings: Dict[str, str], total: int,
-               args) -> Dict[str, Any]:
+               args, key: str = KEY) -> Dict[str, Any]:
     import torch
 
     result: Dict[str, Any] = {"cap_gib": cap_gib, "settings": settings}
     set_fraction(1.0)
     started = time.perf_counter()
-    session = client.stream(model, KEY, device="cuda:0", settings=settings)
+    session = client.stream(model, key, device="cuda:0", settings=settings)
     result["open_s"] = time.perf_counter() - started
     try:
         result["plan"] = plan_summary(getattr(session, "plan", None))
-        device_bytes = session_device_bytes(client, session, os.getpid())
+        device_bytes = session_device_bytes(client, session, os.getpid(), key)
         result["session_device_bytes"] = device_bytes
         runner_bytes = int(cap_gib * GIB) - device_bytes
         if runner_bytes <= 0:
@@ -560,6 +568,66 @@ def diffusers_anchor(model, host, inputs, kind: str, caps: List[float], total: i
 # Report.
 
 
+def fp8_runs(client, config: Dict[str, Any], inputs, caps: List[float], reserve: float,
+             total: int, bandwidth: Optional[float], bf16_caps: Dict[str, Any],
+             args) -> Dict[str, Any]:
+    """The model with fp8 layerwise-casting storage: C8 all on the GPU, then a DDO session at
+    every cap, each against the bf16 step at the same cap and the PCIe bound max(C8, S/B)."""
+    import torch
+
+    figures: Dict[str, Any] = {"storage": "float8_e4m3fn", "compute": "bfloat16", "caps": {}}
+    log("fp8: building the model on the GPU, enable_layerwise_casting(float8_e4m3fn -> bf16)...")
+    model = random_flux_on_gpu(config, "cuda")
+    model.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=torch.bfloat16)
+    stored = parameter_bytes(model)
+    figures["model_bytes"] = stored
+    figures["fp8_parameters"] = sum(p.numel() for p in model.parameters()
+                                    if p.dtype == torch.float8_e4m3fn)
+    times = time_steps(step_fn(model, inputs), max(1, args.warmup), args.steps)
+    figures["compute_step_s"] = median(times)
+    log(f"fp8: {stored / GIB:.2f} GiB stored ({figures['fp8_parameters'] / 1e9:.2f} B parameters "
+        f"in fp8); C8 = {figures['compute_step_s']:.3f} s/step all on the GPU")
+    torch.nn.Module.to(model, "cpu")
+    release_memory()
+    started = time.perf_counter()
+    client.register_module(KEY_FP8, model, progress=False)
+    figures["register_s"] = time.perf_counter() - started
+    for cap in caps:
+        try:
+            result = ddo_at_cap(client, model, inputs, cap, ddo_settings(cap, reserve, args),
+                                total, args, key=KEY_FP8)
+        except Exception as error:  # noqa: BLE001 - recorded, the run goes on
+            result = {"cap_gib": cap, "error": describe_error(error)}
+            log(f"fp8 at {cap:g} GiB: {result['error']}")
+            traceback.print_exc()
+            set_fraction(1.0)
+            release_memory()
+            figures["caps"][str(cap)] = result
+            continue
+        s_bytes = result["stats"].get("streamed_bytes_per_cycle", 0)
+        bound = (max(figures["compute_step_s"], s_bytes / (bandwidth * 1e9))
+                 if bandwidth else None)
+        bf16 = bf16_caps.get(str(cap), {})
+        result["bound_s"] = bound
+        result["bf16_step_s"] = bf16.get("step_s")
+        result["bf16_streamed_bytes"] = bf16.get("stats", {}).get("streamed_bytes_per_cycle")
+        result["speedup_vs_bf16"] = (bf16["step_s"] / result["step_s"]
+                                     if bf16.get("step_s") and result["step_s"] else None)
+        figures["caps"][str(cap)] = result
+        log(f"fp8 at {cap:g} GiB: {result['step_s']:.3f} s/step, S {s_bytes / 1e9:.2f} GB/step "
+            f"(bf16 {fmt((result['bf16_streamed_bytes'] or 0) / 1e9, '.2f')}), bound "
+            f"{fmt(bound)} s, bf16 {fmt(result['bf16_step_s'])} s/step: "
+            f"{fmt(result['speedup_vs_bf16'], '.2f')}x")
+    eight = figures["caps"].get(str(8.0), {}).get("speedup_vs_bf16")
+    figures["goal_speedup_8"] = goal(None if eight is None else eight >= GOAL_FP8_SPEEDUP_8,
+                                     f"fp8 vs bf16 at 8 GiB: {fmt(eight, '.2f')}x "
+                                     f"(goal >= {GOAL_FP8_SPEEDUP_8}x)")
+    log(f"goal: {figures['goal_speedup_8']}")
+    del model
+    release_memory()
+    return figures
+
+
 def goal(passed: Optional[bool], note: str = "") -> str:
     verdict = "n/a" if passed is None else ("PASS" if passed else "MISS")
     return f"{verdict}{' ' + note if note else ''}"
@@ -722,6 +790,9 @@ def main() -> int:
     parser.add_argument("--skip-ddo", action="store_true", help="no DDO and no warm start")
     parser.add_argument("--skip-warm", action="store_true", help="no warm start runs")
     parser.add_argument("--skip-diffusers", action="store_true", help="no diffusers anchors")
+    parser.add_argument("--fp8", action="store_true",
+                        help="also run the model with fp8 layerwise-casting storage (see above)")
+    parser.add_argument("--fp8-caps", default="8", help="VRAM caps of the fp8 runs in GiB (8)")
     parser.add_argument("--json-out", default="", help="write every figure here as JSON")
     args = parser.parse_args()
 
@@ -879,6 +950,13 @@ def main() -> int:
                                   f"{first_open['cap_gib']:g} GiB"}}
             restore_parameters(model, host)
             release_memory()
+            if args.fp8:
+                figures["fp8"] = fp8_runs(
+                    client, config, inputs,
+                    sorted((float(c) for c in args.fp8_caps.split(",") if c.strip()),
+                           reverse=True),
+                    reserve, total, figures["h2d"]["gbps_median"], figures["ddo"]["caps"], args)
+                finish()
             if not args.skip_warm:
                 warm_cap = args.warm_cap if args.warm_cap is not None else caps[0]
                 try:
