@@ -17,6 +17,8 @@ packages=(
   libtorch-dev
   # The Python client's C++ consumer extension (torch.utils.cpp_extension builds it on first use).
   pybind11-dev python3-dev
+  # The Debian packages (tools/package.sh: deploy/debian with debhelper) and their check.
+  dpkg-dev debhelper dh-python lintian
 )
 
 missing=()

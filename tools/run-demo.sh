@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The README's main command: installs what is missing, builds, packages and installs DDO
-# (ddo_<version>_amd64.deb: ddod and ddoctl in /usr/bin, the Python client for Debian's python3,
-# the systemd units, enabled), then, as the ordinary user who ran it (SUDO_USER under sudo),
-# starts ddod with the warm_process preset on a private socket and runs the demo client with
-# the installed programs and package: what the README's "Using it" does by hand.
+# The README's main command: installs what is missing, builds, packages and installs DDO (the
+# Debian packages of tools/package.sh: ddod with ddoctl and the systemd units, enabled; the C++
+# client's libraries and -dev files; the Python client for Debian's python3), then, as the
+# ordinary user who ran it (SUDO_USER under sudo), starts ddod with the warm_process preset on a
+# private socket and runs the demo client with the installed programs and packages: what the
+# README's "Using it" does by hand.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DDO_BUILD_DIR:-$root/build}
@@ -13,11 +14,14 @@ tools/install-deps.sh
 tools/build.sh "$@"
 
 echo "== package and install"
-deb=$(tools/package.sh | tail -1)
+packages=$(DDO_BUILD_DIR="$build" tools/package.sh "$build/debs")  # their paths, one a line
+mapfile -t debs <<< "$packages"
 sudo=""
 [[ $(id -u) -ne 0 ]] && sudo="sudo"
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$deb" > /dev/null
-dpkg-query -W -f='installed ${Package} ${Version}\n' ddo
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${debs[@]}" > /dev/null
+for deb in "${debs[@]}"; do
+  dpkg-query -W -f='installed ${Package} ${Version}\n' "$(dpkg-deb --field "$deb" Package)"
+done
 
 # The demo runs as the ordinary user: the one behind sudo, else whoever runs this. A command
 # prefix, not a function: `$!` must be ddod's pid (or sudo's, which passes SIGTERM on).

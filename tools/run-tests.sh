@@ -32,10 +32,11 @@ fi
 echo "== fuzzing (bounded)"
 tools/run-fuzz.sh "${DDO_FUZZ_SECONDS:-20}"
 
-echo "== Debian package"
-# tests/python/test_install.py inspects it; tests/security/test_deb_install.py installs it.
-DDO_DEB=$(DDO_BUILD_DIR="$build" tools/package.sh | tail -1)
-export DDO_DEB
+echo "== Debian packages"
+# tests/python/test_install.py inspects them and runs lintian; tests/security/test_deb_install.py
+# installs them. DDO_DEB_DIR holds exactly the packages of this build.
+export DDO_DEB_DIR="$build/debs"
+DDO_BUILD_DIR="$build" tools/package.sh "$DDO_DEB_DIR"
 
 echo "== Python tests (Debian python3, real ddod)"
 # Debian's python3 with apt's grpcio/protobuf/torch/pytest: not a pyenv or venv python.

@@ -1,6 +1,8 @@
-"""The .deb installed for real on this (throwaway, root) machine, then purged (issue 16, item 1).
+"""The Debian packages installed for real on this (throwaway, root) machine, then purged (issue 16,
+item 1; issue 30, item 6).
 
-``dpkg -i`` of the package tools/package.sh built (DDO_DEB): the maintainer script creates the
+``dpkg -i`` of the packages tools/package.sh built (DDO_DEB_DIR: ddod, the client libraries and
+their -dev files, the Python client): ddod's maintainer script creates the
 ``ddo`` system user and group and enables ddod.service (deb-systemd-helper writes the
 multi-user.target.wants link; without a running systemd nothing starts). The test then starts
 the installed ddod the way the unit does (as ``ddo``, with the unit's ExecStart and the
@@ -8,12 +10,14 @@ directories RuntimeDirectory= and StateDirectory= make), and a member of the gro
 the installed ``ddoctl status`` and the installed Python client; a user outside the group is
 refused at the socket. ``dpkg --purge`` removes the programs and the state directory.
 
-Skipped when DDO_DEB is unset (tools/run-tests.sh sets it) or when a ``ddo`` package is
-installed already (a developer's real installation is never touched).
+Skipped when DDO_DEB_DIR is unset (tools/run-tests.sh sets it) or when one of these packages
+(or the former single ``ddo`` package) is installed already (a developer's real installation is
+never touched).
 """
 
 from __future__ import annotations
 
+import glob
 import grp
 import os
 import pwd
@@ -26,8 +30,14 @@ import pytest
 
 from security_support import Account, random_suffix
 
-DEB = os.environ.get("DDO_DEB", "")
+DEB_DIR = os.environ.get("DDO_DEB_DIR", "")
+DEBS = sorted(glob.glob(os.path.join(DEB_DIR, "*.deb"))) if DEB_DIR else []
 UNIT = "/lib/systemd/system/ddod.service"
+
+
+def _name(deb: str) -> str:
+    return subprocess.run(["dpkg-deb", "--field", deb, "Package"], capture_output=True,
+                          text=True, check=True).stdout.strip()
 
 
 def _installed(package: str) -> bool:
@@ -36,11 +46,13 @@ def _installed(package: str) -> bool:
     return "install ok installed" in done.stdout
 
 
+PACKAGES = [_name(deb) for deb in DEBS]
+
 pytestmark = [
-    pytest.mark.skipif(not DEB, reason="DDO_DEB is not set (tools/run-tests.sh builds the "
-                                       "package and sets it)"),
-    pytest.mark.skipif(bool(DEB) and _installed("ddo"),
-                       reason="a ddo package is installed on this machine: not touched"),
+    pytest.mark.skipif(not DEB_DIR, reason="DDO_DEB_DIR is not set (tools/run-tests.sh builds "
+                                           "the packages and sets it)"),
+    pytest.mark.skipif(any(_installed(name) for name in ["ddo", *PACKAGES]),
+                       reason="a DDO package is installed on this machine: not touched"),
 ]
 
 
@@ -56,12 +68,14 @@ def _as(uid: int, gid: int, groups: list) -> dict:
 
 @pytest.fixture
 def installed():
-    done = subprocess.run(["dpkg", "-i", DEB], capture_output=True, text=True, timeout=300)
+    assert "ddod" in PACKAGES and len(PACKAGES) == 5, DEBS
+    done = subprocess.run(["dpkg", "-i", *DEBS], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     try:
         yield
     finally:
-        subprocess.run(["dpkg", "--purge", "ddo"], capture_output=True, text=True, timeout=300)
+        subprocess.run(["dpkg", "--purge", *PACKAGES], capture_output=True, text=True,
+                       timeout=300)
 
 
 def test_install_creates_the_user_enables_the_service_and_members_reach_it(installed, accounts):
@@ -71,6 +85,9 @@ def test_install_creates_the_user_enables_the_service_and_members_reach_it(insta
     assert service.pw_dir == "/var/lib/ddo" and service.pw_shell.endswith("nologin")
     wanted = "/etc/systemd/system/multi-user.target.wants/ddod.service"
     assert os.path.islink(wanted) and os.readlink(wanted).endswith("/ddod.service"), wanted
+    # Socket activation and the user units are there to turn on, not turned on.
+    assert not os.path.lexists("/etc/systemd/system/sockets.target.wants/ddod.socket")
+    assert not glob.glob("/etc/systemd/user/*/ddod.*")
     assert subprocess.run(["/usr/bin/ddod", "--version"], capture_output=True).returncode == 0
 
     # Start it as the unit would: RuntimeDirectory=ddo (0750 ddo:ddo), StateDirectory=ddo.
@@ -131,7 +148,7 @@ def test_install_creates_the_user_enables_the_service_and_members_reach_it(insta
     # Stopped without --discard, the pool stays warm for the next start...
     assert _pool_segments(service.pw_uid)
     # ...but removing the package takes it along: no ddod is left to adopt it.
-    done = subprocess.run(["dpkg", "--remove", "ddo"], capture_output=True, text=True,
+    done = subprocess.run(["dpkg", "--remove", "ddod"], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not _pool_segments(service.pw_uid), _pool_segments(service.pw_uid)
@@ -143,10 +160,12 @@ def _pool_segments(uid: int) -> list:
 
 def test_purge_removes_the_programs_and_the_state(installed):
     # (The fixture purges after the test; here the purge is the test.)
-    done = subprocess.run(["dpkg", "--purge", "ddo"], capture_output=True, text=True,
+    done = subprocess.run(["dpkg", "--purge", *PACKAGES], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not os.path.exists("/usr/bin/ddod") and not os.path.exists("/var/lib/ddo")
+    assert not glob.glob("/usr/lib/*/libddo_client*")
+    assert not os.path.exists("/usr/lib/python3/dist-packages/diffusers_dynamic_offloader")
     assert not os.path.exists("/run/ddo")
     assert not os.path.exists("/etc/ddo/ddod.conf")
     assert not os.path.exists("/etc/systemd/system/multi-user.target.wants/ddod.service")
