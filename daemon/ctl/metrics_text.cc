@@ -1,12 +1,23 @@
 #include "daemon/ctl/metrics_text.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdint>
-#include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 
 namespace ddo {
+
+std::string PrometheusFloat(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  // Shortest round trip: the fewest digits that read back as the same double.
+  char text[32];  // the shortest form of a double takes 24 characters at most
+  const std::to_chars_result done = std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, done.ptr);
+}
+
 namespace {
 
 // A label value as the text format wants it: backslash, double quote and newline escaped.
@@ -26,7 +37,7 @@ std::string LabelValue(absl::string_view text) {
   return out;
 }
 
-std::string Number(double value) { return absl::StrFormat("%.17g", value); }
+std::string Number(double value) { return PrometheusFloat(value); }
 std::string Number(uint64_t value) { return absl::StrCat(value); }
 
 class Exposition {
@@ -123,7 +134,7 @@ std::string FormatMetrics(const ddo::v1::DaemonInfo& info, const ddo::v1::Stats&
     for (int i = 0; i < rpc.at_most_size() && i < stats.latency_bucket_seconds_size(); ++i) {
       out.Sample("ddo_rpc_duration_seconds_bucket",
                  absl::StrCat("method=\"", method, "\",le=\"",
-                              absl::StrCat(stats.latency_bucket_seconds(i)), "\""),
+                              PrometheusFloat(stats.latency_bucket_seconds(i)), "\""),
                  Number(rpc.at_most(i)));
     }
     out.Sample("ddo_rpc_duration_seconds_bucket",

@@ -1,5 +1,9 @@
 #include "daemon/ctl/metrics_text.h"
 
+#include <cmath>
+#include <limits>
+#include <string>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -47,6 +51,34 @@ TEST(MetricsTextTest, WritesTheTextFormat) {
   EXPECT_THAT(text, HasSubstr("ddo_rpc_requests_total{method=\"Connect\",result=\"ok\"} 2\n"));
   EXPECT_THAT(text, Not(HasSubstr("ddo_rpc_duration_seconds_count{method=\"Connect\"}")));
   EXPECT_EQ(text.back(), '\n');
+}
+
+TEST(MetricsTextTest, FloatsAreWrittenInTheirShortestRoundTripForm) {
+  ddo::v1::Stats stats;
+  stats.set_uptime_seconds(2.2582494020000001);
+  stats.add_latency_bucket_seconds(0.1);
+  auto* rpc = stats.add_rpcs();
+  rpc->set_method("Attach");
+  rpc->set_timed(1);
+  rpc->set_seconds_sum(0.30000000000000004);
+  rpc->add_at_most(1);
+  const std::string text = FormatMetrics(ddo::v1::DaemonInfo(), stats);
+  EXPECT_THAT(text, HasSubstr("ddo_uptime_seconds 2.258249402\n"));
+  EXPECT_THAT(text, HasSubstr("le=\"0.1\"} 1\n"));
+  // Not shortened past what reads back as the same double.
+  EXPECT_THAT(text, HasSubstr("ddo_rpc_duration_seconds_sum{method=\"Attach\"} 0.30000000000000004\n"));
+
+  EXPECT_EQ(PrometheusFloat(0), "0");
+  EXPECT_EQ(PrometheusFloat(1234567.125), "1234567.125");
+  EXPECT_EQ(PrometheusFloat(1e21), "1e+21");
+  EXPECT_EQ(PrometheusFloat(5e-324), "5e-324");
+  EXPECT_EQ(PrometheusFloat(-0.5), "-0.5");
+  EXPECT_EQ(PrometheusFloat(std::numeric_limits<double>::infinity()), "+Inf");
+  EXPECT_EQ(PrometheusFloat(-std::numeric_limits<double>::infinity()), "-Inf");
+  EXPECT_EQ(PrometheusFloat(std::nan("")), "NaN");
+  for (double value : {2.2582494020000001, 0.1, 1.0 / 3, 6.02214076e23, 1e-7}) {
+    EXPECT_EQ(std::stod(PrometheusFloat(value)), value) << PrometheusFloat(value);
+  }
 }
 
 }  // namespace
