@@ -55,9 +55,11 @@ constexpr char kUsage[] =
     "                   latencies) in the Prometheus text format, for node_exporter's\n"
     "                   textfile collector\n"
     "  sessions         connected clients (leases) and their sessions\n"
-    "  top [SECONDS [COUNT]]\n"
+    "  top [-n COUNT] [SECONDS [COUNT]]\n"
     "                   a live view redrawn every SECONDS (1): pool, streaming bandwidth,\n"
     "                   stalls, warm slabs, each session's rate; COUNT screens, then exit\n"
+    "                   (default: until interrupted on a terminal, else one, like\n"
+    "                   `top -b -n 1`)\n"
     "  components       the components in the host pool\n"
     "  load KEY PATH... [keep-alive=30m|never]\n"
     "                   preload safetensors files or a model folder into the pool under KEY\n"
@@ -225,25 +227,49 @@ int RunLoad(const CtlArgs& args, ddo::CtlConnection& connection) {
   return kExitOk;
 }
 
-// `ddoctl top [SECONDS [COUNT]]`: redraws ddoctl's view of ddod every SECONDS.
+// `ddoctl top [-n COUNT] [SECONDS [COUNT]]`: redraws ddoctl's view of ddod every SECONDS. On a
+// terminal it runs until interrupted; piped or redirected, it prints one screen and exits, as
+// `top -b -n 1` does, unless a COUNT says otherwise.
 int RunTop(const CtlArgs& args, ddo::CtlConnection& connection) {
   using Stub = ddo::v1::Ddo::Stub;
+  constexpr char kTopUsage[] =
+      "top takes [-n COUNT] [SECONDS [COUNT]]: SECONDS from 0.1 to 3600, COUNT at least 1";
+  const bool terminal = ::isatty(STDOUT_FILENO) != 0;
   double interval = 1;
-  int64_t count = -1;  // until interrupted
-  if (args.operands.size() > 2 ||
-      (!args.operands.empty() &&
-       (!absl::SimpleAtod(args.operands[0], &interval) || !(interval >= 0.1) || interval > 3600)) ||
-      (args.operands.size() == 2 && (!absl::SimpleAtoi(args.operands[1], &count) || count < 1))) {
-    return Usage("top takes [SECONDS [COUNT]]: SECONDS from 0.1 to 3600, COUNT at least 1");
+  std::optional<int64_t> count;
+  std::vector<std::string> positional;
+  for (size_t i = 0; i < args.operands.size(); ++i) {
+    if (args.operands[i] != "-n") {
+      positional.push_back(args.operands[i]);
+      continue;
+    }
+    int64_t screens = 0;
+    if (count || i + 1 >= args.operands.size() ||
+        !absl::SimpleAtoi(args.operands[++i], &screens) || screens < 1) {
+      return Usage(kTopUsage);
+    }
+    count = screens;
   }
+  if (positional.size() > 2 ||
+      (!positional.empty() &&
+       (!absl::SimpleAtod(positional[0], &interval) || !(interval >= 0.1) || interval > 3600))) {
+    return Usage(kTopUsage);
+  }
+  if (positional.size() == 2) {
+    int64_t screens = 0;
+    if (count || !absl::SimpleAtoi(positional[1], &screens) || screens < 1) {
+      return Usage(kTopUsage);
+    }
+    count = screens;
+  }
+  if (!count && !terminal) count = 1;
   ddo::v1::DaemonInfo info;
   if (auto status = Call(connection, &Stub::GetInfo, ddo::v1::GetInfoRequest(), &info);
       !status.ok()) {
     return RpcFailed("GetInfo", status);
   }
-  const bool terminal = ::isatty(STDOUT_FILENO) != 0;
   std::optional<ddo::TopSnapshot> before;
-  for (int64_t screen = 0; count < 0 || screen < count; ++screen) {
+  for (int64_t screen = 0; !count || screen < *count; ++screen) {
     if (screen > 0) absl::SleepFor(absl::Seconds(interval));
     ddo::TopSnapshot now;
     now.taken = absl::Now();
@@ -262,8 +288,8 @@ int RunTop(const CtlArgs& args, ddo::CtlConnection& connection) {
       return RpcFailed("ListComponents", status);
     }
     if (terminal) std::fputs("\033[H\033[2J", stdout);  // home, clear
+    if (!terminal && screen > 0) std::fputs("\n", stdout);  // a blank line between screens
     std::fputs(ddo::FormatTop(info, now, before).c_str(), stdout);
-    if (!terminal) std::fputs("\n", stdout);
     std::fflush(stdout);
     before = std::move(now);
   }

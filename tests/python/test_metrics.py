@@ -122,3 +122,24 @@ def test_top_shows_a_live_session_and_its_rate(daemon, ddod_binary):
     row = next(line for line in screens[1].splitlines() if line.startswith(session_id))
     assert CACHE_KEY in row and re.search(r"\d+\.\d [MG]B/s", row), row
     assert re.search(r"streaming \d+\.\d [MG]B/s now", screens[1]), screens[1]
+
+
+def test_top_piped_prints_one_screen_and_exits(daemon, ddod_binary):
+    """`ddoctl top | ...`: no terminal, so one screen and exit 0, as `top -b -n 1` does; `-n 2`
+    asks for two."""
+    done = subprocess.run([_ddoctl(ddod_binary), "--daemon", daemon.address, "top"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ddod ") and done.stdout.count("\nddod ") == 0, done.stdout
+    assert "\033[" not in done.stdout, "a screen clear went into the pipe"
+    assert "SESSION" in done.stdout and done.stdout.endswith("\n")
+
+    done = subprocess.run([_ddoctl(ddod_binary), "--daemon", daemon.address, "top", "-n", "2",
+                           "0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("\n\nddod ") == 1, done.stdout
+    for bad in (["-n", "0"], ["-n"], ["-n", "2", "1", "3"], ["0.01"]):
+        refused = subprocess.run([_ddoctl(ddod_binary), "--daemon", daemon.address, "top", *bad],
+                                 capture_output=True, text=True, timeout=30)
+        assert refused.returncode == 2 and "top takes" in refused.stderr, (bad, refused)
