@@ -3,39 +3,50 @@
 The per-unit work of :class:`.ring_consumer.RingConsumer` (acquire, release, views of the ring)
 costs tens of microseconds of Python per unit on a GPU machine. The same consumer exists in C++
 (``client-cpp/src/consumer``, the one ``ddo::client`` runs); a small torch extension
-(``client-cpp/python/ddo_consumer_ext.cc``) puts it under the Python client. torch builds the
-extension on first use with ``torch.utils.cpp_extension`` (a C++17 compiler, ninja and torch's
-headers; on Debian ``g++ ninja-build python3-dev pybind11-dev libtorch-dev``) and caches it in
-``$TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``), one build per torch version
-and source.
+(``client-cpp/python/ddo_consumer_ext.cc``) puts it under the Python client.
+
+A session finds the extension already built (:mod:`.consumer_build`): first a build shipped in
+the installed package (the ``.deb``'s, or what ``pip install`` compiled), then one in the
+per-user cache (``~/.cache/ddo/consumer``), each used only when it matches this torch, this
+Python and the sources beside it. Loading one is an import: no compiler runs in a session.
 
 ``DDO_CLIENT_CONSUMER`` chooses, once per process:
 
-- ``auto`` (default): the C++ consumer when it loads or builds, else the Python one, with one
-  log line saying why;
-- ``cpp``: the C++ consumer, or a :class:`ConfigurationError` saying why it cannot be had;
-- ``python``: the Python consumer; nothing is built.
+- ``auto`` (default): the C++ consumer when a matching build is there, else the Python one at
+  once, with one log line saying why;
+- ``cpp``: the C++ consumer; with no matching build it is compiled then, in a child process
+  whose output goes to the cache's ``build.log`` (about a minute), and a
+  :class:`ConfigurationError` says why when that fails;
+- ``python``: the Python consumer; nothing is looked for.
 
-``python3 -m diffusers_dynamic_offloader.cpp_consumer --build`` builds it ahead of time (what
-``tools/run-tests.sh`` does) and prints where it lies.
+``python3 -m diffusers_dynamic_offloader.cpp_consumer --build`` compiles it into the per-user
+cache (what ``tools/run-tests.sh`` does) and prints where it lies; ``--output DIR`` also copies
+it with its metadata into ``DIR`` (the package's directory, for the ``.deb`` and ``pip``). The
+compiler's output goes to stderr, never stdout.
 
-The sources come from the installed package (``_cpp_src/``, put there by ddo's install rules)
-or from the checkout this package runs from; ``DDO_CLIENT_CPP_SOURCES`` names another root.
+The sources come from the installed package (``_cpp_src/``, put there by ddo's install rules
+and setup.py) or from the checkout this package runs from; ``DDO_CLIENT_CPP_SOURCES`` names
+another root.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
+import contextlib
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Iterator, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from .consumer_build import (BUILD_LOG_NAME, SOURCE_FILES, SOURCES_ENV_VAR,
+                             CppConsumerUnavailable, build_cached, cache_directory,
+                             expected_metadata, failure_summary, install_build, load_build,
+                             package_directory, private_directory, source_hash, source_root)
 from .errors import (ConfigurationError, DaemonGoneError, DdoError, GraphCaptureError,
                      SessionClosedError, StreamingError)
 from .runner_log import logger
@@ -43,47 +54,19 @@ from .runner_log import logger
 if TYPE_CHECKING:
     from .control_block import ControlBlock, Doorbell
 
-MODE_ENV_VAR = "DDO_CLIENT_CONSUMER"
-SOURCES_ENV_VAR = "DDO_CLIENT_CPP_SOURCES"
-MODES = ("auto", "python", "cpp")
+__all__ = ["CppConsumerUnavailable", "MODES", "MODE_ENV_VAR", "SOURCES_ENV_VAR",
+           "SOURCE_FILES", "consumer_mode", "extension", "open_consumer", "source_root"]
 
-#: What the extension compiles, relative to the source root.
-_SOURCES = (
-    "client-cpp/src/consumer/control_block.cc",
-    "client-cpp/src/consumer/cuda_driver.cc",
-    "client-cpp/src/consumer/daemon_liveness.cc",
-    "client-cpp/src/consumer/device_stream.cc",
-    "client-cpp/src/consumer/ring_consumer.cc",
-    "client-cpp/src/consumer/ring_events.cc",
-    "client-cpp/src/consumer/ring_views.cc",
-    "client-cpp/src/consumer/streamed_linear.cc",
-    "client-cpp/python/ddo_consumer_ext.cc",  # last: the slowest to compile
-)
-#: The headers it includes (part of the build's name, so an edit rebuilds).
-_HEADERS = (
-    "client-cpp/src/consumer/control_block.h",
-    "client-cpp/src/consumer/cuda_driver.h",
-    "client-cpp/src/consumer/daemon_liveness.h",
-    "client-cpp/src/consumer/device_stream.h",
-    "client-cpp/src/consumer/ring_consumer.h",
-    "client-cpp/src/consumer/ring_events.h",
-    "client-cpp/src/consumer/ring_views.h",
-    "client-cpp/src/consumer/streamed_linear.h",
-    "client-cpp/include/ddo/status.h",
-    "proto/wire/include/ddo/wire/control_layout.h",
-    "proto/wire/include/ddo/wire/futex.h",
-)
-#: Every file of the source root (the install rules copy these into ``_cpp_src``).
-SOURCE_FILES = _SOURCES + _HEADERS
-_INCLUDE_DIRS = (".", "client-cpp/include", "proto/wire/include")
+MODE_ENV_VAR = "DDO_CLIENT_CONSUMER"
+MODES = ("auto", "python", "cpp")
+#: This module's name for ``python3 -m`` (``__name__`` is ``__main__`` there).
+_COMMAND = f"{__package__}.cpp_consumer"
+#: How the CLI starts the lines it writes (a child build's log is searched for it).
+_CLI_PREFIX = "cpp_consumer: "
 
 _lock = threading.Lock()
-#: The outcome of this process's one attempt: (extension or None, why not).
-_attempt: Optional[Tuple[Optional[ModuleType], str]] = None
-
-
-class CppConsumerUnavailable(DdoError):
-    """The C++ consumer cannot be had here (the message says why)."""
+#: This process's attempt: (extension or None, why not, whether a build was tried).
+_attempt: Optional[Tuple[Optional[ModuleType], str, bool]] = None
 
 
 def consumer_mode(environ: Optional[Mapping[str, str]] = None) -> str:
@@ -96,79 +79,65 @@ def consumer_mode(environ: Optional[Mapping[str, str]] = None) -> str:
     return mode
 
 
-def source_root() -> Path:
-    """Where the extension's sources are: ``DDO_CLIENT_CPP_SOURCES``, the package's
-    ``_cpp_src``, or the checkout this package runs from. CppConsumerUnavailable if none has
-    them all."""
-    package = Path(__file__).resolve().parent
-    candidates: List[Path] = []
-    explicit = os.environ.get(SOURCES_ENV_VAR)
-    if explicit:
-        candidates.append(Path(explicit))
-    else:
-        candidates += [package / "_cpp_src", package.parents[2]]
-    for root in candidates:
-        if all((root / name).is_file() for name in SOURCE_FILES):
-            return root
-    raise CppConsumerUnavailable(
-        "the C++ consumer's sources are not installed with this package (looked in "
-        + ", ".join(str(root) for root in candidates) + ")")
-
-
-def _build_name(root: Path) -> str:
-    """One build per source text and torch version."""
-    digest = hashlib.sha256(torch.__version__.encode())
-    for name in SOURCE_FILES:
-        digest.update(name.encode())
-        digest.update((root / name).read_bytes())
-    return f"ddo_consumer_{digest.hexdigest()[:16]}"
-
-
-def build(verbose: bool = False) -> ModuleType:
-    """Builds (or finds built) and imports the extension; CppConsumerUnavailable with the
-    compiler's complaint when it cannot."""
+def find_built() -> ModuleType:
+    """The extension from the package's prebuilt build, else from the per-user cache, set up
+    to raise the client's errors; CppConsumerUnavailable saying why neither is usable."""
     root = source_root()
     try:
-        from torch.utils import cpp_extension
-    except ImportError as error:  # a torch without its build helpers
-        raise CppConsumerUnavailable(f"torch.utils.cpp_extension is missing: {error}") from None
-    flags = ["-O2"]
-    if int(torch.__version__.split(".")[0]) < 2:
-        flags.append("-std=c++17")  # torch 1.x builds extensions as C++14 by default
-    name = _build_name(root)
-    if not _built_already(cpp_extension, name):
-        logger.info("[ddo] building the C++ ring consumer (once per torch version, about a "
-                    "minute; %s=python streams without it)", MODE_ENV_VAR)
-    try:
-        extension = cpp_extension.load(
-            name=name,
-            sources=[str(root / source) for source in _SOURCES],
-            extra_include_paths=[str(root / directory) for directory in _INCLUDE_DIRS],
-            extra_cflags=flags,
-            with_cuda=False,  # the CUDA driver is looked up at run time (cuda_driver.cc)
-            verbose=verbose,
-        )
-    except Exception as error:  # a compiler, ninja or headers missing, or a compile error
-        text = str(error).strip().splitlines()
-        reason = text[-1] if text else type(error).__name__
-        raise CppConsumerUnavailable(f"building the C++ consumer failed: {reason}") from error
-    extension.init_errors(DdoError, StreamingError, GraphCaptureError, SessionClosedError,
-                          DaemonGoneError)
-    return extension
+        expected = expected_metadata(source_hash(root))
+    except OSError as error:
+        raise CppConsumerUnavailable(f"the C++ consumer's sources are unreadable: {error}") \
+            from None
+    reasons = []
+    for place in ("package", "cache"):
+        try:
+            if place == "package":
+                module = load_build(package_directory(), expected, shared=True)
+            else:
+                cache = private_directory(cache_directory(), create=False)
+                module = load_build(cache / expected["module"], expected, shared=False)
+        except (CppConsumerUnavailable, OSError) as error:
+            reasons.append(str(error))
+            continue
+        module.init_errors(DdoError, StreamingError, GraphCaptureError, SessionClosedError,
+                           DaemonGoneError)
+        return module
+    raise CppConsumerUnavailable(
+        f"no build of the C++ consumer matches torch {torch.__version__} and its sources in "
+        f"{root} ({'; '.join(reasons)}); `python3 -m {_COMMAND} --build` builds one")
 
 
-def _built_already(cpp_extension: ModuleType, name: str) -> bool:
-    """True when the build ``name`` lies in torch's extension cache (a guess, for the log)."""
+def build_in_child() -> None:
+    """Compiles the extension into the per-user cache in a child interpreter (``--build``),
+    its output into the cache's build.log; CppConsumerUnavailable with the failure's line."""
     try:
-        directory = cpp_extension._get_build_directory(name, verbose=False)
-    except Exception:  # noqa: B902 - a private helper of torch: no guess
-        return True
-    return os.path.isfile(os.path.join(directory, f"{name}.so"))
+        log = private_directory(cache_directory(), create=True) / BUILD_LOG_NAME
+    except OSError as error:
+        raise CppConsumerUnavailable(f"the consumer cache cannot be made: {error}") from None
+    if not sys.executable:
+        raise CppConsumerUnavailable("this interpreter does not know its executable to build with")
+    logger.info("[ddo] building the C++ ring consumer (%s=cpp; once per torch version, about a "
+                "minute; the compiler's output goes to %s)", MODE_ENV_VAR, log)
+    environment = dict(os.environ)
+    paths = [str(package_directory().parent), environment.get("PYTHONPATH", "")]
+    environment["PYTHONPATH"] = os.pathsep.join(path for path in paths if path)
+    descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(descriptor, "w") as stream:
+        done = subprocess.run([sys.executable, "-m", _COMMAND, "--build"],
+                              stdin=subprocess.DEVNULL, stdout=stream, stderr=subprocess.STDOUT,
+                              env=environment, check=False)
+    if done.returncode != 0:
+        output = log.read_text(errors="replace")
+        said = [line[len(_CLI_PREFIX):] for line in output.splitlines()
+                if line.startswith(_CLI_PREFIX)]
+        reason = said[0] if said else failure_summary(output)
+        raise CppConsumerUnavailable(f"{reason} (the whole output: {log})")
 
 
 def extension(environ: Optional[Mapping[str, str]] = None) -> Optional[ModuleType]:
     """The extension to stream with, or None for the Python consumer, as
-    ``DDO_CLIENT_CONSUMER`` says (see the module documentation). One attempt per process.
+    ``DDO_CLIENT_CONSUMER`` says (see the module documentation). One attempt per process
+    (``cpp`` after a failed ``auto`` attempt builds once more).
 
     Raises:
         ConfigurationError: the mode is ``cpp`` and the extension cannot be had, or the mode
@@ -181,13 +150,20 @@ def extension(environ: Optional[Mapping[str, str]] = None) -> Optional[ModuleTyp
     with _lock:
         if _attempt is None:
             try:
-                _attempt = (build(), "")
+                _attempt = (find_built(), "", False)
             except CppConsumerUnavailable as error:
-                _attempt = (None, str(error))
+                _attempt = (None, str(error), False)
                 if mode == "auto":
                     logger.info("[ddo] streaming with the Python consumer: %s "
-                                "(%s=python keeps it without trying)", error, MODE_ENV_VAR)
-    built, reason = _attempt
+                                "(%s=python keeps it without looking)", error, MODE_ENV_VAR)
+        if _attempt[0] is None and mode == "cpp" and not _attempt[2]:
+            try:
+                source_root()  # no sources: nothing to build, the reason stands
+                build_in_child()
+                _attempt = (find_built(), "", True)
+            except CppConsumerUnavailable as error:
+                _attempt = (None, str(error), True)
+    built, reason, _ = _attempt
     if built is None and mode == "cpp":
         raise ConfigurationError(f"{MODE_ENV_VAR}=cpp, but {reason}")
     return built
@@ -220,21 +196,47 @@ def open_consumer(
 
 def _main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m diffusers_dynamic_offloader.cpp_consumer",
-        description="Build the C++ ring consumer of the Python client ahead of its first use.")
+        prog=f"python3 -m {_COMMAND}",
+        description="Build the C++ ring consumer of the Python client ahead of its first use, "
+                    "into the per-user cache (~/.cache/ddo/consumer). The compiler's output "
+                    "goes to stderr; stdout gets the path of the built extension.")
     parser.add_argument("--build", action="store_true", help="build it (or find it built)")
+    parser.add_argument("--output", metavar="DIR", type=Path,
+                        help="also copy it and its metadata (ddo_consumer.json) into DIR, "
+                             "e.g. the installed package's directory")
     parser.add_argument("--verbose", action="store_true", help="show the compiler's output")
     options = parser.parse_args(argv)
     if not options.build:
         parser.print_help()
         return 2
     try:
-        built = build(verbose=options.verbose)
-    except CppConsumerUnavailable as error:
-        print(f"cpp_consumer: {error}", file=sys.stderr)
+        with _stdout_to_stderr():
+            directory = build_cached(verbose=options.verbose)
+            library = install_build(directory, options.output) if options.output \
+                else directory / f"{directory.name}.so"
+    except (CppConsumerUnavailable, OSError) as error:
+        first, _, rest = str(error).partition("\n")
+        print(f"{_CLI_PREFIX}{first}", file=sys.stderr)
+        if rest:
+            print(rest, file=sys.stderr)
         return 1
-    print(f"cpp_consumer: {built.__file__}")
+    print(f"{_CLI_PREFIX}{library}")
     return 0
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 goes to stderr meanwhile: what the compiler, ninja or torch's build
+    helpers print never reaches stdout."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 if __name__ == "__main__":
