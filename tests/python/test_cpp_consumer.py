@@ -246,9 +246,9 @@ def test_a_close_from_another_thread_ends_a_waiting_forward_with_an_error_not_a_
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_DIR = Path(cpp_consumer.__file__).resolve().parent
-#: A session of a fresh process opens within this (the goal is under 1 s; the bound leaves
-#: room for a loaded test machine, the behaviour is asserted on its own).
-OPEN_BOUND_S = 3.0
+#: A fresh process's first session opens within this (issue 30's goal; 0.08-0.2 s measured
+#: here on 2 loaded cores). Compiling is excluded by behaviour, not by this bound alone.
+OPEN_BOUND_S = 1.0
 
 # A fresh interpreter streams the test model once (DDO_DAEMON names ddod) and reports, as one
 # JSON line on stdout: how long client.stream took, the consumer, the processes it started, the
