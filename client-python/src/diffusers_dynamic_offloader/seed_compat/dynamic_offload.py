@@ -1,6 +1,9 @@
 """The seed's ``diffusers_dynamic_offloader.dynamic_offload``: the one module the seed defined
 its API in (research/seed-ddo.md §1.1), for runners that import from it. Every name is the
-package's own object, from the module of this package that holds it.
+package's own object, from the module of this package that holds it. The names the seed's
+profiles module (``_NamedProfile``, ``load_dynamic_offload_profile``, ...) resolve here
+too; the seed's private names DDO replaced raise an ImportError naming the
+replacement (:mod:`.seed_names`).
 """
 
 from typing import Any
@@ -43,6 +46,7 @@ from .presets import (
     is_wsl_environment,
     resolve_dynamic_offload_preset,
 )
+from .seed_names import missing_seed_name
 
 __all__ = [
     "DDO_PRESETS", "DiffusersGroupOffloadResult", "DynamicOffloadApplyResult",
@@ -63,10 +67,24 @@ __all__ = [
 ]
 
 
+#: The seed's profiles names (its dynamic_offload used ``_NamedProfile`` from there),
+#: resolved here too for runners that import them from this module.
+_FROM_PROFILES = ("_NamedProfile", "_CudaPeakSampler", "DynamicOffloadProfileSession",
+                  "DYNAMIC_OFFLOAD_PROFILE_SCHEMA_VERSION", "dynamic_offload_profile_key",
+                  "dynamic_offload_profile_path", "get_dynamic_offload_profile_capacity",
+                  "get_dynamic_offload_profile_dir", "get_dynamic_offload_profile_recommendation",
+                  "load_dynamic_offload_profile", "normalize_dynamic_offload_profile_context",
+                  "record_dynamic_offload_profile")
+
+
 def __getattr__(name: str) -> Any:
     # DDO_PRESETS is read from ddod on first access, by presets (PEP 562): the same dict.
     if name == "DDO_PRESETS":
         from . import presets
 
         return presets.DDO_PRESETS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name in _FROM_PROFILES:
+        from . import profiles
+
+        return getattr(profiles, name)
+    missing_seed_name("dynamic_offload", name)

@@ -3,8 +3,8 @@ research/seed-ddo.md §5.2): a calibration run measures the peak VRAM of a run w
 resident and saves the resident budget that fits; later runs with the same name apply it.
 
 Identity: ``{"name", "model_class", "identity_version": 2}``, stored as a capacity profile
-(profiles.py) through ddod. A manual ``resident_module_budget_gb`` always wins. On the DDO
-route the measurement sees ddod's device memory too (the driver's free memory covers every
+(profile_records.py) through ddod. A manual ``resident_module_budget_gb`` always wins. On the
+DDO route the measurement sees ddod's device memory too (the driver's free memory covers every
 process), so the recommendation is what this run can keep resident beside everything else.
 The seed's SDNQ probe runs do not apply: quantized weights go to Diffusers group offload.
 """
@@ -15,6 +15,13 @@ import contextlib
 import math
 import threading
 from typing import Any, Dict, Iterator, Optional
+
+from .profile_records import (
+    get_dynamic_offload_profile_recommendation,
+    load_dynamic_offload_profile,
+    record_dynamic_offload_profile,
+    recommend_resident_budget,
+)
 
 _GIB = float(2**30)
 _ACTIVE = threading.Lock()  # one measurement at a time, as in the seed
@@ -73,8 +80,6 @@ class NamedProfile:
         if float(explicit.get("resident_module_budget_gb") or 0) > 0 or manual_budget_gb > 0:
             self.report["status"] = "manual_budget"
             return explicit
-        from .profiles import get_dynamic_offload_profile_recommendation, load_dynamic_offload_profile
-
         profile = load_dynamic_offload_profile(self.context, self.profile_dir, self.client)
         budget = (get_dynamic_offload_profile_recommendation(profile) or {}).get(
             "profile_resident_module_budget_gb")
@@ -126,10 +131,7 @@ class NamedProfile:
             peak = max(used_start, total - free_end, sampled.peak_bytes,
                        external + torch.cuda.max_memory_reserved(self.device)) / _GIB
             total_gb = total / _GIB
-            from .profiles import DynamicOffloadProfileSession, record_dynamic_offload_profile
-
-            budget = DynamicOffloadProfileSession.recommend_resident_budget(
-                total_gb, peak, self.headroom_gb)
+            budget = recommend_resident_budget(total_gb, peak, self.headroom_gb)
             path = record_dynamic_offload_profile(
                 self.context,
                 {"status": "success", "peak_vram_gb": round(peak, 4),
