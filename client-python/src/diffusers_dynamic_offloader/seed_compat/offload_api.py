@@ -24,6 +24,7 @@ from torch import nn
 from ..errors import ConfigurationError, DaemonError
 from ..quantized import route_reason
 from ..resolved_settings import ResolvedSettings
+from .component_keys import default_cache_key, default_key  # noqa: F401 (its old home)
 from .offload_call import (
     CONFIG_FIELDS,
     PYTHON_ONLY_FIELDS,
@@ -160,9 +161,11 @@ def enable_offload(
     """Routes one component (the seed's ``enable_offload``): DDO streaming, Diffusers group
     offload, or nothing, as ddod's resolved settings say.
 
-    ``cache_key``: the key the component is stored under in ddod; by default the module's class
-    and the component name, with a content hash so that different weights never share a key's
-    warm copy (hashing reads every byte once per process; pass your own key to skip it).
+    ``cache_key``: the key the component is stored under in ddod; by default the module's
+    class, the component name, the caller's uid and a digest of its tensor table and content
+    hash (component_keys.py): two models of one class never share a key, the same model gets
+    the same key in the next process (its warm copy). Hashing reads every byte once per call;
+    pass your own key to skip it (ddod then trusts that the key names these weights).
 
     ``execution_device`` and ``offload_device`` default to those of ``settings`` (or
     ``config``), else ``cuda:0`` and ``cpu``. With ``settings`` given, its library settings are
@@ -234,7 +237,7 @@ def apply_route(module: nn.Module, call: ResolvedCall, choice: RouteChoice,
     if chosen.value == "dynamic_offload":
         warm_hit = _apply_dynamic_offload(module, call, result, payload, options, started)
     elif chosen.value == "diffusers_group_offload":
-        _apply_group_offload(module, call, payload, options, started)
+        _apply_group_offload(module, call, result.settings, payload, options, started)
     elif options.apply_hook:
         module.to(device_text(call.execution_device))
         payload["unmanaged_module_moved_to_execution_device"] = True
@@ -251,17 +254,26 @@ def apply_route(module: nn.Module, call: ResolvedCall, choice: RouteChoice,
 def _seed_settings(call: ResolvedCall, options: ApplyOptions) -> DynamicOffloadSettings:
     """The result's DynamicOffloadSettings: the caller's own when they are what ddod's answer
     came from (shared, as the seed's pipeline helper shares one object; settings built by hand
-    are used as given), else built from ddod's answer."""
+    are used as given), else built from ddod's answer (on WSL when the caller's say so)."""
     given, settings, explicit = call.given_settings, call.settings, call.explicit
     if isinstance(given, DynamicOffloadSettings) and given.resolved in (settings, None):
         return given
+    wsl = options.running_on_wsl
+    if wsl is None and isinstance(given, DynamicOffloadSettings):
+        wsl = given.running_on_wsl
     return DynamicOffloadSettings.from_resolved(
         settings, execution_device=device_text(call.execution_device),
-        offload_device=device_text(call.offload_device), running_on_wsl=options.running_on_wsl,
+        offload_device=device_text(call.offload_device), running_on_wsl=wsl,
         component_policies=call.component_policies or settings.inputs.component_policies,
         **{name: tuple(explicit[name]) for name in (
             "target_module_classes", "skip_modules_pattern", "always_resident_modules_pattern")
            if name in explicit})
+
+
+def same_library_values(first: ResolvedSettings, second: ResolvedSettings) -> bool:
+    """Whether ddod gave both the same library values (sources and components aside)."""
+    return ({name: value.value for name, value in first.values.items()}
+            == {name: value.value for name, value in second.values.items()})
 
 
 def _apply_dynamic_offload(module: nn.Module, call: ResolvedCall,
@@ -296,15 +308,18 @@ def _apply_dynamic_offload(module: nn.Module, call: ResolvedCall,
                               session_settings, streaming)
     cached_plan = PLAN_CACHE.get(plan_key) if cache_plan else None
     if apply_hook and enabled and streaming:
-        key = options.cache_key or default_cache_key(module, component)
         registered = time.perf_counter()
+        # The default key holds the content hash, sent with the upload for ddod to check
+        # (one pass over the bytes); a caller's own key is trusted as given.
+        key, content_hash = (options.cache_key, False) if options.cache_key else default_key(
+            module, component)
         bound = getattr(module, "_ddo_attached_component", None)
         if bound is not None and not bound.closed and bound.cache_key == key:
             # Built by load_from_ddod: its weights are ddod's copy under this key already
             # (in the checkpoint's order, which a fresh registration would not match).
             stored = client.component(key)
         else:
-            stored = client.register_module(key, module, content_hash=options.cache_key is None)
+            stored = client.register_module(key, module, content_hash=content_hash)
         opened = time.perf_counter()
         session = client.stream(module, key, device=execution_device,
                                 settings=session_settings,
@@ -372,14 +387,18 @@ def _apply_dynamic_offload(module: nn.Module, call: ResolvedCall,
     return warm_hit
 
 
-def _apply_group_offload(module: nn.Module, call: ResolvedCall, payload: Dict[str, Any],
+def _apply_group_offload(module: nn.Module, call: ResolvedCall,
+                         seed_settings: DynamicOffloadSettings, payload: Dict[str, Any],
                          options: ApplyOptions, started: float) -> None:
     """The Diffusers group-offload route, with the component's resolved arguments."""
     use_group_stream = call.component_value("OFFLOAD_STREAM").value == "1"
     record_group_stream = call.component_value("OFFLOAD_RECORD_STREAM").value == "1"
-    # The seed's WSL rule, for a caller that says it runs on WSL (ddod applies it itself
-    # when it sees WSL).
-    if options.running_on_wsl and call.settings.value("DDO_DISABLE_PIN_ON_WSL") == "1":
+    # The seed's WSL rule: streams off where the settings (or the call's running_on_wsl) say
+    # the process runs on WSL with DDO_DISABLE_PIN_ON_WSL on, over any explicit use_stream
+    # (ddod applies it itself when it sees WSL).
+    wsl = (options.running_on_wsl if options.running_on_wsl is not None
+           else seed_settings.running_on_wsl)
+    if wsl and seed_settings.disable_pin_on_wsl:
         use_group_stream = record_group_stream = False
     low_cpu = call.component_value("OFFLOAD_LOW_CPU_MEM_USAGE")
     group = enable_diffusers_group_offload(
@@ -531,6 +550,7 @@ def enable_pipeline_offload(
     skipped). Settings are resolved once, for all components, and shared."""
     found = _pipeline_components(pipeline, components)
     client = _client(client)
+    given = settings
     # The devices default to the settings' (or config's) own, as in enable_offload.
     source_config = getattr(settings, "config", None) or kwargs.get("config")
     for name, fallback in (("execution_device", "cuda:0"), ("offload_device", "cpu")):
@@ -572,6 +592,12 @@ def enable_pipeline_offload(
             module.to(device_text(kwargs.get("execution_device", "cuda:0")))
             result.should_move_to_execution_device = False
             result.event_payload["unmanaged_module_moved_to_execution_device"] = True
+        if (result.settings is settings and isinstance(given, DynamicOffloadSettings)
+                and given.resolved is not None
+                and same_library_values(given.resolved, settings.resolved)):
+            # Resolved again only for the components' own values: the seed's helper hands
+            # every component the caller's settings object itself.
+            result.settings = given
         results[name] = result
     return results
 
@@ -603,12 +629,6 @@ def get_dynamic_offload_state(module: nn.Module) -> Optional[Any]:
     if state is None or (state.session is not None and state.session.closed):
         return None
     return state
-
-
-def default_cache_key(module: nn.Module, component: str) -> str:
-    """The key enable_offload stores a component under when none is given: its class and
-    component name (the content hash, checked at registration, tells different weights apart)."""
-    return f"{type(module).__module__}.{type(module).__qualname__}/{component}"
 
 
 def _kept_resident(config: Any) -> Tuple[str, ...]:

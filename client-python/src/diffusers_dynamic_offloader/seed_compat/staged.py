@@ -70,7 +70,8 @@ def run_staged(
     returns. ``settings`` (DynamicOffloadSettings) and ``offload_kwargs`` go to every
     ``enable_offload``; ``call_kwargs`` are the pipeline call's (prompt, steps, size, ...).
     Every component is released when the run ends, also when it raises."""
-    from .offload_api import _client, _pipeline_components, default_cache_key, enable_offload
+    from .component_keys import default_cache_key, key_prefix
+    from .offload_api import _client, _pipeline_components, enable_offload
     from .phases import enter_phase, standby_purge_requested
 
     client = _client(client)
@@ -83,13 +84,27 @@ def run_staged(
         return {name: components[name] for name in names
                 if isinstance(components.get(name), nn.Module)}
 
+    # The components' default keys (their content hash: one pass over their bytes) for the
+    # phases' hints, computed once a run and only where ddod holds a component of that class
+    # and name (a warm slab to keep or fill); enable_offload stores under the same key.
+    known: Dict[str, str] = {}
+    held_keys = [component.cache_key for component in client.components()]
+
     def keys(names: Sequence[str]) -> List[str]:
-        return [default_cache_key(module, name) for name, module in modules(names).items()]
+        for name, module in modules(names).items():
+            prefix = key_prefix(module, name)
+            if name not in known and any(key.startswith(prefix) for key in held_keys):
+                known[name] = default_cache_key(module, name)
+        return [known[name] for name in names if name in known]
 
     def route(names: Sequence[str]) -> None:
         for name, module in modules(names).items():
-            held.append(enable_offload(module, component=name, settings=settings, client=client,
-                                       record_event=record_event, **routing))
+            result = enable_offload(module, component=name, settings=settings, client=client,
+                                    record_event=record_event,
+                                    **{"cache_key": known.get(name), **routing})
+            held.append(result)
+            if "cache_key" in result.event_payload:
+                known[name] = result.event_payload["cache_key"]
 
     def phase(name: str, needed: Sequence[str], prefetch: Sequence[str]) -> None:
         # Releasing a result gives back all it took: a streaming session, group offload
