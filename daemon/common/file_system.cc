@@ -20,6 +20,8 @@ namespace {
 // The granularity at which several threads share the population of a segment (2 MiB: the
 // pool's segment granularity).
 constexpr uint64_t kPopulateChunk = 2ull << 20;
+// What one MADV_POPULATE_WRITE call of a worker covers at most (a progress step).
+constexpr uint64_t kPopulateStep = 256ull << 20;
 
 absl::Status NoRoom(uint64_t size, absl::string_view name, int error_number) {
   return absl::ResourceExhaustedError(absl::StrCat(
@@ -79,8 +81,9 @@ absl::Status PosixFileSystem::Truncate(int fd, uint64_t size, absl::string_view 
 // same in one thread. Measured on the GPU machine (docs/benchmarks.md): faster than
 // posix_fallocate followed by mapping.
 absl::Status PosixFileSystem::Allocate(int fd, char* data, uint64_t size, int threads,
-                                       absl::string_view name) {
+                                       absl::string_view name, WorkProgress* progress) {
   std::atomic<int> first_error{0};
+  std::atomic<bool> cancelled{false};
   const uint64_t chunks = std::max<uint64_t>(1, size / kPopulateChunk);
   threads = static_cast<int>(std::clamp<uint64_t>(threads, 1, chunks));
   std::vector<std::thread> workers;
@@ -88,9 +91,19 @@ absl::Status PosixFileSystem::Allocate(int fd, char* data, uint64_t size, int th
     workers.emplace_back([&, t] {
       const uint64_t first = chunks * t / threads * kPopulateChunk;
       const uint64_t last = std::min(size, chunks * (t + 1) / threads * kPopulateChunk);
-      if (last > first && ::madvise(data + first, last - first, MADV_POPULATE_WRITE) != 0) {
-        int expected = 0;
-        first_error.compare_exchange_strong(expected, errno);
+      // In steps, so that the reporter sees the bytes arrive and a cancel stops the work.
+      for (uint64_t begin = first; begin < last; begin += kPopulateStep) {
+        if (progress != nullptr && progress->cancelled()) {
+          cancelled.store(true);
+          return;
+        }
+        const uint64_t bytes = std::min(kPopulateStep, last - begin);
+        if (::madvise(data + begin, bytes, MADV_POPULATE_WRITE) != 0) {
+          int expected = 0;
+          first_error.compare_exchange_strong(expected, errno);
+          return;
+        }
+        if (progress != nullptr) progress->Add(bytes);
       }
     });
   }
@@ -98,6 +111,7 @@ absl::Status PosixFileSystem::Allocate(int fd, char* data, uint64_t size, int th
   int error = first_error.load();
   if (error == EINVAL) {  // a kernel without MADV_POPULATE_WRITE
     error = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+    if (error == 0 && progress != nullptr) progress->Add(size - progress->done());
   }
   if (error == EFAULT || error == ENOMEM || error == ENOSPC) {
     return NoRoom(size, name, error);
@@ -105,6 +119,9 @@ absl::Status PosixFileSystem::Allocate(int fd, char* data, uint64_t size, int th
   if (error != 0) {
     return PosixError(absl::StrCat("allocate ", size, " bytes of shared memory for ", name),
                       error);
+  }
+  if (cancelled.load()) {
+    return absl::CancelledError(absl::StrCat("the allocation of ", name, " was cancelled"));
   }
   return absl::OkStatus();
 }
@@ -239,13 +256,13 @@ absl::Status FaultInjectingFileSystem::Truncate(int fd, uint64_t size, absl::str
 }
 
 absl::Status FaultInjectingFileSystem::Allocate(int fd, char* data, uint64_t size, int threads,
-                                                absl::string_view name) {
+                                                absl::string_view name, WorkProgress* progress) {
   if (int error = Enter(FileOp::kAllocate)) {
     if (error == ENOSPC || error == ENOMEM) return NoRoom(size, name, error);
     return PosixError(absl::StrCat("allocate ", size, " bytes of shared memory for ", name),
                       error);
   }
-  return base_->Allocate(fd, data, size, threads, name);
+  return base_->Allocate(fd, data, size, threads, name, progress);
 }
 
 absl::StatusOr<struct stat> FaultInjectingFileSystem::Stat(int fd, absl::string_view name) {

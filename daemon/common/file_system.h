@@ -30,6 +30,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/common/unique_fd.h"
+#include "daemon/common/work_progress.h"
 
 namespace ddo {
 
@@ -55,9 +56,10 @@ class FileSystem {
   // Allocates every page of a shared file of `size` bytes that is mapped read-write at `data`,
   // with up to `threads` threads: MADV_POPULATE_WRITE, or posix_fallocate(3) on kernels
   // without it. ResourceExhausted (ENOSPC) when the file system has no room: after this,
-  // touching the pages never raises SIGBUS.
+  // touching the pages never raises SIGBUS. `progress`, when given, counts the bytes
+  // allocated, and Cancelled is returned soon after it is cancelled.
   virtual absl::Status Allocate(int fd, char* data, uint64_t size, int threads,
-                                absl::string_view name) = 0;
+                                absl::string_view name, WorkProgress* progress) = 0;
   // fstat(2).
   virtual absl::StatusOr<struct stat> Stat(int fd, absl::string_view name) = 0;
   // mmap(2) of `size` bytes from offset 0, shared, read-write; Unmap (munmap(2)) undoes it.
@@ -83,8 +85,8 @@ class PosixFileSystem : public FileSystem {
   absl::Status ShmUnlink(const std::string& name) override;
   absl::StatusOr<UniqueFd> Open(const std::string& path, int flags, mode_t mode) override;
   absl::Status Truncate(int fd, uint64_t size, absl::string_view name) override;
-  absl::Status Allocate(int fd, char* data, uint64_t size, int threads,
-                        absl::string_view name) override;
+  absl::Status Allocate(int fd, char* data, uint64_t size, int threads, absl::string_view name,
+                        WorkProgress* progress) override;
   absl::StatusOr<struct stat> Stat(int fd, absl::string_view name) override;
   absl::StatusOr<char*> Map(int fd, uint64_t size, absl::string_view name) override;
   void Unmap(char* data, uint64_t size) override;
@@ -136,8 +138,8 @@ class FaultInjectingFileSystem : public FileSystem {
   absl::Status ShmUnlink(const std::string& name) override;
   absl::StatusOr<UniqueFd> Open(const std::string& path, int flags, mode_t mode) override;
   absl::Status Truncate(int fd, uint64_t size, absl::string_view name) override;
-  absl::Status Allocate(int fd, char* data, uint64_t size, int threads,
-                        absl::string_view name) override;
+  absl::Status Allocate(int fd, char* data, uint64_t size, int threads, absl::string_view name,
+                        WorkProgress* progress) override;
   absl::StatusOr<struct stat> Stat(int fd, absl::string_view name) override;
   absl::StatusOr<char*> Map(int fd, uint64_t size, absl::string_view name) override;
   void Unmap(char* data, uint64_t size) override;

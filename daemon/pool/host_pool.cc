@@ -63,11 +63,13 @@ PoolUsage HostPool::Usage() const {
   return {options_.budget_bytes, reserved_bytes_, pinned_bytes_, segments_};
 }
 
-absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes) {
+absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes,
+                                                                 WorkProgress* progress) {
   const uint64_t size = Footprint(bytes);
   DDO_RETURN_IF_ERROR(Reserve(size));
+  if (progress != nullptr) progress->SetTotal(size);
   auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size,
-                                       options_.populate_threads, file_system_);
+                                       options_.populate_threads, file_system_, progress);
   if (!segment.ok()) {
     Release(size, false);
     return segment.status();

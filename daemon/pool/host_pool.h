@@ -24,6 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/common/work_progress.h"
 #include "daemon/pool/shared_segment.h"
 
 namespace ddo {
@@ -89,8 +90,11 @@ class HostPool {
 
   // A new segment of at least `bytes` (rounded up to 2 MiB). RESOURCE_EXHAUSTED when it does
   // not fit in what is left of the budget (the message gives the sizes) or /dev/shm is full;
-  // on any failure the budget is as before and no segment is left in /dev/shm.
-  absl::StatusOr<std::shared_ptr<PoolSegment>> Allocate(uint64_t bytes);
+  // on any failure the budget is as before and no segment is left in /dev/shm. `progress`,
+  // when given, counts the bytes whose pages are reserved; cancelling it ends the allocation
+  // with CANCELLED.
+  absl::StatusOr<std::shared_ptr<PoolSegment>> Allocate(uint64_t bytes,
+                                                        WorkProgress* progress = nullptr);
 
   // Maps a segment a previous ddod left behind. Counted against the budget like any other;
   // RESOURCE_EXHAUSTED when it no longer fits (a smaller budget this time); the errors of

@@ -60,6 +60,28 @@ TEST(HostPoolTest, TheBudgetIsEnforcedWithSizesInTheMessage) {
   (*first)->MarkDiscarded();
 }
 
+TEST(HostPoolTest, AllocationCountsItsProgressToTheFootprint) {
+  HostPool pool(Options(1ull << 30));
+  WorkProgress progress;
+  auto segment = pool.Allocate((600ull << 20) + 1, &progress);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  EXPECT_EQ(progress.total(), (*segment)->size());
+  EXPECT_EQ(progress.done(), (*segment)->size()) << "every reserved byte is counted once";
+  (*segment)->MarkDiscarded();
+}
+
+TEST(HostPoolTest, ACancelledAllocationLeavesNothingBehind) {
+  HostPool pool(Options(1ull << 30));
+  WorkProgress progress;
+  progress.Cancel();  // the caller hung up before the pages were reserved
+  auto segment = pool.Allocate(512ull << 20, &progress);
+  ASSERT_FALSE(segment.ok());
+  EXPECT_TRUE(absl::IsCancelled(segment.status())) << segment.status();
+  EXPECT_EQ(progress.done(), 0u);
+  EXPECT_EQ(pool.Usage().reserved_bytes, 0u);
+  EXPECT_TRUE(pool.ListSegmentNames().empty()) << "the half-made segment is gone";
+}
+
 TEST(HostPoolTest, KeptSegmentsSurviveAndAreAdoptedByTheNextPool) {
   const PoolOptions options = Options(16ull << 20);
   std::string name;

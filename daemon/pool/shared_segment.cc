@@ -35,7 +35,8 @@ std::string SegmentPath(const std::string& name) {
 }
 
 absl::StatusOr<SharedSegment> SharedSegment::Create(const std::string& name, uint64_t size,
-                                                    int threads, FileSystem* fs) {
+                                                    int threads, FileSystem* fs,
+                                                    WorkProgress* progress) {
   if (fs == nullptr) fs = FileSystem::Default();
   DDO_ASSIGN_OR_RETURN(UniqueFd fd,
                        fs->ShmOpen(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
@@ -49,7 +50,7 @@ absl::StatusOr<SharedSegment> SharedSegment::Create(const std::string& name, uin
   ::madvise(segment.data(), size, MADV_HUGEPAGE);
   // Allocate every page now, so that a full /dev/shm is an error here rather than a SIGBUS
   // later in whoever touches the page first.
-  DDO_RETURN_IF_ERROR(fs->Allocate(fd.get(), segment.data(), size, threads, name));
+  DDO_RETURN_IF_ERROR(fs->Allocate(fd.get(), segment.data(), size, threads, name, progress));
   std::move(remove).Cancel();
   return segment;
 }

@@ -241,8 +241,8 @@ TEST_F(DaemonServerTest, RequestsAreRefusedWhileShuttingDown) {
   grpc::ServerContext server_context;
   EXPECT_EQ(service.GetInfo(&server_context, nullptr, &info).error_code(),
             grpc::StatusCode::UNAVAILABLE);
-  ddo::v1::RegisterComponentResponse response;
-  EXPECT_EQ(service.RegisterComponent(&server_context, nullptr, &response).error_code(),
+  ddo::v1::AbortUploadResponse response;
+  EXPECT_EQ(service.AbortUpload(&server_context, nullptr, &response).error_code(),
             grpc::StatusCode::UNAVAILABLE);
 }
 

@@ -117,6 +117,13 @@ absl::Status DdoService::CheckGpuSessionAllowed(const std::string& device,
       "host attaches of the shared copy work for every group member (docs/security.md)"));
 }
 
+std::function<bool()> DdoService::CancelledFor(grpc::ServerContext* ctx,
+                                              const std::string& lease_id) {
+  return [this, ctx, lease_id] {
+    return ctx->IsCancelled() || shutting_down_.load() || !leases_.Find(lease_id).ok();
+  };
+}
+
 std::string DdoService::TokenOf(grpc::ServerContext* ctx) {
   const auto& metadata = ctx->client_metadata();
   auto it = metadata.find("ddo-token");
@@ -300,41 +307,65 @@ grpc::Status DdoService::ExplainPlan(grpc::ServerContext* ctx,
 
 grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
                                            const ddo::v1::RegisterComponentRequest* request,
-                                           ddo::v1::RegisterComponentResponse* response) {
+                                           grpc::ServerWriter<ddo::v1::RegisterProgress>* writer) {
   constexpr char kMethod[] = "RegisterComponent";
   Call call(*this, kMethod);
   absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
   if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return call.Finish(lease.status());
-  absl::StatusOr<RegisterResult> result;
-  if (!request->base_cache_key().empty()) {
+  const bool derived = !request->base_cache_key().empty();
+  DerivedRequest derived_request;
+  absl::StatusOr<std::vector<TensorEntry>> tensors;
+  if (derived) {
     // A derived version: the table is the base's (docs/protocol.md).
     if (request->tensors_size() != 0) {
       return call.Finish(absl::InvalidArgumentError(
                                  "a derived version (base_cache_key set) takes the base's tensor "
                                  "table: leave tensors empty and name changed_tensors"));
     }
-    DerivedRequest derived;
-    derived.cache_key = request->cache_key();
-    derived.base_cache_key = request->base_cache_key();
-    derived.changed_tensors.assign(request->changed_tensors().begin(),
-                                   request->changed_tensors().end());
-    derived.content_hash = request->content_hash();
-    result = store_.RegisterDerived(*lease, derived);
+    derived_request.cache_key = request->cache_key();
+    derived_request.base_cache_key = request->base_cache_key();
+    derived_request.changed_tensors.assign(request->changed_tensors().begin(),
+                                           request->changed_tensors().end());
+    derived_request.content_hash = request->content_hash();
   } else {
     if (request->changed_tensors_size() != 0) {
       return call.Finish(absl::InvalidArgumentError(
                                  "changed_tensors is only for a derived version: set "
                                  "base_cache_key to the component it derives from"));
     }
-    absl::StatusOr<std::vector<TensorEntry>> tensors = TensorTableFromProto(request->tensors());
+    tensors = TensorTableFromProto(request->tensors());
     if (!tensors.ok()) return call.Finish(tensors.status());
-    result = store_.Register(*lease, request->cache_key(), *std::move(tensors),
-                             request->content_hash());
   }
+
+  // Reserving a new upload's pages grows with its size: it runs while this thread reports.
+  WorkProgress progress;
+  auto report = [&](uint64_t done, uint64_t total) {
+    ddo::v1::RegisterProgress message;
+    message.set_bytes_done(done);
+    message.set_bytes_total(total);
+    writer->Write(message);
+  };
+  auto register_component = [&]() -> absl::StatusOr<RegisterResult> {
+    if (derived) return store_.RegisterDerived(*lease, derived_request, &progress);
+    return store_.Register(*lease, request->cache_key(), *std::move(tensors),
+                           request->content_hash(), &progress);
+  };
+  absl::StatusOr<RegisterResult> result = RunReportingProgress<absl::StatusOr<RegisterResult>>(
+      progress, register_component, report, CancelledFor(ctx, lease->id));
   if (!result.ok()) return call.Finish(result.status());
   if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return call.Finish(open);
+  if (!result->warm_hit && ctx->IsCancelled()) {
+    // Nobody is left to write or abort this upload.
+    (void)store_.Abort(lease->id, result->upload_id);
+    return call.Finish(absl::CancelledError("the caller hung up while ddod reserved its upload"));
+  }
+  ddo::v1::RegisterProgress last;
+  last.set_bytes_done(progress.done());
+  last.set_bytes_total(progress.total());
+  last.set_done(true);
+  ddo::v1::RegisterComponentResponse* response = last.mutable_result();
   ToProto(result->component, response->mutable_component());
   response->set_warm_hit(result->warm_hit);
   if (!result->warm_hit) {
@@ -346,25 +377,41 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
     }
     response->set_upload_id(result->upload_id);
   }
+  writer->Write(last);
   return call.Finish(absl::OkStatus());
 }
 
 grpc::Status DdoService::CommitUpload(grpc::ServerContext* ctx,
                                       const ddo::v1::CommitUploadRequest* request,
-                                      ddo::v1::ComponentInfo* response) {
+                                      grpc::ServerWriter<ddo::v1::CommitProgress>* writer) {
   constexpr char kMethod[] = "CommitUpload";
   Call call(*this, kMethod);
   absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
   if (!caller.ok()) return call.Finish(caller.status());
   absl::StatusOr<Lease> lease = leases_.FindFor(request->lease_id(), *caller);
   if (!lease.ok()) return call.Finish(lease.status());
-  absl::StatusOr<ComponentSnapshot> ready = store_.Commit(lease->id, request->upload_id());
+  // Verifying and pinning grow with the component: they run while this thread reports.
+  WorkProgress progress;
+  auto report = [&](uint64_t done, uint64_t total) {
+    ddo::v1::CommitProgress message;
+    message.set_bytes_done(done);
+    message.set_bytes_total(total);
+    writer->Write(message);
+  };
+  absl::StatusOr<ComponentSnapshot> ready = RunReportingProgress<absl::StatusOr<ComponentSnapshot>>(
+      progress, [&] { return store_.Commit(lease->id, request->upload_id(), &progress); }, report,
+      CancelledFor(ctx, lease->id));
   if (!ready.ok()) return call.Finish(ready.status());
   if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) {
     store_.DiscardUnused(ready->cache_key, ready->segment_name);  // answered ABORTED: undone
     return call.Finish(open);
   }
-  ToProto(*ready, /*with_layout=*/false, response);
+  ddo::v1::CommitProgress last;
+  last.set_bytes_done(progress.done());
+  last.set_bytes_total(progress.total());
+  last.set_done(true);
+  ToProto(*ready, /*with_layout=*/false, last.mutable_component());
+  writer->Write(last);
   return call.Finish(absl::OkStatus());
 }
 
@@ -450,9 +497,7 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
     writer->Write(message);
   };
   // A load stops when its caller hangs up, its lease ends, or ddod stops.
-  auto cancelled = [&] {
-    return ctx->IsCancelled() || shutting_down_.load() || !leases_.Find(lease->id).ok();
-  };
+  const std::function<bool()> cancelled = CancelledFor(ctx, lease->id);
   absl::StatusOr<LoadResult> result = store_.LoadSafetensors(*lease, std::move(load), progress, cancelled);
   if (!result.ok()) return call.Finish(result.status());
   if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) {

@@ -10,10 +10,12 @@
 #define DDO_DAEMON_SERVICE_DDO_SERVICE_H_
 
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <string>
 
 #include "daemon/common/status_macros.h"
+#include "daemon/common/work_progress.h"
 #include "daemon/identity/caller_registry.h"
 #include "daemon/service/daemon_context.h"
 #include "daemon/service/calls_per_user.h"
@@ -68,9 +70,9 @@ class DdoService final : public ddo::v1::Ddo::Service {
                        grpc::ServerWriter<ddo::v1::ConnectEvent>* writer) override;
   grpc::Status RegisterComponent(grpc::ServerContext* ctx,
                                  const ddo::v1::RegisterComponentRequest* request,
-                                 ddo::v1::RegisterComponentResponse* response) override;
+                                 grpc::ServerWriter<ddo::v1::RegisterProgress>* writer) override;
   grpc::Status CommitUpload(grpc::ServerContext* ctx, const ddo::v1::CommitUploadRequest* request,
-                            ddo::v1::ComponentInfo* response) override;
+                            grpc::ServerWriter<ddo::v1::CommitProgress>* writer) override;
   grpc::Status AbortUpload(grpc::ServerContext* ctx, const ddo::v1::AbortUploadRequest* request,
                            ddo::v1::AbortUploadResponse* response) override;
   grpc::Status LoadSafetensors(grpc::ServerContext* ctx,
@@ -145,6 +147,9 @@ class DdoService final : public ddo::v1::Ddo::Service {
   // FAILED_PRECONDITION, saying why and what to do, when `caller` may not stream on `device`:
   // a GPU session is served to ddod's own user and root only.
   static absl::Status CheckGpuSessionAllowed(const std::string& device, const Caller& caller);
+  // Whether long work for this call should stop: its caller hung up, its lease ended, or ddod
+  // is stopping.
+  std::function<bool()> CancelledFor(grpc::ServerContext* ctx, const std::string& lease_id);
   // The token this call carries ("" when none).
   static std::string TokenOf(grpc::ServerContext* ctx);
   // Lets the caller open these segments through the identity socket (docs/security.md).

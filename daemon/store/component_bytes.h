@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/common/work_progress.h"
 #include "daemon/pool/host_pool.h"
 #include "daemon/store/tensor_table.h"
 
@@ -43,8 +44,9 @@ class ComponentBytes {
 
 // "xxh3-64:<16 hex>" of the bytes of the tensors in the component's own segment (segment 0),
 // in table order: the content hash of a component that is not derived (all its tensors), and
-// of a derived version's changed tensors.
-std::string OwnContentHash(const std::vector<TensorEntry>& tensors, const ComponentBytes& bytes);
+// of a derived version's changed tensors. `progress` (optional) counts the bytes hashed.
+std::string OwnContentHash(const std::vector<TensorEntry>& tensors, const ComponentBytes& bytes,
+                           WorkProgress* progress = nullptr);
 
 }  // namespace ddo
 

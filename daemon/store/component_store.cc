@@ -314,10 +314,11 @@ absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ClearKeyLocked(
 
 absl::StatusOr<RegisterResult> ComponentStore::AllocateUpload(const std::string& upload_id,
                                                               const std::string& cache_key,
-                                                              uint64_t span, const Caller& caller) {
+                                                              uint64_t span, const Caller& caller,
+                                                              WorkProgress* progress) {
   // Creating the segment reserves its pages: slow for big components, so outside the lock.
   const absl::Time allocating = absl::Now();
-  absl::StatusOr<std::shared_ptr<PoolSegment>> segment = pool_.Allocate(span);
+  absl::StatusOr<std::shared_ptr<PoolSegment>> segment = pool_.Allocate(span, progress);
   const double allocate_s = absl::ToDoubleSeconds(absl::Now() - allocating);
   absl::MutexLock lock(&mu_);
   auto it = FindUploadLocked(upload_id);
@@ -347,7 +348,8 @@ absl::StatusOr<RegisterResult> ComponentStore::AllocateUpload(const std::string&
 
 absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     const Lease& lease, const std::string& cache_key, std::vector<TensorEntry> tensors,
-    const std::string& content_hash, const std::vector<FileIdentity>& sources) {
+    const std::string& content_hash, const std::vector<FileIdentity>& sources,
+    WorkProgress* progress) {
   const Caller& caller = lease.caller;
   if (cache_key.empty()) {
     return absl::InvalidArgumentError("cache_key is empty");
@@ -395,18 +397,20 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     placeholder.owner_lease = lease.id;
     components_.emplace(cache_key, std::move(placeholder));
   }
-  return AllocateUpload(upload_id, cache_key, span, caller);
+  return AllocateUpload(upload_id, cache_key, span, caller, progress);
 }
 
 absl::StatusOr<RegisterResult> ComponentStore::Register(const Lease& lease,
                                                         const std::string& cache_key,
                                                         std::vector<TensorEntry> tensors,
-                                                        const std::string& content_hash) {
-  return BeginUpload(lease, cache_key, std::move(tensors), content_hash);
+                                                        const std::string& content_hash,
+                                                        WorkProgress* progress) {
+  return BeginUpload(lease, cache_key, std::move(tensors), content_hash, {}, progress);
 }
 
 absl::StatusOr<RegisterResult> ComponentStore::RegisterDerived(const Lease& lease,
-                                                               const DerivedRequest& request) {
+                                                               const DerivedRequest& request,
+                                                               WorkProgress* progress) {
   const Caller& caller = lease.caller;
   const std::string key = EscapeForDisplay(request.cache_key);
   const std::string base_key = EscapeForDisplay(request.base_cache_key);
@@ -552,7 +556,7 @@ absl::StatusOr<RegisterResult> ComponentStore::RegisterDerived(const Lease& leas
     placeholder.owner_lease = lease.id;
     components_.emplace(request.cache_key, std::move(placeholder));
   }
-  return AllocateUpload(upload_id, request.cache_key, span, caller);
+  return AllocateUpload(upload_id, request.cache_key, span, caller, progress);
 }
 
 absl::StatusOr<ComponentBytes> ComponentStore::BytesOfUpload(const std::string& lease_id,
@@ -575,7 +579,8 @@ absl::StatusOr<ComponentBytes> ComponentStore::BytesOfUpload(const std::string& 
 }
 
 absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& lease_id,
-                                                         const std::string& upload_id) {
+                                                         const std::string& upload_id,
+                                                         WorkProgress* progress) {
   std::vector<TensorEntry> tensors;
   std::string expected_hash;
   DDO_ASSIGN_OR_RETURN(ComponentBytes bytes,
@@ -594,7 +599,14 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
     pin_s = absl::ToDoubleSeconds(absl::Now() - pinning);
   });
   std::string actual;
-  if (!expected_hash.empty()) actual = OwnContentHash(tensors, bytes);
+  if (!expected_hash.empty() && progress != nullptr) {
+    uint64_t to_hash = 0;
+    for (const TensorEntry& tensor : tensors) {
+      if (tensor.segment == 0) to_hash += tensor.byte_size;
+    }
+    progress->SetTotal(to_hash);
+  }
+  if (!expected_hash.empty()) actual = OwnContentHash(tensors, bytes, progress);
   pinner.join();
   if (actual != expected_hash) {
     (void)Abort(lease_id, upload_id);  // the segment is unpinned when its last user lets go

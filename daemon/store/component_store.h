@@ -152,10 +152,13 @@ class ComponentStore {
   // new upload the lease owns. ABORTED while another client uploads the key;
   // FAILED_PRECONDITION when a different component under the key is in use;
   // PERMISSION_DENIED when the key holds another user's component; RESOURCE_EXHAUSTED when no
-  // room can be made or the caller's uid is at a limit (named).
+  // room can be made or the caller's uid is at a limit (named). Reserving a new upload's
+  // pages takes time that grows with its size: `progress` (optional) counts them, and
+  // cancelling it ends the call with CANCELLED and no upload left behind.
   absl::StatusOr<RegisterResult> Register(const Lease& lease, const std::string& cache_key,
                                           std::vector<TensorEntry> tensors,
-                                          const std::string& content_hash);
+                                          const std::string& content_hash,
+                                          WorkProgress* progress = nullptr);
 
   // Registers under `request.cache_key` a derived version of the READY component under
   // `request.base_cache_key`: the base's table, the changed tensors laid out in a new segment
@@ -165,13 +168,16 @@ class ComponentStore {
   // when the key holds a READY derived version with the same changed tensors and content hash
   // whose other tensors are the very bytes the base has; otherwise the replacement rules and
   // errors of Register. A derived version is readable by its owner (and admins) only.
-  absl::StatusOr<RegisterResult> RegisterDerived(const Lease& lease, const DerivedRequest& request);
+  absl::StatusOr<RegisterResult> RegisterDerived(const Lease& lease, const DerivedRequest& request,
+                                                 WorkProgress* progress = nullptr);
 
   // Completes an upload: verifies the content hash when one was given (of the bytes of the
   // component's own segment: all its tensors, or a derived version's changed ones), pins its
-  // segment, publishes.
+  // segment, publishes. `progress` (optional) counts the bytes hashed (its total: the bytes
+  // to hash, 0 without a hash); pinning reports nothing until it ends.
   absl::StatusOr<ComponentSnapshot> Commit(const std::string& lease_id,
-                                           const std::string& upload_id);
+                                           const std::string& upload_id,
+                                           WorkProgress* progress = nullptr);
 
   // Discards an upload; returns the bytes freed.
   absl::StatusOr<uint64_t> Abort(const std::string& lease_id, const std::string& upload_id);
@@ -284,7 +290,8 @@ class ComponentStore {
   absl::StatusOr<RegisterResult> BeginUpload(const Lease& lease, const std::string& cache_key,
                                              std::vector<TensorEntry> tensors,
                                              const std::string& content_hash,
-                                             const std::vector<FileIdentity>& sources = {});
+                                             const std::vector<FileIdentity>& sources = {},
+                                             WorkProgress* progress = nullptr);
   absl::StatusOr<ComponentBytes> BytesOfUpload(const std::string& lease_id,
                                                const std::string& upload_id,
                                                std::vector<TensorEntry>* tensors,
@@ -298,10 +305,10 @@ class ComponentStore {
       const std::function<bool(const Component&)>& same, const std::vector<FileIdentity>& sources)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocates the placeholder's own segment of `span` bytes outside the lock and answers the
-  // upload (ABORTED when the lease ended meanwhile).
+  // upload (ABORTED when the lease ended meanwhile, CANCELLED when `progress` was).
   absl::StatusOr<RegisterResult> AllocateUpload(const std::string& upload_id,
                                                 const std::string& cache_key, uint64_t span,
-                                                const Caller& caller);
+                                                const Caller& caller, WorkProgress* progress);
   // Evicts unused READY components, least recently used first, until `bytes` fit. Only those
   // whose eviction releases bytes count (a base whose bytes a derived version uses releases
   // nothing until that one goes too); the components under `spared` stay.

@@ -289,7 +289,7 @@ def test_daemon_rejects_an_invalid_table(daemon, client, case, key, tensors, nam
     )
     with ddo_stub(daemon.address) as stub:
         with pytest.raises(grpc.RpcError) as raised:
-            stub.RegisterComponent(request, timeout=5)
+            list(stub.RegisterComponent(request, timeout=5))
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, raised.value.details()
     if named:
         assert named in raised.value.details()
@@ -306,7 +306,9 @@ def test_unknown_lease_is_refused(daemon, client):
         attach = sessions_pb2.AttachRequest(lease_id=unknown, cache_key="k")
         for rpc, request in (("RegisterComponent", register), ("Attach", attach)):
             with pytest.raises(grpc.RpcError) as raised:
-                getattr(stub, rpc)(request, timeout=5)
+                answer = getattr(stub, rpc)(request, timeout=5)
+                if isinstance(answer, grpc.Call):  # RegisterComponent streams its progress
+                    list(answer)
             details = raised.value.details()
             assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION, (rpc, details)
         call = stub.LoadSafetensors(

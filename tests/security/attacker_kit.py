@@ -108,10 +108,14 @@ class Ddo:
     # Plain RPCs.
 
     def call(self, rpc: str, request, timeout: float = 10.0, keep=None) -> Outcome:
-        """Calls unary ``rpc``; ``keep(response)`` picks what an OK outcome carries."""
+        """Calls ``rpc``; ``keep(response)`` picks what an OK outcome carries. For a
+        progress-streaming RPC (RegisterComponent, CommitUpload) the response is its last
+        message."""
         started = time.monotonic()
         try:
             response = getattr(self.stub, rpc)(request, timeout=timeout, metadata=self.metadata)
+            if isinstance(response, grpc.Call):  # a server stream: read it to its end
+                response = list(response)[-1]
         except grpc.RpcError as error:
             return _failure(error, started)
         outcome = Outcome(code="OK", details="", seconds=time.monotonic() - started)

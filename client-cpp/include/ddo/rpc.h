@@ -265,7 +265,10 @@ class DDO_CLIENT_API RpcClient {
   StatusOr<uint64_t> evict(const std::string& cache_key);
 
   // Upload: register_component, then write_upload (or open_segment and write yourself), then
-  // commit; abort gives the segments back.
+  // commit; abort gives the segments back. register_component (ddod reserves the memory) and
+  // commit (ddod verifies and pins) have no fixed deadline: their work grows with the
+  // component, and they give up with DEADLINE_EXCEEDED only when ddod sends no progress for
+  // the larger of 60 s and 12 timeouts.
   StatusOr<Upload> register_component(const std::string& cache_key,
                                       const std::vector<TensorSpec>& tensors,
                                       const std::string& content_hash = "");

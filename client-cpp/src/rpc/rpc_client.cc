@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +30,47 @@ Status Call(const RpcClient::Impl& impl, Method method, const Request& request,
   grpc::ClientContext context;
   impl.Prepare(&context, with_token);
   return FromGrpc(((*impl.stub).*method)(&context, request, response));
+}
+
+// The stall limit of a progress call: the caller's, or the larger of 60 s and 12 timeouts.
+double StallSeconds(const RpcClient::Impl& impl, double requested) {
+  return requested > 0 ? requested : std::max(60.0, 12 * impl.timeout_seconds);
+}
+
+// Makes one progress-streaming call of the Ddo service (RegisterComponent, CommitUpload,
+// LoadSafetensors: work that grows with the component) with `impl`'s token and no deadline,
+// and returns its last message (done set). The call is cancelled when ddod sends nothing for
+// `stall_seconds`; that answers DEADLINE_EXCEEDED naming the RPC.
+template <typename Progress, typename Method, typename Request>
+StatusOr<Progress> FollowProgress(const RpcClient::Impl& impl, Method method,
+                                  const Request& request, const char* name,
+                                  double stall_seconds) {
+  grpc::ClientContext context;
+  context.AddMetadata("ddo-token", impl.identity->token());
+  std::unique_ptr<grpc::ClientReader<Progress>> reader = ((*impl.stub).*method)(&context, request);
+  Progress message;
+  std::optional<Progress> last;
+  bool stalled = false;
+  Status finished;
+  {
+    StallWatchdog watchdog(stall_seconds, [&context] { context.TryCancel(); });
+    while (reader->Read(&message)) {
+      watchdog.Progress();
+      if (message.done()) last = message;
+    }
+    finished = FromGrpc(reader->Finish());
+    stalled = watchdog.fired();
+  }
+  if (stalled && !finished.ok()) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  absl::StrCat("ddod sent no ", name, " progress for ", stall_seconds,
+                               " s; gave up"));
+  }
+  if (!finished.ok()) return finished;
+  if (!last.has_value()) {
+    return Status(StatusCode::kInternal, absl::StrCat("ddod ended ", name, " without a result"));
+  }
+  return *std::move(last);
 }
 
 // A shared-memory name as ddod makes them: "/" and a name without '/'.
@@ -126,10 +169,12 @@ StatusOr<Upload> RpcClient::register_component(const std::string& cache_key,
   request.set_cache_key(cache_key);
   for (const TensorSpec& spec : tensors) ToProto(spec, request.add_tensors());
   request.set_content_hash(content_hash);
-  ddo::v1::RegisterComponentResponse response;
-  Status status = Call(*impl_, &ddo::v1::Ddo::Stub::RegisterComponent, request, &response);
-  if (!status.ok()) return status;
-  return FromProto(response);
+  // Reserving the upload's memory grows with the component: no fixed deadline.
+  StatusOr<ddo::v1::RegisterProgress> last = FollowProgress<ddo::v1::RegisterProgress>(
+      *impl_, &ddo::v1::Ddo::Stub::RegisterComponent, request, "RegisterComponent",
+      StallSeconds(*impl_, 0));
+  if (!last.ok()) return last.status();
+  return FromProto(last->result());
 }
 
 Status RpcClient::write_upload(const Upload& upload,
@@ -168,10 +213,12 @@ StatusOr<ComponentInfo> RpcClient::commit(const std::string& upload_id) {
   ddo::v1::CommitUploadRequest request;
   request.set_lease_id(lease_id());
   request.set_upload_id(upload_id);
-  ddo::v1::ComponentInfo response;
-  Status status = Call(*impl_, &ddo::v1::Ddo::Stub::CommitUpload, request, &response);
-  if (!status.ok()) return status;
-  return FromProto(response);
+  // Verifying and pinning grow with the component: no fixed deadline.
+  StatusOr<ddo::v1::CommitProgress> last = FollowProgress<ddo::v1::CommitProgress>(
+      *impl_, &ddo::v1::Ddo::Stub::CommitUpload, request, "CommitUpload",
+      StallSeconds(*impl_, 0));
+  if (!last.ok()) return last.status();
+  return FromProto(last->component());
 }
 
 StatusOr<uint64_t> RpcClient::abort(const std::string& upload_id) {
@@ -206,41 +253,12 @@ StatusOr<LoadResult> RpcClient::load_safetensors(const std::string& cache_key,
     }
     request.add_file_handles(*handle);
   }
-  // No deadline: reading a model takes as long as the disk needs. ddod reports progress; a
-  // stream silent for the stall limit is cancelled.
-  grpc::ClientContext context;
-  context.AddMetadata("ddo-token", impl_->identity->token());
-  const double stall_seconds = options.stall_timeout_seconds > 0
-                                   ? options.stall_timeout_seconds
-                                   : std::max(60.0, 12 * impl_->timeout_seconds);
-  std::unique_ptr<grpc::ClientReader<ddo::v1::LoadProgress>> reader =
-      impl_->stub->LoadSafetensors(&context, request);
-  ddo::v1::LoadProgress progress;
-  std::optional<LoadResult> result;
-  bool stalled = false;
-  Status finished;
-  {
-    StallWatchdog watchdog(stall_seconds, [&context] { context.TryCancel(); });
-    while (reader->Read(&progress)) {
-      watchdog.Progress();
-      if (progress.done()) {
-        result = LoadResult{FromProto(progress.component()), progress.warm_hit(),
-                            progress.seconds()};
-      }
-    }
-    finished = FromGrpc(reader->Finish());
-    stalled = watchdog.fired();
-  }
-  if (stalled && !finished.ok()) {
-    return Status(StatusCode::kDeadlineExceeded,
-                  absl::StrCat("ddod sent no LoadSafetensors progress for ", stall_seconds,
-                               " s; gave up"));
-  }
-  if (!finished.ok()) return finished;
-  if (!result.has_value()) {
-    return Status(StatusCode::kInternal, "ddod ended LoadSafetensors without a result");
-  }
-  return *std::move(result);
+  // No deadline: reading a model takes as long as the disk needs.
+  StatusOr<ddo::v1::LoadProgress> last = FollowProgress<ddo::v1::LoadProgress>(
+      *impl_, &ddo::v1::Ddo::Stub::LoadSafetensors, request, "LoadSafetensors",
+      StallSeconds(*impl_, options.stall_timeout_seconds));
+  if (!last.ok()) return last.status();
+  return LoadResult{FromProto(last->component()), last->warm_hit(), last->seconds()};
 }
 
 StatusOr<AttachAnswer> RpcClient::attach(const std::string& cache_key,

@@ -307,6 +307,7 @@ class DdoClient(Closeable):
         progress: Optional[bool] = None,
         wait: Optional[float] = None,
         log: Optional["LogFunction"] = None,
+        stall_timeout: Optional[float] = None,
     ) -> "Component":
         """Uploads a state dict into ddod's pool under ``cache_key`` (a warm hit when it is
         already there); see :func:`diffusers_dynamic_offloader.store.register_state_dict`."""
@@ -321,6 +322,7 @@ class DdoClient(Closeable):
             progress=progress,
             wait=wait,
             log=log,
+            stall_timeout=stall_timeout,
         )
         self.stored_keys.add(cache_key)
         return stored
@@ -335,6 +337,7 @@ class DdoClient(Closeable):
         progress: Optional[bool] = None,
         wait: Optional[float] = None,
         log: Optional["LogFunction"] = None,
+        stall_timeout: Optional[float] = None,
     ) -> "Component":
         """Uploads a module's parameters and persistent buffers under ``cache_key``; see
         :func:`diffusers_dynamic_offloader.store.register_module`."""
@@ -349,6 +352,7 @@ class DdoClient(Closeable):
             progress=progress,
             wait=wait,
             log=log,
+            stall_timeout=stall_timeout,
         )
         self.stored_keys.add(cache_key)
         return stored

@@ -85,7 +85,9 @@ class ProgressReporter(Closeable):
         self._min_bytes = auto_min_bytes() if min_bytes is None else min_bytes
         self._bar: Any = None
         self._total = 0
+        self._bar_total = 0
         self._done = 0
+        self._stage_base = 0
         self._started = time.monotonic()
         self._enabled = False
 
@@ -105,7 +107,9 @@ class ProgressReporter(Closeable):
         ``bar=False`` decides only whether the summary is shown (for transfers that turned
         out to have nothing to move)."""
         self._total = int(total)
+        self._bar_total = self._total
         self._done = 0
+        self._stage_base = 0
         self._started = time.monotonic()
         if self._progress is None:
             self._enabled = self._total >= self._min_bytes
@@ -114,6 +118,23 @@ class ProgressReporter(Closeable):
         if self._enabled and bar and self._bar is None:
             self._bar = _make_bar(self._total, self.description)
 
+    def stage(self, name: str, total: int) -> None:
+        """Begins one stage of a transfer made of several (a registration reserves ddod's
+        memory, writes the bytes, then ddod verifies and pins them): the stage's ``total``
+        bytes join the bar, whose label names the stage, and :meth:`update_to` counts from
+        the stage's start. The summary still reports what :meth:`finish` is given."""
+        self._stage_base = self._done
+        self._bar_total += int(total)
+        if self._bar is None and self._enabled and self._progress is not False:
+            # A transfer started without a bar (it might have had nothing to move) gets one
+            # with its first stage.
+            self._bar = _make_bar(self._bar_total, self.description)
+            if self._bar is not None and self._done:
+                self._bar.update(self._done)
+        if self._bar is not None:
+            self._bar.total = self._bar_total
+            self._bar.set_description(f"ddo {self.description} ({name})", refresh=True)
+
     def update(self, count: int) -> None:
         """``count`` more bytes are done."""
         self._done += count
@@ -121,7 +142,9 @@ class ProgressReporter(Closeable):
             self._bar.update(count)
 
     def update_to(self, done: int) -> None:
-        """``done`` bytes in all are done (for sources that report totals)."""
+        """``done`` bytes in all (of this stage, after :meth:`stage`) are done, for sources
+        that report totals."""
+        done += self._stage_base
         if done > self._done:
             self.update(done - self._done)
 

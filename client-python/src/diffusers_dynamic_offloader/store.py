@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
 import time
 from typing import (
     Callable,
@@ -73,6 +72,7 @@ from .identity import check_file_name, quote
 from .module_tensors import module_tensors, unique
 from .pool_views import map_component
 from .progress import LogFunction, ProgressReporter, format_bytes
+from .progress_call import follow_progress
 from .rpc_channel import RpcChannel
 from .shm import SegmentMapping, SegmentOpener
 
@@ -113,6 +113,7 @@ def register_state_dict(
     progress: Optional[bool] = None,
     wait: Optional[float] = None,
     log: Optional[LogFunction] = None,
+    stall_timeout: Optional[float] = None,
 ) -> Component:
     """Puts the tensors of ``state_dict`` into ddod's pool under ``cache_key``.
 
@@ -134,6 +135,9 @@ def register_state_dict(
         wait: Seconds to keep retrying while another process uploads the same key (default:
             six times the client's timeout).
         log: Receives the summary line instead of stderr.
+        stall_timeout: Give up when ddod, reserving or verifying and pinning the component's
+            memory, sends no progress for this many seconds (default: the larger of 60 s and
+            12 client timeouts). No fixed deadline bounds that work: it grows with the model.
 
     Returns:
         The READY component; ``warm_hit`` says whether the upload was skipped.
@@ -151,7 +155,9 @@ def register_state_dict(
             raise TensorTableError(f"state dict key {name!r} is not a string")
         module_path = name.rpartition(".")[0]
         entries.append(_Entry(name, tensor, module_path, "", False))
-    return _register(rpc, cache_key, entries, units, content_hash, progress, wait, log)
+    return _register(
+        rpc, cache_key, entries, units, content_hash, progress, wait, log, stall_timeout
+    )
 
 
 def register_module(
@@ -164,6 +170,7 @@ def register_module(
     progress: Optional[bool] = None,
     wait: Optional[float] = None,
     log: Optional[LogFunction] = None,
+    stall_timeout: Optional[float] = None,
 ) -> Component:
     """Puts a module's parameters and persistent buffers into ddod's pool under ``cache_key``.
 
@@ -178,7 +185,9 @@ def register_module(
         _Entry(found.name, found.tensor, found.module_path, found.module_class, found.is_buffer)
         for found in unique(module_tensors(module))
     ]
-    return _register(rpc, cache_key, entries, units, content_hash, progress, wait, log)
+    return _register(
+        rpc, cache_key, entries, units, content_hash, progress, wait, log, stall_timeout
+    )
 
 
 class _Entry:
@@ -205,6 +214,7 @@ def _register(
     progress: Optional[bool],
     wait: Optional[float],
     log: Optional[LogFunction],
+    stall_timeout: Optional[float],
 ) -> Component:
     started = time.monotonic()
     _check_key(cache_key)
@@ -216,25 +226,23 @@ def _register(
     request = components_pb2.RegisterComponentRequest(
         lease_id=rpc.lease_id, cache_key=cache_key, tensors=specs, content_hash=expected_hash
     )
-    response = _register_with_retry(rpc, request, wait)
-    if response.warm_hit:
-        reporter.start(total, bar=False)
-        seconds = time.monotonic() - started
-        reporter.message(
-            f"ddo: {cache_key!r} is already in the pool ({format_bytes(total)}): nothing to upload"
-        )
-        return _warm_component(rpc, response.component, specs, seconds)
-
     with reporter:
-        reporter.start(total)
-        try:
-            _write_upload(response, specs, tensors, reporter, rpc.segment_opener)
-            info = rpc.unary(
-                "CommitUpload",
-                components_pb2.CommitUploadRequest(
-                    lease_id=rpc.lease_id, upload_id=response.upload_id
-                ),
+        # One bar through the three stages: ddod reserves its memory, this process writes the
+        # bytes, ddod verifies and pins them. It opens with the first stage: a warm hit has none.
+        reporter.start(total, bar=False)
+        response = _register_with_retry(rpc, request, wait, reporter, stall_timeout)
+        if response.warm_hit:
+            reporter.close()
+            seconds = time.monotonic() - started
+            reporter.message(
+                f"ddo: {cache_key!r} is already in the pool ({format_bytes(total)}): "
+                "nothing to upload"
             )
+            return _warm_component(rpc, response.component, specs, seconds)
+        try:
+            reporter.stage("writing", 0)
+            _write_upload(response, specs, tensors, reporter, rpc.segment_opener)
+            info = _commit_upload(rpc, response.upload_id, reporter, stall_timeout)
         except BaseException:
             _abort_upload(rpc, response.upload_id)
             raise
@@ -275,7 +283,7 @@ def register_derived(
         lease_id=rpc.lease_id, cache_key=cache_key, base_cache_key=base_key,
         changed_tensors=[spec.name for spec in changed_specs], content_hash=content_hash,
     )
-    response = _register_with_retry(rpc, request, wait)
+    response = _register_with_retry(rpc, request, wait, ProgressReporter(cache_key, progress=False))
     registered = time.monotonic()
     steps = seconds if seconds is not None else {}
     steps["register"] = registered - started
@@ -289,11 +297,7 @@ def register_derived(
         _write_upload(response, specs, list(changed_bytes), reporter, rpc.segment_opener)
         written = time.monotonic()
         steps["write"] = written - registered
-        info = rpc.unary(
-            "CommitUpload",
-            components_pb2.CommitUploadRequest(lease_id=rpc.lease_id,
-                                               upload_id=response.upload_id),
-        )
+        info = _commit_upload(rpc, response.upload_id, reporter)
         steps["commit"] = time.monotonic() - written
     except BaseException:
         _abort_upload(rpc, response.upload_id)
@@ -383,21 +387,63 @@ def _content_hash_argument(content_hash: Union[bool, str], tensors: List[torch.T
 
 
 def _register_with_retry(
-    rpc: RpcChannel, request: components_pb2.RegisterComponentRequest, wait: Optional[float]
+    rpc: RpcChannel,
+    request: components_pb2.RegisterComponentRequest,
+    wait: Optional[float],
+    reporter: ProgressReporter,
+    stall_timeout: Optional[float] = None,
 ) -> components_pb2.RegisterComponentResponse:
     """RegisterComponent, retried every 100 ms while ddod answers ABORTED (someone else is
-    uploading the key), for up to ``wait`` seconds."""
+    uploading the key), for up to ``wait`` seconds. ddod's reservation of the upload's
+    memory is the bar's "reserving" stage."""
     if wait is None:
         wait = rpc.timeout * _WAIT_TIMEOUTS
     deadline = time.monotonic() + wait
     while True:
+        staged = False
+
+        def on_progress(message: components_pb2.RegisterProgress) -> None:
+            nonlocal staged
+            if not staged and message.bytes_total:
+                reporter.stage("reserving", message.bytes_total)
+                staged = True
+            reporter.update_to(message.bytes_done)
+
         try:
-            return rpc.unary("RegisterComponent", request)
+            final = follow_progress(
+                rpc, "RegisterComponent", request, on_progress=on_progress,
+                stall_timeout=stall_timeout,
+            )
+            return final.result
         except DaemonError as error:
             left = deadline - time.monotonic()
             if error.code != grpc.StatusCode.ABORTED or left <= 0:
                 raise
         time.sleep(min(_RETRY_INTERVAL_S, left))
+
+
+def _commit_upload(
+    rpc: RpcChannel,
+    upload_id: str,
+    reporter: ProgressReporter,
+    stall_timeout: Optional[float] = None,
+) -> components_pb2.ComponentInfo:
+    """CommitUpload: ddod verifies the content hash (the bar's "verifying" stage) and pins
+    the segment; returns the READY component."""
+    staged = False
+
+    def on_progress(message: components_pb2.CommitProgress) -> None:
+        nonlocal staged
+        if not staged:
+            reporter.stage("verifying and pinning", message.bytes_total)
+            staged = True
+        reporter.update_to(message.bytes_done)
+
+    request = components_pb2.CommitUploadRequest(lease_id=rpc.lease_id, upload_id=upload_id)
+    final = follow_progress(
+        rpc, "CommitUpload", request, on_progress=on_progress, stall_timeout=stall_timeout
+    )
+    return final.component
 
 
 def _write_upload(
@@ -758,35 +804,26 @@ def load_safetensors(
         units=dict(units or {}),
         keep_alive_seconds=keep_alive_seconds,
     )
-    if stall_timeout is None:
-        stall_timeout = max(60.0, 12 * rpc.timeout)
-    call = rpc.server_stream("LoadSafetensors", request)
-    watchdog = _Watchdog(call.cancel, stall_timeout)
-    final: Optional[components_pb2.LoadProgress] = None
     with ProgressReporter(cache_key, progress=progress, log=log) as reporter:
         begun = False
+
+        def on_progress(message: components_pb2.LoadProgress) -> None:
+            nonlocal begun
+            if not begun and message.bytes_total:
+                reporter.start(message.bytes_total)
+                begun = True
+            reporter.update_to(message.bytes_done)
+
         try:
-            for message in call:
-                watchdog.reset()
-                if not begun and (message.bytes_total or message.done):
-                    # A warm hit answers at once with done: no bar for it.
-                    reporter.start(message.bytes_total, bar=not message.done)
-                    begun = True
-                reporter.update_to(message.bytes_done)
-                if message.done:
-                    final = message
-                    break
-        except grpc.RpcError as error:
-            if watchdog.fired:
-                raise DdoError(
-                    f"ddod sent no LoadSafetensors progress for {stall_timeout:g} s; gave up"
-                ) from error
-            raise _naming_paths(DaemonError("LoadSafetensors", error), passed) from error
-        finally:
-            watchdog.stop()
-            call.cancel()
-        if final is None:
-            raise DdoError("ddod ended the LoadSafetensors stream without a result")
+            final = follow_progress(
+                rpc, "LoadSafetensors", request, on_progress=on_progress,
+                stall_timeout=stall_timeout,
+            )
+        except DaemonError as error:
+            raise _naming_paths(error, passed) from error
+        if not begun:
+            # A warm hit answers at once with done: no bar for it.
+            reporter.start(final.bytes_total, bar=False)
         seconds = time.monotonic() - started
         total = final.component.ref.total_bytes or final.bytes_total
         if final.warm_hit:
@@ -797,36 +834,6 @@ def load_safetensors(
         else:
             reporter.finish("loaded", count=total, seconds=final.seconds or seconds)
     return Component.from_proto(final.component, warm_hit=final.warm_hit, seconds=seconds)
-
-
-class _Watchdog:
-    """Calls ``action`` once when :meth:`reset` has not been called for ``seconds``; one
-    background thread, until :meth:`stop`."""
-
-    def __init__(self, action: Callable[[], object], seconds: float) -> None:
-        self._action = action
-        self._seconds = seconds
-        self._last = time.monotonic()
-        self._stopped = threading.Event()
-        self.fired = False
-        self._thread = threading.Thread(target=self._run, name="ddo-load-watchdog", daemon=True)
-        self._thread.start()
-
-    def reset(self) -> None:
-        self._last = time.monotonic()
-
-    def stop(self) -> None:
-        self._stopped.set()
-
-    def _run(self) -> None:
-        while True:
-            left = self._last + self._seconds - time.monotonic()
-            if left <= 0:
-                self.fired = True
-                self._action()
-                return
-            if self._stopped.wait(left):
-                return
 
 
 # Attaching and managing.

@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64\x64o/v1/components.proto\x12\x06\x64\x64o.v1\"\xa6\x01\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x05\x64type\x18\x02 \x01(\x0e\x32\r.ddo.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\x12\x13\n\x0bmodule_path\x18\x05 \x01(\t\x12\x14\n\x0cmodule_class\x18\x06 \x01(\t\x12\x0c\n\x04unit\x18\x07 \x01(\r\x12\x11\n\tis_buffer\x18\x08 \x01(\x08\"z\n\x0c\x43omponentRef\x12\x14\n\x0c\x63omponent_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12\x16\n\x0estructure_hash\x18\x03 \x01(\t\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x14\n\x0c\x63ontent_hash\x18\x05 \x01(\t\"5\n\rSharedSegment\x12\x10\n\x08shm_name\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\"S\n\x0fTensorPlacement\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07segment\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\"\xab\x01\n\x18RegisterComponentRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12#\n\x07tensors\x18\x03 \x03(\x0b\x32\x12.ddo.v1.TensorSpec\x12\x14\n\x0c\x63ontent_hash\x18\x04 \x01(\t\x12\x16\n\x0e\x62\x61se_cache_key\x18\x05 \x01(\t\x12\x17\n\x0f\x63hanged_tensors\x18\x06 \x03(\t\"\xbf\x01\n\x19RegisterComponentResponse\x12\'\n\tcomponent\x18\x01 \x01(\x0b\x32\x14.ddo.v1.ComponentRef\x12\x10\n\x08warm_hit\x18\x02 \x01(\x08\x12\x11\n\tupload_id\x18\x03 \x01(\t\x12\'\n\x08segments\x18\x04 \x03(\x0b\x32\x15.ddo.v1.SharedSegment\x12+\n\nplacements\x18\x05 \x03(\x0b\x32\x17.ddo.v1.TensorPlacement\":\n\x13\x43ommitUploadRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tupload_id\x18\x02 \x01(\t\"9\n\x12\x41\x62ortUploadRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tupload_id\x18\x02 \x01(\t\"*\n\x13\x41\x62ortUploadResponse\x12\x13\n\x0b\x66reed_bytes\x18\x01 \x01(\x04\"\xa6\x02\n\x16LoadSafetensorsRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12\r\n\x05\x66iles\x18\x03 \x03(\t\x12\x12\n\nindex_file\x18\x04 \x01(\t\x12\x14\n\x0c\x63ontent_hash\x18\x05 \x01(\t\x12\x38\n\x05units\x18\x06 \x03(\x0b\x32).ddo.v1.LoadSafetensorsRequest.UnitsEntry\x12\x14\n\x0c\x66ile_handles\x18\x07 \x03(\x04\x12\x14\n\x0cindex_handle\x18\x08 \x01(\x04\x12\x1a\n\x12keep_alive_seconds\x18\t \x01(\x03\x1a,\n\nUnitsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x92\x01\n\x0cLoadProgress\x12\x12\n\nbytes_done\x18\x01 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x02 \x01(\x04\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12(\n\tcomponent\x18\x04 \x01(\x0b\x32\x15.ddo.v1.ComponentInfo\x12\x10\n\x08warm_hit\x18\x05 \x01(\x08\x12\x0f\n\x07seconds\x18\x06 \x01(\x01\"\xd9\x03\n\rComponentInfo\x12!\n\x03ref\x18\x01 \x01(\x0b\x32\x14.ddo.v1.ComponentRef\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.ddo.v1.ComponentState\x12\x14\n\x0ctensor_count\x18\x03 \x01(\r\x12\x12\n\nunit_count\x18\x04 \x01(\r\x12\x0e\n\x06pinned\x18\x05 \x01(\x08\x12\x14\n\x0cpinned_bytes\x18\x06 \x01(\x04\x12\x10\n\x08sessions\x18\x07 \x01(\r\x12\x19\n\x11last_used_unix_ms\x18\x08 \x01(\x03\x12\'\n\x08segments\x18\t \x03(\x0b\x32\x15.ddo.v1.SharedSegment\x12+\n\nplacements\x18\n \x03(\x0b\x32\x17.ddo.v1.TensorPlacement\x12#\n\x07tensors\x18\x0b \x03(\x0b\x32\x12.ddo.v1.TensorSpec\x12\x16\n\x0e\x62\x61se_cache_key\x18\x0c \x01(\t\x12\x17\n\x0f\x63hanged_tensors\x18\r \x01(\r\x12\x11\n\town_bytes\x18\x0e \x01(\x04\x12\x1a\n\x12keep_alive_seconds\x18\x0f \x01(\x03\x12\x11\n\towner_uid\x18\x10 \x01(\r\x12\x13\n\x0bowner_shown\x18\x11 \x01(\x08\"=\n\x13GetComponentRequest\x12\x11\n\tcache_key\x18\x01 \x01(\t\x12\x13\n\x0bwith_layout\x18\x02 \x01(\x08\"\x17\n\x15ListComponentsRequest\"C\n\x16ListComponentsResponse\x12)\n\ncomponents\x18\x01 \x03(\x0b\x32\x15.ddo.v1.ComponentInfo\"*\n\x15\x45victComponentRequest\x12\x11\n\tcache_key\x18\x01 \x01(\t\"-\n\x16\x45victComponentResponse\x12\x13\n\x0b\x66reed_bytes\x18\x01 \x01(\x04*\x87\x02\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\r\n\tDTYPE_F64\x10\x01\x12\r\n\tDTYPE_F32\x10\x02\x12\r\n\tDTYPE_F16\x10\x03\x12\x0e\n\nDTYPE_BF16\x10\x04\x12\x11\n\rDTYPE_F8_E4M3\x10\x05\x12\x11\n\rDTYPE_F8_E5M2\x10\x06\x12\r\n\tDTYPE_I64\x10\x07\x12\r\n\tDTYPE_I32\x10\x08\x12\r\n\tDTYPE_I16\x10\t\x12\x0c\n\x08\x44TYPE_I8\x10\n\x12\x0c\n\x08\x44TYPE_U8\x10\x0b\x12\x0e\n\nDTYPE_BOOL\x10\x0c\x12\r\n\tDTYPE_U16\x10\r\x12\r\n\tDTYPE_U32\x10\x0e\x12\r\n\tDTYPE_U64\x10\x0f*k\n\x0e\x43omponentState\x12\x1f\n\x1b\x43OMPONENT_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43OMPONENT_STATE_UPLOADING\x10\x01\x12\x19\n\x15\x43OMPONENT_STATE_READY\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64\x64o/v1/components.proto\x12\x06\x64\x64o.v1\"\xa6\x01\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x05\x64type\x18\x02 \x01(\x0e\x32\r.ddo.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\x12\x13\n\x0bmodule_path\x18\x05 \x01(\t\x12\x14\n\x0cmodule_class\x18\x06 \x01(\t\x12\x0c\n\x04unit\x18\x07 \x01(\r\x12\x11\n\tis_buffer\x18\x08 \x01(\x08\"z\n\x0c\x43omponentRef\x12\x14\n\x0c\x63omponent_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12\x16\n\x0estructure_hash\x18\x03 \x01(\t\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x14\n\x0c\x63ontent_hash\x18\x05 \x01(\t\"5\n\rSharedSegment\x12\x10\n\x08shm_name\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\"S\n\x0fTensorPlacement\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07segment\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\"\xab\x01\n\x18RegisterComponentRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12#\n\x07tensors\x18\x03 \x03(\x0b\x32\x12.ddo.v1.TensorSpec\x12\x14\n\x0c\x63ontent_hash\x18\x04 \x01(\t\x12\x16\n\x0e\x62\x61se_cache_key\x18\x05 \x01(\t\x12\x17\n\x0f\x63hanged_tensors\x18\x06 \x03(\t\"\xbf\x01\n\x19RegisterComponentResponse\x12\'\n\tcomponent\x18\x01 \x01(\x0b\x32\x14.ddo.v1.ComponentRef\x12\x10\n\x08warm_hit\x18\x02 \x01(\x08\x12\x11\n\tupload_id\x18\x03 \x01(\t\x12\'\n\x08segments\x18\x04 \x03(\x0b\x32\x15.ddo.v1.SharedSegment\x12+\n\nplacements\x18\x05 \x03(\x0b\x32\x17.ddo.v1.TensorPlacement\"|\n\x10RegisterProgress\x12\x12\n\nbytes_done\x18\x01 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x02 \x01(\x04\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12\x31\n\x06result\x18\x04 \x01(\x0b\x32!.ddo.v1.RegisterComponentResponse\":\n\x13\x43ommitUploadRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tupload_id\x18\x02 \x01(\t\"q\n\x0e\x43ommitProgress\x12\x12\n\nbytes_done\x18\x01 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x02 \x01(\x04\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12(\n\tcomponent\x18\x04 \x01(\x0b\x32\x15.ddo.v1.ComponentInfo\"9\n\x12\x41\x62ortUploadRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tupload_id\x18\x02 \x01(\t\"*\n\x13\x41\x62ortUploadResponse\x12\x13\n\x0b\x66reed_bytes\x18\x01 \x01(\x04\"\xa6\x02\n\x16LoadSafetensorsRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12\r\n\x05\x66iles\x18\x03 \x03(\t\x12\x12\n\nindex_file\x18\x04 \x01(\t\x12\x14\n\x0c\x63ontent_hash\x18\x05 \x01(\t\x12\x38\n\x05units\x18\x06 \x03(\x0b\x32).ddo.v1.LoadSafetensorsRequest.UnitsEntry\x12\x14\n\x0c\x66ile_handles\x18\x07 \x03(\x04\x12\x14\n\x0cindex_handle\x18\x08 \x01(\x04\x12\x1a\n\x12keep_alive_seconds\x18\t \x01(\x03\x1a,\n\nUnitsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x92\x01\n\x0cLoadProgress\x12\x12\n\nbytes_done\x18\x01 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x02 \x01(\x04\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12(\n\tcomponent\x18\x04 \x01(\x0b\x32\x15.ddo.v1.ComponentInfo\x12\x10\n\x08warm_hit\x18\x05 \x01(\x08\x12\x0f\n\x07seconds\x18\x06 \x01(\x01\"\xd9\x03\n\rComponentInfo\x12!\n\x03ref\x18\x01 \x01(\x0b\x32\x14.ddo.v1.ComponentRef\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.ddo.v1.ComponentState\x12\x14\n\x0ctensor_count\x18\x03 \x01(\r\x12\x12\n\nunit_count\x18\x04 \x01(\r\x12\x0e\n\x06pinned\x18\x05 \x01(\x08\x12\x14\n\x0cpinned_bytes\x18\x06 \x01(\x04\x12\x10\n\x08sessions\x18\x07 \x01(\r\x12\x19\n\x11last_used_unix_ms\x18\x08 \x01(\x03\x12\'\n\x08segments\x18\t \x03(\x0b\x32\x15.ddo.v1.SharedSegment\x12+\n\nplacements\x18\n \x03(\x0b\x32\x17.ddo.v1.TensorPlacement\x12#\n\x07tensors\x18\x0b \x03(\x0b\x32\x12.ddo.v1.TensorSpec\x12\x16\n\x0e\x62\x61se_cache_key\x18\x0c \x01(\t\x12\x17\n\x0f\x63hanged_tensors\x18\r \x01(\r\x12\x11\n\town_bytes\x18\x0e \x01(\x04\x12\x1a\n\x12keep_alive_seconds\x18\x0f \x01(\x03\x12\x11\n\towner_uid\x18\x10 \x01(\r\x12\x13\n\x0bowner_shown\x18\x11 \x01(\x08\"=\n\x13GetComponentRequest\x12\x11\n\tcache_key\x18\x01 \x01(\t\x12\x13\n\x0bwith_layout\x18\x02 \x01(\x08\"\x17\n\x15ListComponentsRequest\"C\n\x16ListComponentsResponse\x12)\n\ncomponents\x18\x01 \x03(\x0b\x32\x15.ddo.v1.ComponentInfo\"*\n\x15\x45victComponentRequest\x12\x11\n\tcache_key\x18\x01 \x01(\t\"-\n\x16\x45victComponentResponse\x12\x13\n\x0b\x66reed_bytes\x18\x01 \x01(\x04*\x87\x02\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\r\n\tDTYPE_F64\x10\x01\x12\r\n\tDTYPE_F32\x10\x02\x12\r\n\tDTYPE_F16\x10\x03\x12\x0e\n\nDTYPE_BF16\x10\x04\x12\x11\n\rDTYPE_F8_E4M3\x10\x05\x12\x11\n\rDTYPE_F8_E5M2\x10\x06\x12\r\n\tDTYPE_I64\x10\x07\x12\r\n\tDTYPE_I32\x10\x08\x12\r\n\tDTYPE_I16\x10\t\x12\x0c\n\x08\x44TYPE_I8\x10\n\x12\x0c\n\x08\x44TYPE_U8\x10\x0b\x12\x0e\n\nDTYPE_BOOL\x10\x0c\x12\r\n\tDTYPE_U16\x10\r\x12\r\n\tDTYPE_U32\x10\x0e\x12\r\n\tDTYPE_U64\x10\x0f*k\n\x0e\x43omponentState\x12\x1f\n\x1b\x43OMPONENT_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43OMPONENT_STATE_UPLOADING\x10\x01\x12\x19\n\x15\x43OMPONENT_STATE_READY\x10\x02\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ddo.v1.components_pb2', globals())
@@ -22,10 +22,10 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _LOADSAFETENSORSREQUEST_UNITSENTRY._options = None
   _LOADSAFETENSORSREQUEST_UNITSENTRY._serialized_options = b'8\001'
-  _DTYPE._serialized_start=2170
-  _DTYPE._serialized_end=2433
-  _COMPONENTSTATE._serialized_start=2435
-  _COMPONENTSTATE._serialized_end=2542
+  _DTYPE._serialized_start=2411
+  _DTYPE._serialized_end=2674
+  _COMPONENTSTATE._serialized_start=2676
+  _COMPONENTSTATE._serialized_end=2783
   _TENSORSPEC._serialized_start=36
   _TENSORSPEC._serialized_end=202
   _COMPONENTREF._serialized_start=204
@@ -38,28 +38,32 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _REGISTERCOMPONENTREQUEST._serialized_end=640
   _REGISTERCOMPONENTRESPONSE._serialized_start=643
   _REGISTERCOMPONENTRESPONSE._serialized_end=834
-  _COMMITUPLOADREQUEST._serialized_start=836
-  _COMMITUPLOADREQUEST._serialized_end=894
-  _ABORTUPLOADREQUEST._serialized_start=896
-  _ABORTUPLOADREQUEST._serialized_end=953
-  _ABORTUPLOADRESPONSE._serialized_start=955
-  _ABORTUPLOADRESPONSE._serialized_end=997
-  _LOADSAFETENSORSREQUEST._serialized_start=1000
-  _LOADSAFETENSORSREQUEST._serialized_end=1294
-  _LOADSAFETENSORSREQUEST_UNITSENTRY._serialized_start=1250
-  _LOADSAFETENSORSREQUEST_UNITSENTRY._serialized_end=1294
-  _LOADPROGRESS._serialized_start=1297
-  _LOADPROGRESS._serialized_end=1443
-  _COMPONENTINFO._serialized_start=1446
-  _COMPONENTINFO._serialized_end=1919
-  _GETCOMPONENTREQUEST._serialized_start=1921
-  _GETCOMPONENTREQUEST._serialized_end=1982
-  _LISTCOMPONENTSREQUEST._serialized_start=1984
-  _LISTCOMPONENTSREQUEST._serialized_end=2007
-  _LISTCOMPONENTSRESPONSE._serialized_start=2009
-  _LISTCOMPONENTSRESPONSE._serialized_end=2076
-  _EVICTCOMPONENTREQUEST._serialized_start=2078
-  _EVICTCOMPONENTREQUEST._serialized_end=2120
-  _EVICTCOMPONENTRESPONSE._serialized_start=2122
-  _EVICTCOMPONENTRESPONSE._serialized_end=2167
+  _REGISTERPROGRESS._serialized_start=836
+  _REGISTERPROGRESS._serialized_end=960
+  _COMMITUPLOADREQUEST._serialized_start=962
+  _COMMITUPLOADREQUEST._serialized_end=1020
+  _COMMITPROGRESS._serialized_start=1022
+  _COMMITPROGRESS._serialized_end=1135
+  _ABORTUPLOADREQUEST._serialized_start=1137
+  _ABORTUPLOADREQUEST._serialized_end=1194
+  _ABORTUPLOADRESPONSE._serialized_start=1196
+  _ABORTUPLOADRESPONSE._serialized_end=1238
+  _LOADSAFETENSORSREQUEST._serialized_start=1241
+  _LOADSAFETENSORSREQUEST._serialized_end=1535
+  _LOADSAFETENSORSREQUEST_UNITSENTRY._serialized_start=1491
+  _LOADSAFETENSORSREQUEST_UNITSENTRY._serialized_end=1535
+  _LOADPROGRESS._serialized_start=1538
+  _LOADPROGRESS._serialized_end=1684
+  _COMPONENTINFO._serialized_start=1687
+  _COMPONENTINFO._serialized_end=2160
+  _GETCOMPONENTREQUEST._serialized_start=2162
+  _GETCOMPONENTREQUEST._serialized_end=2223
+  _LISTCOMPONENTSREQUEST._serialized_start=2225
+  _LISTCOMPONENTSREQUEST._serialized_end=2248
+  _LISTCOMPONENTSRESPONSE._serialized_start=2250
+  _LISTCOMPONENTSRESPONSE._serialized_end=2317
+  _EVICTCOMPONENTREQUEST._serialized_start=2319
+  _EVICTCOMPONENTREQUEST._serialized_end=2361
+  _EVICTCOMPONENTRESPONSE._serialized_start=2363
+  _EVICTCOMPONENTRESPONSE._serialized_end=2408
 # @@protoc_insertion_point(module_scope)

@@ -49,15 +49,15 @@ class DdoStub(object):
                 request_serializer=ddo_dot_v1_dot_sessions__pb2.ConnectRequest.SerializeToString,
                 response_deserializer=ddo_dot_v1_dot_sessions__pb2.ConnectEvent.FromString,
                 )
-        self.RegisterComponent = channel.unary_unary(
+        self.RegisterComponent = channel.unary_stream(
                 '/ddo.v1.Ddo/RegisterComponent',
                 request_serializer=ddo_dot_v1_dot_components__pb2.RegisterComponentRequest.SerializeToString,
-                response_deserializer=ddo_dot_v1_dot_components__pb2.RegisterComponentResponse.FromString,
+                response_deserializer=ddo_dot_v1_dot_components__pb2.RegisterProgress.FromString,
                 )
-        self.CommitUpload = channel.unary_unary(
+        self.CommitUpload = channel.unary_stream(
                 '/ddo.v1.Ddo/CommitUpload',
                 request_serializer=ddo_dot_v1_dot_components__pb2.CommitUploadRequest.SerializeToString,
-                response_deserializer=ddo_dot_v1_dot_components__pb2.ComponentInfo.FromString,
+                response_deserializer=ddo_dot_v1_dot_components__pb2.CommitProgress.FromString,
                 )
         self.AbortUpload = channel.unary_unary(
                 '/ddo.v1.Ddo/AbortUpload',
@@ -174,7 +174,10 @@ class DdoServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def RegisterComponent(self, request, context):
-        """Component store
+        """Component store. Calls whose work grows with the component (reserving its memory,
+        verifying and pinning its bytes, reading its files) stream their progress: ddod answers at
+        once and then at least every second, so a client bounds them by a stall watchdog rather
+        than by a fixed deadline.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -305,15 +308,15 @@ def add_DdoServicer_to_server(servicer, server):
                     request_deserializer=ddo_dot_v1_dot_sessions__pb2.ConnectRequest.FromString,
                     response_serializer=ddo_dot_v1_dot_sessions__pb2.ConnectEvent.SerializeToString,
             ),
-            'RegisterComponent': grpc.unary_unary_rpc_method_handler(
+            'RegisterComponent': grpc.unary_stream_rpc_method_handler(
                     servicer.RegisterComponent,
                     request_deserializer=ddo_dot_v1_dot_components__pb2.RegisterComponentRequest.FromString,
-                    response_serializer=ddo_dot_v1_dot_components__pb2.RegisterComponentResponse.SerializeToString,
+                    response_serializer=ddo_dot_v1_dot_components__pb2.RegisterProgress.SerializeToString,
             ),
-            'CommitUpload': grpc.unary_unary_rpc_method_handler(
+            'CommitUpload': grpc.unary_stream_rpc_method_handler(
                     servicer.CommitUpload,
                     request_deserializer=ddo_dot_v1_dot_components__pb2.CommitUploadRequest.FromString,
-                    response_serializer=ddo_dot_v1_dot_components__pb2.ComponentInfo.SerializeToString,
+                    response_serializer=ddo_dot_v1_dot_components__pb2.CommitProgress.SerializeToString,
             ),
             'AbortUpload': grpc.unary_unary_rpc_method_handler(
                     servicer.AbortUpload,
@@ -508,9 +511,9 @@ class Ddo(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/ddo.v1.Ddo/RegisterComponent',
+        return grpc.experimental.unary_stream(request, target, '/ddo.v1.Ddo/RegisterComponent',
             ddo_dot_v1_dot_components__pb2.RegisterComponentRequest.SerializeToString,
-            ddo_dot_v1_dot_components__pb2.RegisterComponentResponse.FromString,
+            ddo_dot_v1_dot_components__pb2.RegisterProgress.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
@@ -525,9 +528,9 @@ class Ddo(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/ddo.v1.Ddo/CommitUpload',
+        return grpc.experimental.unary_stream(request, target, '/ddo.v1.Ddo/CommitUpload',
             ddo_dot_v1_dot_components__pb2.CommitUploadRequest.SerializeToString,
-            ddo_dot_v1_dot_components__pb2.ComponentInfo.FromString,
+            ddo_dot_v1_dot_components__pb2.CommitProgress.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
