@@ -112,9 +112,12 @@ def test_a_layerwise_cast_flux_streams_fp8_bitwise_equal_to_all_on_the_gpu(clien
             with torch.no_grad():
                 output = model(**transformer_inputs())[0]
             assert torch.equal(output, expected), f"forward {step} differs"
-        # Diffusers' hook cast every hooked module, streamed ones included, each forward.
-        assert len(calls) == 3 * counted
-        assert any(name in fp8_units for name in calls)
+        # A plain Linear with the casting hook alone runs DDO's forward, which computes what
+        # the hook would (casting_hooks.py); the hook casts every other hooked module.
+        plain_linears = sum(1 for module in model.modules()
+                            if type(module) is nn.Linear and hasattr(module, "_diffusers_hook"))
+        assert plain_linears > 0
+        assert len(calls) == 3 * (counted - plain_linears)
         assert session.stats()["streamed_uses"] > 0
     fp8_streamed = {name for name in fp8_units if stored[name] == FP8}
     assert fp8_streamed, "no fp8 weight streams"

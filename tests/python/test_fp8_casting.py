@@ -61,7 +61,10 @@ def test_a_layerwise_cast_model_streams_its_storage_dtype_and_computes_bitwise_e
         assert len(streamed) == DEPTH * LINEARS_PER_BLOCK
         assert not mismatches(model, reference, range(6), COMPUTE)
         # The hook did the casting, on every hooked module (streamed or resident).
-        assert hook_calls_of_one_forward(model, 7) == HOOKED
+        # Every hooked module is a plain Linear with the casting hook alone: DDO's own forward
+        # computes what the hook would (weight and bias cast to the compute dtype), without
+        # the hook's casts of the whole module there and back.
+        assert hook_calls_of_one_forward(model, 7) == 0
         # The units carry the stored bytes: 2 per parameter, half of the compute dtype's.
         parameters = sum(model.get_parameter(name).numel() for name in streamed)
         assert session.stats()["streamed_bytes_per_cycle"] == parameters * 2
@@ -93,3 +96,22 @@ def test_a_forward_replaced_by_another_hook_is_still_refused(client):
         client.stream(model, CACHE_KEY, device="cpu", settings=STREAM_ALL)
     # Nothing stays patched.
     assert not mismatches(model, cast_model(), [0], COMPUTE)
+
+
+def test_an_input_of_another_dtype_still_goes_through_the_hook(client):
+    model, reference = cast_model(), cast_model()
+    reference.load_state_dict(model.state_dict())
+    client.register_module(CACHE_KEY, model)
+    # proj_in stays resident, blocks[0].to_q streams.
+    for path in ("proj_in", "blocks.0.to_q"):
+        linear, twin = model.get_submodule(path), reference.get_submodule(path)
+        sample = torch.randn(2, linear.in_features, dtype=torch.float64)
+        with pytest.raises(RuntimeError) as expected:
+            twin(sample)
+        with client.stream(model, CACHE_KEY, device="cpu", settings=STREAM_ALL):
+            before = LayerwiseCastingHook.calls
+            with pytest.raises(RuntimeError) as got:
+                linear(sample)  # the hook casts the module to float32; F.linear refuses
+            assert LayerwiseCastingHook.calls == before + 1, path
+            assert type(got.value) is type(expected.value), path
+            assert not mismatches(model, reference, [3], COMPUTE), "the call changed nothing"

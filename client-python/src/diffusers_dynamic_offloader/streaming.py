@@ -64,8 +64,9 @@ from ._closeable import Closeable
 from ._proto import components_pb2, sessions_pb2
 from . import cpp_consumer, dtypes
 from .device_memory import DeviceMemory
-from .casting_hooks import (CASTING_HOOK_FORWARD, CLASS_FORWARD, casting_forward,
-                            describe_forward, forward_kind)
+from .casting_hooks import (CASTING_HOOK_FORWARD, CLASS_FORWARD, by_input_dtype,
+                            casting_forward, describe_forward, forward_kind,
+                            linear_compute_dtype)
 from .compile_support import eager_only, refuse_capture
 from .control_block import DEFAULT_STALL_TIMEOUT_S, ControlBlock, Doorbell
 from .detach import detach_session
@@ -625,11 +626,18 @@ class StreamingSession(Closeable, EditListener):
                         f"weight)"
                     )
                 self._original_forwards.append((linear, linear.__dict__.get("forward")))
+                compute_dtype = linear_compute_dtype(linear) if not fused else None
                 if kind == CASTING_HOOK_FORWARD or type(linear) is not nn.Linear:
                     # Its own forward (a subclass's, or the casting hooks') on the ring's view.
-                    linear.forward = own_streamed_forward(
+                    own = own_streamed_forward(
                         consumer.tensors, where.unit, where.index, linear, linear.forward,
                         entry.module_path, kind == CASTING_HOOK_FORWARD, fused)
+                    if compute_dtype is not None:
+                        # Layerwise casting alone: DDO's forward computes what the hook
+                        # would for an input of the compute dtype (casting_hooks.py).
+                        own = by_input_dtype(
+                            compute_dtype, self._linear_forward(linear, where, entry), own)
+                    linear.forward = own
                 elif self.consumer_kind == "cpp":
                     linear.forward = cpp_streamed_forward(
                         consumer, where.unit, where.index, linear.bias, entry.module_path,
@@ -641,6 +649,16 @@ class StreamingSession(Closeable, EditListener):
                 patched.add(id(linear))
                 self._patched.append(linear)
         self._take_over_merges()
+
+    def _linear_forward(self, linear: nn.Module, where: "_Streamed",
+                        entry: ModuleTensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """DDO's forward of the streamed ``linear`` without adapters, on the session's
+        consumer."""
+        if self.consumer_kind == "cpp":
+            return cpp_streamed_forward(self._consumer, where.unit, where.index, linear.bias,
+                                        entry.module_path)
+        return streamed_forward(self._consumer.tensors, where.unit, where.index, linear.bias,
+                                entry.module_path)
 
     def _wrap_casting_hooks(self) -> None:
         """Every module the session binds that carries Diffusers' casting hooks and keeps its
