@@ -31,6 +31,17 @@
 namespace ddo {
 namespace {
 
+// Writes one progress message (bytes_done of bytes_total) of a progress-streaming call.
+template <typename Progress>
+std::function<void(uint64_t, uint64_t)> ProgressWriter(grpc::ServerWriter<Progress>* writer) {
+  return [writer](uint64_t done, uint64_t total) {
+    Progress message;
+    message.set_bytes_done(done);
+    message.set_bytes_total(total);
+    writer->Write(message);
+  };
+}
+
 // How often a Connect handler looks at its call while waiting: bounds how long a vanished
 // client's lease outlives it.
 constexpr absl::Duration kLeasePollInterval = absl::Milliseconds(100);
@@ -341,12 +352,7 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
 
   // Reserving a new upload's pages grows with its size: it runs while this thread reports.
   WorkProgress progress;
-  auto report = [&](uint64_t done, uint64_t total) {
-    ddo::v1::RegisterProgress message;
-    message.set_bytes_done(done);
-    message.set_bytes_total(total);
-    writer->Write(message);
-  };
+  const auto report = ProgressWriter(writer);
   auto register_component = [&]() -> absl::StatusOr<RegisterResult> {
     if (derived) return store_.RegisterDerived(*lease, derived_request, &progress);
     return store_.Register(*lease, request->cache_key(), *std::move(tensors),
@@ -392,12 +398,7 @@ grpc::Status DdoService::CommitUpload(grpc::ServerContext* ctx,
   if (!lease.ok()) return call.Finish(lease.status());
   // Verifying and pinning grow with the component: they run while this thread reports.
   WorkProgress progress;
-  auto report = [&](uint64_t done, uint64_t total) {
-    ddo::v1::CommitProgress message;
-    message.set_bytes_done(done);
-    message.set_bytes_total(total);
-    writer->Write(message);
-  };
+  const auto report = ProgressWriter(writer);
   absl::StatusOr<ComponentSnapshot> ready = RunReportingProgress<absl::StatusOr<ComponentSnapshot>>(
       progress, [&] { return store_.Commit(lease->id, request->upload_id(), &progress); }, report,
       CancelledFor(ctx, lease->id));

@@ -225,3 +225,18 @@ def live_children(parent: int) -> Set[int]:
         if int(fields[1]) == parent and fields[0] not in ("Z", "X"):
             children.add(int(entry))
     return children
+
+
+def install_fake_group_offloading(monkeypatch, record) -> None:
+    """Installs a stand-in ``diffusers.hooks`` whose ``apply_group_offloading(module,
+    **kwargs)`` calls ``record(module, kwargs)``: the tests see the seed route's arguments
+    (diffusers is carried to the GPU machine only, where tests/gpu makes the real call)."""
+    import sys
+    import types
+
+    hooks = types.ModuleType("diffusers.hooks")
+    hooks.apply_group_offloading = lambda module, **kwargs: record(module, kwargs)
+    package = types.ModuleType("diffusers")
+    package.hooks = hooks
+    monkeypatch.setitem(sys.modules, "diffusers", package)
+    monkeypatch.setitem(sys.modules, "diffusers.hooks", hooks)

@@ -20,6 +20,7 @@ from diffusers_dynamic_offloader.seed_compat.offload_api import (
 )
 from diffusers_dynamic_offloader.seed_compat.offload_settings import load_dynamic_offload_settings_from_env
 from streaming_support import frozen_copy, make_model, mismatches
+from support import install_fake_group_offloading
 
 
 @pytest.fixture
@@ -27,12 +28,8 @@ def fake_diffusers(monkeypatch):
     """A stand-in for diffusers.hooks that records apply_group_offloading's arguments (the real
     call is exercised on the GPU machine, where diffusers is carried)."""
     calls = []
-    hooks = types.ModuleType("diffusers.hooks")
-    hooks.apply_group_offloading = lambda module, **kwargs: calls.append((module, kwargs))
-    package = types.ModuleType("diffusers")
-    package.hooks = hooks
-    monkeypatch.setitem(sys.modules, "diffusers", package)
-    monkeypatch.setitem(sys.modules, "diffusers.hooks", hooks)
+    install_fake_group_offloading(
+        monkeypatch, lambda module, kwargs: calls.append((module, kwargs)))
     return calls
 
 

@@ -15,6 +15,7 @@ from diffusers_dynamic_offloader.quantized import (
     quantized_backend_of,
 )
 from diffusers_dynamic_offloader.streaming import streamable_weights
+from support import install_fake_group_offloading
 
 
 def fake_class(name: str, module: str, bases=(nn.Module,), body=None) -> type:
@@ -177,17 +178,10 @@ def test_every_entry_point_runs_a_linear_subclass_without_features(client, entry
 
 def test_a_quantized_component_keeps_its_route_with_the_reason_in_the_setup_line(
         client, caplog, monkeypatch):
-    import sys
-
     import diffusers_dynamic_offloader as ddo
 
     calls = []
-    hooks = types.ModuleType("diffusers.hooks")
-    hooks.apply_group_offloading = lambda module, **kwargs: calls.append(module)
-    package = types.ModuleType("diffusers")
-    package.hooks = hooks
-    monkeypatch.setitem(sys.modules, "diffusers", package)
-    monkeypatch.setitem(sys.modules, "diffusers.hooks", hooks)
+    install_fake_group_offloading(monkeypatch, lambda module, kwargs: calls.append(module))
     caplog.set_level(logging.INFO, logger="diffusers_dynamic_offloader")
     modules = examples()
     model = nn.Sequential(modules["bnb_module"], modules["gguf"], modules["dense"])

@@ -1,8 +1,6 @@
 """The seed's own preset and routing tests (research/seed-ddo.md §9, test_dynamic_offload_presets
 items), rewritten against ddod. Numbers in the test names are the seed's."""
 
-import sys
-import types
 
 import pytest
 import torch
@@ -18,17 +16,13 @@ from diffusers_dynamic_offloader.seed_compat.offload_settings import (
     DynamicOffloadConfig,
     load_dynamic_offload_settings_from_env,
 )
+from support import install_fake_group_offloading
 
 
 @pytest.fixture
 def fake_diffusers(monkeypatch):
     calls = []
-    hooks = types.ModuleType("diffusers.hooks")
-    hooks.apply_group_offloading = lambda module, **kwargs: calls.append(kwargs)
-    package = types.ModuleType("diffusers")
-    package.hooks = hooks
-    monkeypatch.setitem(sys.modules, "diffusers", package)
-    monkeypatch.setitem(sys.modules, "diffusers.hooks", hooks)
+    install_fake_group_offloading(monkeypatch, lambda module, kwargs: calls.append(kwargs))
     return calls
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import types
 from typing import Any, Dict
 
 import pytest
@@ -31,7 +30,7 @@ from diffusers_dynamic_offloader.seed_compat.offload_settings import (
     DynamicOffloadConfig,
     load_dynamic_offload_settings_from_env,
 )
-from support import SOURCE_ROOT
+from support import SOURCE_ROOT, install_fake_group_offloading
 from test_weight_edits import (LORA_TARGETS, assert_same_outputs, differing, make_model,
                                offload, reference_of, run_isolated)
 
@@ -43,12 +42,7 @@ def fake_diffusers(monkeypatch):
     """diffusers.hooks.apply_group_offloading recording its arguments (diffusers is carried to
     the GPU machine only)."""
     calls = []
-    hooks = types.ModuleType("diffusers.hooks")
-    hooks.apply_group_offloading = lambda module, **kwargs: calls.append(kwargs)
-    package = types.ModuleType("diffusers")
-    package.hooks = hooks
-    monkeypatch.setitem(sys.modules, "diffusers", package)
-    monkeypatch.setitem(sys.modules, "diffusers.hooks", hooks)
+    install_fake_group_offloading(monkeypatch, lambda module, kwargs: calls.append(kwargs))
     return calls
 
 
