@@ -186,6 +186,29 @@ uint32_t ArenaSlots(const StreamSettings& settings) {
   return settings.grouping == UnitGrouping::kBlock ? 3 : 8;
 }
 
+// The arena's slots under DDO_VRAM_BUDGET_GB: the default (ArenaSlots) when it fits; where the
+// budget cannot hold that many of the largest unit beside the resident tensors and the
+// activation reserve, as many as it holds, down to two (still one unit copied while one is
+// used): a small card streams with a shorter ring rather than not at all. An explicit
+// DDO_RING_SLOTS is kept as asked (ResidentBudget refuses it when it does not fit).
+uint32_t FittingArenaSlots(const StreamSettings& settings, uint64_t mandatory_resident,
+                           uint64_t largest_unit, DecisionLog& decide) {
+  constexpr uint32_t kMinArenaSlots = 2;
+  const uint32_t slots = ArenaSlots(settings);
+  if (settings.ring_slots != 0 || !settings.vram_budget_bytes || largest_unit == 0) return slots;
+  const uint64_t fixed = mandatory_resident + settings.activation_reserve_bytes;
+  const uint64_t room = *settings.vram_budget_bytes > fixed ? *settings.vram_budget_bytes - fixed : 0;
+  const uint64_t units = room / largest_unit;  // the arena's slots + the out-of-schedule one
+  if (units >= slots + 1ull || units < kMinArenaSlots + 1ull) return slots;
+  const uint32_t fitting = static_cast<uint32_t>(units - 1);
+  decide("ring_slots", absl::StrCat(fitting),
+         absl::StrCat("DDO_VRAM_BUDGET_GB ", FormatBytes(*settings.vram_budget_bytes),
+                      " leaves room for ", units, " of the largest unit (",
+                      FormatBytes(largest_unit), ") beside the resident tensors and the "
+                      "activation reserve: fewer than the default ", slots, " + 1"));
+  return fitting;
+}
+
 // What the resident budget may spend on whole blocks: what DDO_VRAM_BUDGET_GB leaves after
 // the tensors that must be resident, the ring and the activation reserve (capped by
 // DDO_RESIDENT_MODULE_BUDGET_GB), else that budget, else nothing.
@@ -371,7 +394,7 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
   for (uint32_t i = 0; i < tensors.size(); ++i) {
     if (!candidates.streamed[i]) mandatory_resident += AlignUp(tensors[i].byte_size, kTensorAlignment);
   }
-  const uint32_t slots = ArenaSlots(settings);
+  const uint32_t slots = FittingArenaSlots(settings, mandatory_resident, largest_unit, decide);
   DDO_ASSIGN_OR_RETURN(const uint64_t budget,
                        ResidentBudget(settings, mandatory_resident, slots, largest_unit, decide));
   const std::set<std::string> resident_blocks =

@@ -131,6 +131,33 @@ TEST(SessionPlannerTest, VramBudgetDecidesTheResidentBlocks) {
   EXPECT_LE(plan->device_bytes(), static_cast<uint64_t>(28.5 * (1 << 20)));
 }
 
+TEST(SessionPlannerTest, ABudgetTooSmallForTheDefaultRingStreamsWithAShorterOne) {
+  const Model model = MakeModel(4);
+  // Resident tensors ~4 MiB + the default ring (8 + 1) x 2 MiB do not fit in 12 MiB; a ring
+  // of 3 + 1 does.
+  const double budget_mib = 12;
+  absl::StatusOr<SessionPlan> plan =
+      PlanSession(model.tensors, model.streamable,
+                  Settings({{"DDO_VRAM_BUDGET_GB", absl::StrCat(budget_mib / 1024)},
+                            {"DDO_ACTIVATION_RESERVE_GB", "0"}}));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->units.empty());
+  EXPECT_GE(plan->ring_slots, 2u);
+  EXPECT_LE(plan->device_bytes(), static_cast<uint64_t>(budget_mib * (1 << 20)));
+  bool explained = false;
+  for (const PlanDecisionEntry& decision : plan->decisions) {
+    if (decision.key == "ring_slots") explained = true;
+  }
+  EXPECT_TRUE(explained) << "the shorter ring is a recorded decision";
+
+  // An explicit DDO_RING_SLOTS is kept as asked, and refused when it does not fit.
+  plan = PlanSession(model.tensors, model.streamable,
+                     Settings({{"DDO_VRAM_BUDGET_GB", absl::StrCat(budget_mib / 1024)},
+                               {"DDO_ACTIVATION_RESERVE_GB", "0"},
+                               {"DDO_RING_SLOTS", "8"}}));
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
 TEST(SessionPlannerTest, VramBudgetTooSmallIsResourceExhausted) {
   const Model model = MakeModel(4);
   absl::StatusOr<SessionPlan> plan = PlanSession(
