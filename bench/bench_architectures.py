@@ -325,12 +325,7 @@ def anchor_phase(model, host, expert: str, kind: str, shapes, inputs, references
     flux.restore_parameters(model, host)
     flux.release_memory()
     flux.set_fraction(1.0)
-    options = dict(onload_device=torch.device("cuda:0"), offload_device=torch.device("cpu"),
-                   use_stream=True)
-    if kind == "block_level":
-        options.update(offload_type="block_level", num_blocks_per_group=1, record_stream=True)
-    else:
-        options.update(offload_type="leaf_level")
+    options = flux.group_offload_options(kind)
     result["options"] = {k: str(v) for k, v in options.items()}
     started = time.perf_counter()
     apply_group_offloading(model, **options)

@@ -501,6 +501,20 @@ def warm_start(address: str, config: Dict[str, Any], settings: Dict[str, str], c
 # diffusers group offloading.
 
 
+def group_offload_options(kind: str) -> Dict[str, Any]:
+    """apply_group_offloading's arguments for the anchor ``kind``: block_level (one block per
+    group, use_stream, record_stream) or leaf_level (use_stream)."""
+    import torch
+
+    options: Dict[str, Any] = dict(onload_device=torch.device("cuda:0"),
+                                   offload_device=torch.device("cpu"), use_stream=True)
+    if kind == "block_level":
+        options.update(offload_type="block_level", num_blocks_per_group=1, record_stream=True)
+    else:
+        options.update(offload_type="leaf_level")
+    return options
+
+
 def remove_group_offloading(model) -> None:
     from diffusers.hooks import HookRegistry
     from diffusers.hooks import group_offloading as go
@@ -520,12 +534,7 @@ def diffusers_anchor(model, host, inputs, kind: str, caps: List[float], total: i
     restore_parameters(model, host)
     release_memory()
     set_fraction(1.0)
-    options = dict(onload_device=torch.device("cuda:0"), offload_device=torch.device("cpu"),
-                   use_stream=True)
-    if kind == "block_level":
-        options.update(offload_type="block_level", num_blocks_per_group=1, record_stream=True)
-    else:
-        options.update(offload_type="leaf_level")
+    options = group_offload_options(kind)
     result["options"] = {k: str(v) for k, v in options.items()}
     log(f"diffusers {kind}: apply_group_offloading({result['options']})")
     started = time.perf_counter()
