@@ -51,7 +51,8 @@ IdentityServer::IdentityServer(IdentityServerOptions options, CallerRegistry& ca
       callers_(callers),
       table_("identity socket", options_.limits),
       reserve_(DescriptorReserve::ForThisProcess(options_.descriptor_reserve)),
-      refused_lines_(kLogInterval, 5),
+      limit_lines_(kLogInterval, 5),
+      reserve_lines_(kLogInterval, 3),
       failed_lines_(kLogInterval, 3),
       identified_lines_(kLogInterval, 50) {}
 
@@ -189,25 +190,29 @@ bool IdentityServer::AcceptAll() {
       return false;
     }
     std::string refusal;
+    LogThrottle* lines = &limit_lines_;
     absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(fd.get());
     Caller caller;
     if (!peer.ok()) {
       refusal = std::string(peer.status().message());
-    } else if (reserve_.Exhausted(fd.get())) {
-      refusal = absl::StrCat("ddod keeps its last ", reserve_.reserve(), " of ",
-                             reserve_.limit(), " descriptors for its own work");
     } else {
+      // The limits first: they cost a lookup, the reserve may count /proc/self/fd. The
+      // identity server closes its connections itself (Drop): no inode is needed.
       caller = CallerFromCredentials(peer->uid, peer->gid, peer->pid);
-      // The identity server closes its connections itself (Drop): no inode is needed.
       if (absl::Status admitted = table_.Admit(fd.get(), 0, caller.uid, caller.admin);
           !admitted.ok()) {
         refusal = std::string(admitted.message());
+      } else if (reserve_.Exhausted(fd.get())) {
+        table_.Release(fd.get());
+        lines = &reserve_lines_;
+        refusal = absl::StrCat("ddod keeps its last ", reserve_.reserve(), " of ",
+                               reserve_.limit(), " descriptors for its own work");
       }
     }
     if (!refusal.empty()) {
       // Closed at once, unanswered: a connection kept to answer would hold the very slot it
       // was refused. The client sees the connection end before HELLO's answer.
-      if (refused_lines_.Admit(absl::Now(), suppressed)) {
+      if (lines->Admit(absl::Now(), suppressed)) {
         log->warn("refused an identity connection{}: {}{}",
                   peer.ok() ? absl::StrCat(" of uid ", peer->uid, " pid ", peer->pid) : "",
                   refusal, SuppressedNote(suppressed));
@@ -240,9 +245,13 @@ absl::Time IdentityServer::DropSilent(absl::Time now) {
 
 absl::Time IdentityServer::ReportSuppressed(absl::Time now) {
   auto log = Logger("identity");
-  if (const uint64_t held = refused_lines_.TakeSuppressed(now); held > 0) {
+  if (const uint64_t held = limit_lines_.TakeSuppressed(now); held > 0) {
     log->warn("refused {} more identity connection(s) in the last {}", held,
               absl::FormatDuration(kLogInterval));
+  }
+  if (const uint64_t held = reserve_lines_.TakeSuppressed(now); held > 0) {
+    log->warn("refused {} more identity connection(s) in the last {} to keep the descriptor "
+              "reserve", held, absl::FormatDuration(kLogInterval));
   }
   if (const uint64_t held = failed_lines_.TakeSuppressed(now); held > 0) {
     log->warn("accept on the identity socket failed {} more time(s) in the last {}", held,
@@ -264,7 +273,8 @@ absl::Time IdentityServer::ReportSuppressed(absl::Time now) {
       silent_next = silent_reported_ + kLogInterval;
     }
   }
-  return std::min({silent_next, refused_lines_.NextReport(), failed_lines_.NextReport(),
+  return std::min({silent_next, limit_lines_.NextReport(), reserve_lines_.NextReport(),
+                   failed_lines_.NextReport(),
                    identified_lines_.NextReport()});
 }
 

@@ -97,7 +97,9 @@ class IdentityServer {
   std::map<int, Connection> connections_;  // by fd
   ConnectionTable table_;
   const DescriptorReserve reserve_;
-  LogThrottle refused_lines_;
+  // One throttle per kind of line, so that a flood of one kind hides no other.
+  LogThrottle limit_lines_;
+  LogThrottle reserve_lines_;
   LogThrottle failed_lines_;
   LogThrottle identified_lines_;
   uint64_t silent_dropped_ = 0;  // since the last line that said so

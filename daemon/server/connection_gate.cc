@@ -85,16 +85,22 @@ void ConnectionGate::Run() {
   const std::string& what = options_.what;
   ConnectionTable table(what, options_.limits, StillOpen);
   const DescriptorReserve reserve = DescriptorReserve::ForThisProcess(options_.descriptor_reserve);
-  LogThrottle refused_lines(kLogInterval, 5);
+  // One throttle per kind of line, so that a flood of one kind hides no other.
+  LogThrottle limit_lines(kLogInterval, 5);
+  LogThrottle reserve_lines(kLogInterval, 3);
   LogThrottle failed_lines(kLogInterval, 3);
   absl::Duration back_off = absl::ZeroDuration();
   uint64_t suppressed = 0;
 
   while (true) {
     const absl::Time now = absl::Now();
-    if (const uint64_t held = refused_lines.TakeSuppressed(now); held > 0) {
+    if (const uint64_t held = limit_lines.TakeSuppressed(now); held > 0) {
       log->warn("{}: {} more connection(s) refused in the last {}", what, held,
                 absl::FormatDuration(kLogInterval));
+    }
+    if (const uint64_t held = reserve_lines.TakeSuppressed(now); held > 0) {
+      log->warn("{}: {} more connection(s) refused in the last {} to keep the descriptor reserve",
+                what, held, absl::FormatDuration(kLogInterval));
     }
     if (const uint64_t held = failed_lines.TakeSuppressed(now); held > 0) {
       log->warn("{}: accept failed {} more time(s) in the last {}", what, held,
@@ -103,7 +109,8 @@ void ConnectionGate::Run() {
     // Backing off: wait on Stop() alone, then try accept again. Otherwise wait for a
     // connection, or for the moment a suppressed count is due.
     const bool backing_off = back_off > absl::ZeroDuration();
-    const absl::Time report = std::min(refused_lines.NextReport(), failed_lines.NextReport());
+    const absl::Time report = std::min(
+        {limit_lines.NextReport(), reserve_lines.NextReport(), failed_lines.NextReport()});
     const int timeout = backing_off ? PollTimeout(now, now + back_off) : PollTimeout(now, report);
     pollfd polled[2] = {{wake_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
     if (::poll(polled, backing_off ? 1 : 2, timeout) < 0) {
@@ -134,27 +141,31 @@ void ConnectionGate::Run() {
         break;
       }
       std::string refusal;
+      LogThrottle* lines = &limit_lines;
       absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(fd.get());
       struct stat info {};
       if (!peer.ok()) {
         refusal = std::string(peer.status().message());
       } else if (::fstat(fd.get(), &info) != 0) {
         refusal = std::string(PosixError("fstat", errno).message());
-      } else if (reserve.Exhausted(fd.get())) {
-        refusal = absl::StrCat("ddod keeps its last ", reserve.reserve(), " of ", reserve.limit(),
-                               " descriptors for its own work");
       } else {
+        // The limits first: they cost a lookup, the reserve may count /proc/self/fd.
         const Caller caller = CallerFromCredentials(peer->uid, peer->gid, peer->pid);
         if (absl::Status admitted = table.Admit(fd.get(), info.st_ino, caller.uid, caller.admin);
             !admitted.ok()) {
           refusal = std::string(admitted.message());
+        } else if (reserve.Exhausted(fd.get())) {
+          table.Release(fd.get());
+          lines = &reserve_lines;
+          refusal = absl::StrCat("ddod keeps its last ", reserve.reserve(), " of ",
+                                 reserve.limit(), " descriptors for its own work");
         }
       }
       if (refusal.empty()) {
         hand_off_(fd.Release());
         continue;
       }
-      if (refused_lines.Admit(absl::Now(), suppressed)) {
+      if (lines->Admit(absl::Now(), suppressed)) {
         log->warn("refused a connection to the {}{}: {}{}", what,
                   peer.ok() ? absl::StrCat(" of uid ", peer->uid, " pid ", peer->pid) : "",
                   refusal, SuppressedNote(suppressed));
