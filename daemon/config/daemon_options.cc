@@ -197,6 +197,24 @@ absl::Status ApplyMaxSessions(absl::string_view what, absl::string_view value, D
   return absl::OkStatus();
 }
 
+absl::Status ApplyMaxConnectionsPerUser(absl::string_view what, absl::string_view value,
+                                        DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.max_connections_per_user, ParseCount(what, value, 65536));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyMaxConnections(absl::string_view what, absl::string_view value,
+                                 DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.max_connections, ParseCount(what, value, 1 << 20));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyDescriptorReserve(absl::string_view what, absl::string_view value,
+                                    DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.descriptor_reserve, ParseCount(what, value, 1 << 20));
+  return absl::OkStatus();
+}
+
 absl::Status ApplyMaxUserPool(absl::string_view what, absl::string_view value, DaemonOptions& o) {
   DDO_ASSIGN_OR_RETURN(o.max_user_pool_gb, ParseNonNegativeNumber(what, value));
   return absl::OkStatus();
@@ -283,6 +301,15 @@ constexpr OptionSpec kOptions[] = {
      ApplyKeepAlive},
     {"--max-user-pool-gb", "DDO_MAX_USER_POOL_GB", "GIB",
      "host pool one user's components may take (default: the whole budget)", ApplyMaxUserPool},
+    {"--max-connections-per-user", "DDO_MAX_CONNECTIONS_PER_USER", "N",
+     "connections one user (root and ddod's user too) may hold to each of the gRPC and "
+     "identity sockets (default 64); more are closed at once", ApplyMaxConnectionsPerUser},
+    {"--max-connections", "DDO_MAX_CONNECTIONS", "N",
+     "connections each of the two sockets takes in all (default 1024; root and ddod's user "
+     "are bound only by their per-user limit)", ApplyMaxConnections},
+    {"--descriptor-reserve", "DDO_DESCRIPTOR_RESERVE", "N",
+     "descriptors kept for ddod's own work: no connection is accepted while fewer than N "
+     "would be free (default 256, at most half of RLIMIT_NOFILE)", ApplyDescriptorReserve},
 };
 
 const OptionSpec* FindFlag(absl::string_view flag) {

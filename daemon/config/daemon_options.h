@@ -56,6 +56,12 @@ struct DaemonOptions {
   int max_uploads_per_user = 8;
   int max_sessions_per_user = 256;
   std::optional<double> max_user_pool_gb;
+  // Connections to each of ddod's two Unix sockets (gRPC, identity): per uid (admins too) and
+  // in all (admins are refused only by their per-uid limit). Descriptors kept for ddod's own
+  // work: no connection is accepted while fewer would be free (docs/security.md §5).
+  int max_connections_per_user = 64;
+  int max_connections = 1024;
+  int descriptor_reserve = 256;
   // Evict a component after this long without a session (unless its load set its own);
   // infinite: never (only the pool's LRU evicts).
   absl::Duration keep_alive = absl::InfiniteDuration();

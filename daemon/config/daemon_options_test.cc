@@ -82,6 +82,21 @@ TEST(DaemonOptionsTest, PerUserLimits) {
   EXPECT_THAT(ErrorOf({"--max-uploads-per-user", "0"}), HasSubstr("from 1 to 1024"));
 }
 
+TEST(DaemonOptionsTest, ConnectionLimitsAndTheDescriptorReserve) {
+  auto defaults = Resolve({});
+  EXPECT_EQ(defaults->max_connections_per_user, 64);
+  EXPECT_EQ(defaults->max_connections, 1024);
+  EXPECT_EQ(defaults->descriptor_reserve, 256);
+  auto set = Resolve({"--max-connections-per-user", "8", "--max-connections=100"},
+                     {{"DDO_DESCRIPTOR_RESERVE", "64"}});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->max_connections_per_user, 8);
+  EXPECT_EQ(set->max_connections, 100);
+  EXPECT_EQ(set->descriptor_reserve, 64);
+  EXPECT_THAT(ErrorOf({"--max-connections-per-user", "0"}), HasSubstr("from 1 to 65536"));
+  EXPECT_THAT(ErrorOf({"--max-connections", "-3"}), HasSubstr("from 1 to"));
+}
+
 TEST(DaemonOptionsTest, PresetWithoutHeadroomKeepsTheBuiltInDefault) {
   auto options = Resolve({"--preset", "warm_process"});
   ASSERT_TRUE(options.ok());

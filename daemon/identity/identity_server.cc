@@ -10,11 +10,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/posix_error.h"
@@ -26,12 +28,33 @@
 namespace ddo {
 namespace {
 
+constexpr absl::Duration kLogInterval = absl::Seconds(10);
+constexpr absl::Duration kFirstBackOff = absl::Milliseconds(10);
+constexpr absl::Duration kLongestBackOff = absl::Milliseconds(200);
+
 // ddod never waits for a client to read: one that does not is dropped.
 bool Answer(int socket, const std::string& text, int fd = -1) {
   return SendPacket(socket, text, fd, MSG_DONTWAIT);
 }
 
+// Milliseconds until `when` for poll: -1 for never, at least 1 otherwise.
+int PollTimeout(absl::Time now, absl::Time when) {
+  if (when == absl::InfiniteFuture()) return -1;
+  const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(when - now, absl::Milliseconds(1)));
+  return static_cast<int>(std::clamp<int64_t>(ms, 1, 60000));
+}
+
 }  // namespace
+
+IdentityServer::IdentityServer(IdentityServerOptions options, CallerRegistry& callers)
+    : options_(std::move(options)),
+      callers_(callers),
+      table_("identity socket", options_.limits),
+      reserve_(DescriptorReserve::ForThisProcess(options_.descriptor_reserve)),
+      limit_lines_(kLogInterval, 5),
+      reserve_lines_(kLogInterval, 3),
+      failed_lines_(kLogInterval, 3),
+      identified_lines_(kLogInterval, 50) {}
 
 absl::StatusOr<std::unique_ptr<IdentityServer>> IdentityServer::Start(
     IdentityServerOptions options, CallerRegistry& callers, UniqueFd inherited_listener) {
@@ -110,18 +133,36 @@ void IdentityServer::Stop() {
 
 void IdentityServer::Run() {
   std::vector<pollfd> polled;
+  absl::Duration back_off = absl::ZeroDuration();
+  absl::Time back_off_until = absl::InfinitePast();
   while (true) {
+    const absl::Time now = absl::Now();
+    const absl::Time hello_due = DropSilent(now);  // first: a drop is reported at once
+    const absl::Time next = std::min(hello_due, ReportSuppressed(now));
+    // While backing off the listener stays out of the poll: it is readable until accepted.
+    const bool backing_off = now < back_off_until;
     polled.clear();
     polled.push_back({wake_.get(), POLLIN, 0});
-    polled.push_back({listener_.get(), POLLIN, 0});
+    polled.push_back({listener_.get(), static_cast<short>(backing_off ? 0 : POLLIN), 0});
     for (const auto& [fd, connection] : connections_) polled.push_back({fd, POLLIN, 0});
-    if (::poll(polled.data(), polled.size(), -1) < 0) {
+    const int timeout =
+        PollTimeout(now, backing_off ? std::min(next, back_off_until) : next);
+    if (::poll(polled.data(), polled.size(), timeout) < 0) {
       if (errno == EINTR) continue;
       Logger("identity")->error("poll failed: {}; identity socket stopped", std::strerror(errno));
       return;
     }
     if (polled[0].revents != 0) return;  // Stop()
-    if (polled[1].revents != 0) AcceptAll();
+    const bool try_accept = backing_off ? absl::Now() >= back_off_until
+                                        : (polled[1].revents & POLLIN) != 0;
+    if (try_accept) {
+      if (AcceptAll()) {
+        back_off = absl::ZeroDuration();
+      } else {
+        back_off = std::clamp(back_off * 2, kFirstBackOff, kLongestBackOff);
+        back_off_until = absl::Now() + back_off;
+      }
+    }
     for (size_t i = 2; i < polled.size(); ++i) {
       if (polled[i].revents == 0) continue;
       auto it = connections_.find(polled[i].fd);
@@ -131,43 +172,110 @@ void IdentityServer::Run() {
   }
 }
 
-void IdentityServer::AcceptAll() {
+bool IdentityServer::AcceptAll() {
   auto log = Logger("identity");
+  uint64_t suppressed = 0;
   while (true) {
     UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!fd.valid()) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-        log->warn("accept on the identity socket: {}", std::strerror(errno));
+      const int error = errno;
+      if (error == EINTR || error == ECONNABORTED) continue;
+      if (error == EAGAIN || error == EWOULDBLOCK) return true;
+      // EMFILE, ENFILE, ENOBUFS, ENOMEM: the connection waits in the backlog; the loop backs
+      // off instead of spinning on a listener that stays readable.
+      if (failed_lines_.Admit(absl::Now(), suppressed)) {
+        log->warn("accept on the identity socket: {}; backing off{}", std::strerror(error),
+                  SuppressedNote(suppressed));
       }
-      return;
-    }
-    absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(fd.get());
-    if (!peer.ok()) {
-      log->warn("{}; connection refused", peer.status().message());
-      continue;
-    }
-    const Caller caller = CallerFromCredentials(peer->uid, peer->gid, peer->pid);
-    size_t of_uid = 0;
-    for (const auto& [other, connection] : connections_) {
-      of_uid += connection.caller.uid == caller.uid ? 1 : 0;
-    }
-    if (connections_.size() >= options_.max_connections) {
-      log->warn("refused an identity connection of {}: {} connections in all, the limit",
-                caller.Describe(), options_.max_connections);
-      continue;  // closed at once: every descriptor counts
+      return false;
     }
     std::string refusal;
-    if (of_uid >= options_.max_connections_per_uid) {
-      // Kept just long enough to answer its first request with the reason, so that the
-      // client's own error says which limit it met.
-      refusal = absl::StrCat("RESOURCE_EXHAUSTED: uid ", caller.uid, " already holds ", of_uid,
-                             " identity connections, the limit per user");
-      log->warn("refused an identity connection of {}: connection limit per user",
-                caller.Describe());
+    LogThrottle* lines = &limit_lines_;
+    absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(fd.get());
+    Caller caller;
+    if (!peer.ok()) {
+      refusal = std::string(peer.status().message());
+    } else {
+      // The limits first: they cost a lookup, the reserve may count /proc/self/fd. The
+      // identity server closes its connections itself (Drop): no inode is needed.
+      caller = CallerFromCredentials(peer->uid, peer->gid, peer->pid);
+      if (absl::Status admitted = table_.Admit(fd.get(), 0, caller.uid, caller.admin);
+          !admitted.ok()) {
+        refusal = std::string(admitted.message());
+      } else if (reserve_.Exhausted(fd.get())) {
+        table_.Release(fd.get());
+        lines = &reserve_lines_;
+        refusal = absl::StrCat("ddod keeps its last ", reserve_.reserve(), " of ",
+                               reserve_.limit(), " descriptors for its own work");
+      }
+    }
+    if (!refusal.empty()) {
+      // Closed at once, unanswered: a connection kept to answer would hold the very slot it
+      // was refused. The client sees the connection end before HELLO's answer.
+      if (lines->Admit(absl::Now(), suppressed)) {
+        log->warn("refused an identity connection{}: {}{}",
+                  peer.ok() ? absl::StrCat(" of uid ", peer->uid, " pid ", peer->pid) : "",
+                  refusal, SuppressedNote(suppressed));
+      }
+      continue;
     }
     const int key = fd.get();
-    connections_.emplace(key, Connection{std::move(fd), caller, "", std::move(refusal)});
+    connections_.emplace(
+        key, Connection{std::move(fd), caller, "", absl::Now() + options_.hello_deadline});
   }
+}
+
+absl::Time IdentityServer::DropSilent(absl::Time now) {
+  absl::Time earliest = absl::InfiniteFuture();
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    const Connection& connection = it->second;
+    if (!connection.token.empty()) {
+      ++it;
+    } else if (connection.hello_by <= now) {
+      table_.Release(it->first);
+      it = connections_.erase(it);
+      ++silent_dropped_;
+    } else {
+      earliest = std::min(earliest, connection.hello_by);
+      ++it;
+    }
+  }
+  return earliest;
+}
+
+absl::Time IdentityServer::ReportSuppressed(absl::Time now) {
+  auto log = Logger("identity");
+  if (const uint64_t held = limit_lines_.TakeSuppressed(now); held > 0) {
+    log->warn("refused {} more identity connection(s) in the last {}", held,
+              absl::FormatDuration(kLogInterval));
+  }
+  if (const uint64_t held = reserve_lines_.TakeSuppressed(now); held > 0) {
+    log->warn("refused {} more identity connection(s) in the last {} to keep the descriptor "
+              "reserve", held, absl::FormatDuration(kLogInterval));
+  }
+  if (const uint64_t held = failed_lines_.TakeSuppressed(now); held > 0) {
+    log->warn("accept on the identity socket failed {} more time(s) in the last {}", held,
+              absl::FormatDuration(kLogInterval));
+  }
+  if (const uint64_t held = identified_lines_.TakeSuppressed(now); held > 0) {
+    log->info("{} more caller(s) identified in the last {}", held,
+              absl::FormatDuration(kLogInterval));
+  }
+  // Silent connections are said in one line per interval at most, however many there were.
+  absl::Time silent_next = absl::InfiniteFuture();
+  if (silent_dropped_ > 0) {
+    if (now - silent_reported_ >= kLogInterval) {
+      log->warn("dropped {} identity connection(s) that sent no HELLO within {}",
+                silent_dropped_, absl::FormatDuration(options_.hello_deadline));
+      silent_dropped_ = 0;
+      silent_reported_ = now;
+    } else {
+      silent_next = silent_reported_ + kLogInterval;
+    }
+  }
+  return std::min({silent_next, limit_lines_.NextReport(), reserve_lines_.NextReport(),
+                   failed_lines_.NextReport(),
+                   identified_lines_.NextReport()});
 }
 
 bool IdentityServer::Serve(Connection& connection) {
@@ -175,10 +283,6 @@ bool IdentityServer::Serve(Connection& connection) {
       ReceivePacket(connection.fd.get(), kIdentityMaxPacketBytes, MSG_DONTWAIT);
   if (!packet.ok()) return false;          // closed by the caller, or broken
   if (packet->would_block) return true;   // a wake-up with nothing to read
-  if (!connection.refusal.empty()) {
-    Answer(connection.fd.get(), IdentityError(connection.refusal));
-    return false;
-  }
   std::vector<UniqueFd>& passed = packet->fds;
   if (packet->truncated) {
     return Answer(connection.fd.get(),
@@ -192,7 +296,10 @@ bool IdentityServer::Serve(Connection& connection) {
   if (request->kind == IdentityRequest::Kind::kHello) {
     if (connection.token.empty()) {
       connection.token = callers_.Add(connection.caller);
-      Logger("identity")->info("caller {} identified", connection.caller.Describe());
+      if (uint64_t suppressed = 0; identified_lines_.Admit(absl::Now(), suppressed)) {
+        Logger("identity")->info("caller {} identified{}", connection.caller.Describe(),
+                                 SuppressedNote(suppressed));
+      }
     }
     return Answer(connection.fd.get(), IdentityOk(connection.token));
   }
@@ -230,6 +337,7 @@ void IdentityServer::Drop(int fd) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
   if (!it->second.token.empty()) callers_.Remove(it->second.token);
+  table_.Release(fd);
   connections_.erase(it);
 }
 

@@ -9,6 +9,13 @@
 // One thread serves every connection (poll, non-blocking I/O, one packet per request), so a
 // slow or hostile client can delay nobody: a client that does not read its answers is dropped.
 //
+// Connections are bounded (docs/security.md §5): per uid, in all (connection_table.h) and by
+// the descriptor reserve (descriptor_reserve.h). One over a limit is closed at once, before
+// it can hold a slot; its client sees the connection end before HELLO's answer. One that has
+// not said HELLO within `hello_deadline` is dropped, so idle connections cannot hold slots.
+// Accept failing for want of descriptors is waited out with a short back-off, and repeated
+// log lines are throttled (log_throttle.h).
+//
 // Thread-safety: Start and Stop from one thread; the serving thread owns the connections.
 #ifndef DDO_DAEMON_IDENTITY_IDENTITY_SERVER_H_
 #define DDO_DAEMON_IDENTITY_IDENTITY_SERVER_H_
@@ -21,6 +28,10 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/common/connection_table.h"
+#include "daemon/common/descriptor_reserve.h"
+#include "daemon/common/log_throttle.h"
 #include "daemon/common/unique_fd.h"
 #include "daemon/identity/caller.h"
 #include "daemon/identity/caller_registry.h"
@@ -31,8 +42,9 @@ struct IdentityServerOptions {
   std::string socket_path;
   // Owner-only (0600) when empty; else this group may connect too (0660).
   std::string socket_group;
-  size_t max_connections_per_uid = 64;
-  size_t max_connections = 1024;
+  ConnectionLimits limits;
+  size_t descriptor_reserve = 256;
+  absl::Duration hello_deadline = absl::Seconds(5);
 };
 
 class IdentityServer {
@@ -57,17 +69,21 @@ class IdentityServer {
   struct Connection {
     UniqueFd fd;
     Caller caller;
-    std::string token;    // empty until HELLO
-    std::string refusal;  // set: answer the first request with this error, then drop
+    std::string token;  // empty until HELLO
+    absl::Time hello_by;  // dropped when still without a token then
   };
 
-  IdentityServer(IdentityServerOptions options, CallerRegistry& callers)
-      : options_(std::move(options)), callers_(callers) {}
+  IdentityServer(IdentityServerOptions options, CallerRegistry& callers);
 
   // Creates, binds and opens the socket file (owner-only, or to options_.socket_group).
   absl::Status Bind();
   void Run();
-  void AcceptAll();
+  // Accepts what waits; false when accept ran out of descriptors (the caller backs off).
+  bool AcceptAll();
+  // Drops the connections past their HELLO deadline; the earliest deadline left.
+  absl::Time DropSilent(absl::Time now);
+  // Writes the counts of suppressed lines that are due; when the next one will be.
+  absl::Time ReportSuppressed(absl::Time now);
   // Reads and answers one packet; false when the connection should be dropped.
   bool Serve(Connection& connection);
   void Drop(int fd);
@@ -77,7 +93,17 @@ class IdentityServer {
   UniqueFd listener_;
   bool owns_socket_file_ = true;  // false when inherited from systemd
   UniqueFd wake_;  // eventfd: Stop() wakes the poll loop
-  std::map<int, Connection> connections_;  // by fd; touched by the serving thread only
+  // Touched by the serving thread only.
+  std::map<int, Connection> connections_;  // by fd
+  ConnectionTable table_;
+  const DescriptorReserve reserve_;
+  // One throttle per kind of line, so that a flood of one kind hides no other.
+  LogThrottle limit_lines_;
+  LogThrottle reserve_lines_;
+  LogThrottle failed_lines_;
+  LogThrottle identified_lines_;
+  uint64_t silent_dropped_ = 0;  // since the last line that said so
+  absl::Time silent_reported_ = absl::InfinitePast();
   std::thread thread_;
   bool stopped_ = false;
 };

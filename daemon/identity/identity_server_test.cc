@@ -1,6 +1,7 @@
 #include "daemon/identity/identity_server.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -9,6 +10,10 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 #include "daemon/common/temp_dir_for_test.h"
 #include "ddo/wire/seqpacket.h"
@@ -29,6 +34,16 @@ class Client {
   }
   bool connected() const { return connected_; }
 
+  // "closed" once ddod closed the connection, "open" when it still is after `limit`.
+  std::string WaitForClose(absl::Duration limit) {
+    pollfd polled = {fd_.get(), POLLIN, 0};
+    if (::poll(&polled, 1, static_cast<int>(absl::ToInt64Milliseconds(limit))) <= 0) {
+      return "open";
+    }
+    absl::StatusOr<Packet> packet = ReceivePacket(fd_.get(), 4096, MSG_DONTWAIT);
+    return packet.ok() ? "a packet" : "closed";
+  }
+
   // Sends `text` (with `fd` when >= 0) and returns the answer; `received` gets a passed fd.
   std::string Ask(const std::string& text, int fd = -1, UniqueFd* received = nullptr) {
     if (!SendPacket(fd_.get(), text, fd)) return "send failed";
@@ -43,12 +58,24 @@ class Client {
   bool connected_ = false;
 };
 
+// Polls `condition` for up to 5 s.
+template <typename Condition>
+bool WaitUntil(Condition condition) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (!condition()) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
 class IdentityServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     IdentityServerOptions options;
     options.socket_path = dir_.path() + "/ddod.sock.id";
-    options.max_connections_per_uid = 4;
+    options.limits.per_uid = 4;
+    options.hello_deadline = absl::Milliseconds(300);
     auto server = IdentityServer::Start(options, callers_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -132,9 +159,28 @@ TEST_F(IdentityServerTest, ConnectionsPerUidAreBounded) {
     clients.push_back(std::make_unique<Client>(server_->socket_path()));
     ASSERT_EQ(clients.back()->Ask("HELLO 1").rfind("OK ", 0), 0u);
   }
+  // The fifth is closed at once, unanswered: kept to answer, it would hold a slot.
   Client fifth(server_->socket_path());
-  const std::string answer = fifth.Ask("HELLO 1");
-  EXPECT_NE(answer.find("limit"), std::string::npos) << answer;
+  EXPECT_EQ(fifth.WaitForClose(absl::Seconds(2)), "closed");
+  clients.pop_back();
+  EXPECT_TRUE(WaitUntil([&] {
+    Client another(server_->socket_path());
+    return another.Ask("HELLO 1").rfind("OK ", 0) == 0;
+  })) << "a closed connection gives its slot back";
+}
+
+TEST_F(IdentityServerTest, ConnectionsThatSayNothingHoldNoSlotPastTheHelloDeadline) {
+  // Four silent connections take every slot of this uid, until the deadline (300 ms here).
+  std::vector<std::unique_ptr<Client>> silent;
+  for (int i = 0; i < 4; ++i) silent.push_back(std::make_unique<Client>(server_->socket_path()));
+  const absl::Time started = absl::Now();
+  for (auto& client : silent) EXPECT_EQ(client->WaitForClose(absl::Seconds(5)), "closed");
+  EXPECT_GE(absl::Now() - started, absl::Milliseconds(250));
+  Client talker(server_->socket_path());
+  EXPECT_EQ(talker.Ask("HELLO 1").rfind("OK ", 0), 0u);
+  // One that said HELLO stays past the deadline.
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(talker.Ask("HELLO 1").rfind("OK ", 0), 0u);
 }
 
 TEST_F(IdentityServerTest, GarbageAndOversizedPacketsAreRefusedWithoutHarm) {

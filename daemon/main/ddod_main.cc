@@ -1,6 +1,4 @@
 // ddod: the DDO daemon. See `ddod --help` and docs/configuration.md.
-#include <sys/resource.h>
-
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -8,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/common/descriptor_reserve.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/version.h"
 #include "daemon/config/daemon_options.h"
@@ -75,10 +74,13 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   ddo::InitLogging(options->log_level, options->log_format);
-  // Passed files and granted segments are descriptors: use all the descriptors allowed.
-  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
-    (void)::setrlimit(RLIMIT_NOFILE, &files);
+  // Passed files and granted segments are descriptors: use all the descriptors allowed
+  // (docs/security.md §5: some are kept for ddod's own work).
+  if (auto files = ddo::RaiseDescriptorLimit(); !files.ok()) {
+    ddo::Logger("server")->warn("descriptor limit not raised: {}", files.status().message());
+  } else if (files->soft != files->soft_before) {
+    ddo::Logger("server")->info("descriptor limit raised from {} to {} (the hard limit)",
+                                files->soft_before, files->soft);
   }
 
   auto waiter = ddo::StopWaiter::Create(options->parent_pid);

@@ -5,16 +5,20 @@
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/common/descriptor_reserve.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/posix_error.h"
@@ -26,7 +30,7 @@
 #include "daemon/device/h2d_bandwidth.h"
 #include "daemon/platform/system_info.h"
 #include "daemon/pool/host_pinning.h"
-#include "daemon/server/inherited_grpc_listener.h"
+#include "daemon/server/connection_gate.h"
 #include "daemon/server/socket_activation.h"
 #include "ddo/wire/identity_protocol.h"
 
@@ -41,6 +45,36 @@ constexpr int kMaxServerThreads = 512;
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
 
 constexpr char kServiceName[] = "ddo.v1.Ddo";
+
+// The gRPC Unix socket, bound by ddod (not by gRPC, so that ddod's ConnectionGate accepts on
+// it) and owner-only from its first instant (a umask around bind).
+absl::StatusOr<UniqueFd> ListenOnUnixSocket(const std::string& path) {
+  sockaddr_un address{};
+  if (path.size() >= sizeof(address.sun_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the socket path ", path, " is longer than a Unix socket path may be"));
+  }
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listener.valid()) return PosixError("socket(AF_UNIX, SOCK_STREAM)", errno);
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const mode_t previous_umask = ::umask(0177);
+  const int bound = ::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  const int bind_errno = errno;
+  ::umask(previous_umask);
+  if (bound != 0) return PosixError(absl::StrCat("bind ", path), bind_errno);
+  if (::listen(listener.get(), SOMAXCONN) != 0) {
+    return PosixError(absl::StrCat("listen ", path), errno);
+  }
+  return listener;
+}
+
+ConnectionLimits ConnectionLimitsOf(const DaemonOptions& options) {
+  ConnectionLimits limits;
+  limits.per_uid = static_cast<size_t>(options.max_connections_per_user);
+  limits.in_all = static_cast<size_t>(options.max_connections);
+  return limits;
+}
 
 }  // namespace
 
@@ -114,6 +148,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   IdentityServerOptions identity;
   identity.socket_path = IdentitySocketPath(socket_path);
   identity.socket_group = context.options.socket_group;
+  identity.limits = ConnectionLimitsOf(context.options);
+  identity.descriptor_reserve = static_cast<size_t>(context.options.descriptor_reserve);
   DDO_ASSIGN_OR_RETURN(
       daemon->identity_,
       IdentityServer::Start(identity, daemon->callers_,
@@ -175,32 +211,31 @@ absl::Status DaemonServer::Listen(bool created_socket_directory, UniqueFd inheri
   builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  const bool inherited = inherited_socket.valid();
-  if (!inherited) builder.AddListeningPort(unix_target, grpc::InsecureServerCredentials());
+  // The Unix socket is not gRPC's to listen on: the gate below accepts there.
   int tcp_port = 0;
   if (!options.listen_address.empty()) {
     builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
                              &tcp_port);
   }
   builder.RegisterService(service_.get());
-
-  // The socket is created by gRPC's bind(): a umask makes it owner-only from its first instant.
-  const mode_t previous_umask = ::umask(0177);
   server_ = builder.BuildAndStart();
-  ::umask(previous_umask);
   if (server_ == nullptr) {
     return absl::UnavailableError(absl::StrCat(
-        "could not listen on ", unix_target,
-        options.listen_address.empty() ? "" : absl::StrCat(" and ", options.listen_address),
+        "could not start the gRPC server",
+        options.listen_address.empty() ? "" : absl::StrCat(" on ", options.listen_address),
         " (see the gRPC error above; is the TCP port in use?)"));
   }
-  if (inherited) {
-    // systemd bound the socket and set its owner, group and mode (ddod.socket).
-    DDO_ASSIGN_OR_RETURN(inherited_grpc_,
-                         InheritedGrpcListener::Start(std::move(inherited_socket), *server_));
-  } else {
+  const bool inherited = inherited_socket.valid();
+  UniqueFd listener = std::move(inherited_socket);
+  if (!inherited) {
+    DDO_ASSIGN_OR_RETURN(listener, ListenOnUnixSocket(options.socket_path));
     DDO_RETURN_IF_ERROR(SetSocketPermissions(created_socket_directory));
-  }
+  }  // else systemd bound the socket and set its owner, group and mode (ddod.socket)
+  ConnectionGateOptions gate;
+  gate.limits = ConnectionLimitsOf(options);
+  gate.descriptor_reserve = static_cast<size_t>(options.descriptor_reserve);
+  DDO_ASSIGN_OR_RETURN(grpc_gate_, ConnectionGate::Start(std::move(listener), gate,
+                                                         ConnectionGate::ToGrpcServer(*server_)));
 
   context_.listen_addresses.push_back(unix_target);
   if (!options.listen_address.empty()) {
@@ -214,6 +249,12 @@ absl::Status DaemonServer::Listen(bool created_socket_directory, UniqueFd inheri
     Logger("server")->info("serving on {}{}", address,
                            inherited && address == unix_target ? " (socket from systemd)" : "");
   }
+  const DescriptorReserve reserve =
+      DescriptorReserve::ForThisProcess(static_cast<size_t>(options.descriptor_reserve));
+  Logger("server")->info(
+      "connections to each Unix socket: {} per user, {} in all; {} of {} descriptors kept for "
+      "ddod's own work", gate.limits.per_uid, gate.limits.in_all, reserve.reserve(),
+      reserve.limit());
   return absl::OkStatus();
 }
 
@@ -350,6 +391,10 @@ std::vector<std::string> DaemonServer::Reload(const DaemonOptions& fresh) {
   differs("max-sessions-per-user",
           fresh.max_sessions_per_user != running.max_sessions_per_user);
   differs("max-user-pool-gb", fresh.max_user_pool_gb != running.max_user_pool_gb);
+  differs("max-connections-per-user",
+          fresh.max_connections_per_user != running.max_connections_per_user);
+  differs("max-connections", fresh.max_connections != running.max_connections);
+  differs("descriptor-reserve", fresh.descriptor_reserve != running.descriptor_reserve);
   differs("DDO_PIN_CPU_MEMORY", fresh.pin_cpu_memory != running.pin_cpu_memory);
   differs("DDO_PIN_CPU_WORKERS", fresh.pin_workers != running.pin_workers);
   auto cache_pinned = [](const DaemonOptions& options) {
@@ -400,7 +445,7 @@ void DaemonServer::Shutdown(const std::string& reason) {
       log->warn("cancelling {} call(s) still running after {}", running,
                 absl::FormatDuration(kShutdownGrace));
     }
-    if (inherited_grpc_ != nullptr) inherited_grpc_->Stop();  // before the server it feeds
+    if (grpc_gate_ != nullptr) grpc_gate_->Stop();  // before the server it feeds
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
   }

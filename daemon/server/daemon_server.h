@@ -2,7 +2,8 @@
 //
 // ddod's serving lifecycle: take the socket's instance lock, replace a stale socket, listen
 // on the Unix socket (owner-only, or group with --socket-group; or the one systemd passed, see
-// socket_activation.h) and optionally on loopback TCP,
+// socket_activation.h) through a ConnectionGate (connection limits, connection_gate.h) and
+// optionally on loopback TCP,
 // serve ddo.v1.Ddo and grpc.health.v1.Health, and shut down gracefully: health NOT_SERVING,
 // new requests refused, leases told and released, in-flight calls finished, socket removed.
 //
@@ -27,7 +28,7 @@
 #include "daemon/identity/caller_registry.h"
 #include "daemon/identity/identity_server.h"
 #include "daemon/platform/system_info.h"
-#include "daemon/server/inherited_grpc_listener.h"
+#include "daemon/server/connection_gate.h"
 #include "daemon/server/instance_lock.h"
 #include "daemon/service/daemon_context.h"
 #include "daemon/pool/host_pool.h"
@@ -88,7 +89,7 @@ class DaemonServer {
   std::unique_ptr<IdentityServer> identity_;
   std::unique_ptr<DdoService> service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<InheritedGrpcListener> inherited_grpc_;  // socket activation only
+  std::unique_ptr<ConnectionGate> grpc_gate_;  // accepts on the Unix socket
   bool socket_from_systemd_ = false;
   std::optional<InstanceLock> lock_;
   BandwidthBoard bandwidth_;

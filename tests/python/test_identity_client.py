@@ -363,6 +363,20 @@ def test_the_token_is_required_and_carried(daemon, client):
         assert stub.GetStats(stats_pb2.GetStatsRequest(), timeout=5).leases >= 1
 
 
+def test_a_connection_over_a_limit_is_refused_with_the_reason(daemon_factory, short_dir):
+    # ddod closes a connection over its limit at once, unanswered (docs/security.md §5): the
+    # client's error still says that a limit may be why.
+    daemon = daemon_factory(os.path.join(short_dir, "lim", "ddod.sock"),
+                            "--max-connections-per-user", "1")
+    first = IdentityChannel.connect(daemon.socket + ".id", timeout=10)
+    try:
+        with pytest.raises(IdentityError, match=r"ddod refused the identity connection .*"
+                                                r"\(a connection limit\?"):
+            IdentityChannel.connect(daemon.socket + ".id", timeout=10)
+    finally:
+        first.close()
+
+
 def test_refusals_come_back_as_identity_errors(client):
     with pytest.raises(IdentityError, match="ddod refused OPEN"):
         client._identity.open_segment("/ddo-never-granted", False)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Iterator
+from typing import Iterator, Optional
 
 import pytest
 
@@ -92,13 +92,14 @@ def outsider(accounts: Accounts) -> Account:
 
 @pytest.fixture
 def ddod_factory(ddod_binary: str, socket_group_name: str):
-    """``start(socket_path=None, *extra_args)`` starts a root ddod (default socket:
-    /run/ddo-sec-<rand>/ddod.sock, a directory ddod creates itself). Afterwards each one must
-    stop within a few seconds of SIGTERM."""
+    """``start(socket_path=None, *extra_args, nofile=None)`` starts a root ddod (default socket:
+    /run/ddo-sec-<rand>/ddod.sock, a directory ddod creates itself; ``nofile``: its
+    RLIMIT_NOFILE, soft and hard). Afterwards each one must stop within a few seconds of
+    SIGTERM."""
     started = []
     cleanup_dirs = []
 
-    def start(socket_path: str = "", *extra_args: str) -> RootDaemon:
+    def start(socket_path: str = "", *extra_args: str, nofile: Optional[int] = None) -> RootDaemon:
         if not socket_path:
             run_dir = f"/run/ddo-sec-{random_suffix()}"
             cleanup_dirs.append(run_dir)
@@ -106,7 +107,7 @@ def ddod_factory(ddod_binary: str, socket_group_name: str):
         state_dir = tempfile.mkdtemp(prefix="ddo-sec-state-", dir="/tmp")
         cleanup_dirs.append(state_dir)
         daemon = RootDaemon(ddod_binary, socket_path, socket_group_name, state_dir,
-                            os.path.join(state_dir, "ddod.log"), extra_args)
+                            os.path.join(state_dir, "ddod.log"), extra_args, nofile=nofile)
         started.append(daemon)
         return daemon
 

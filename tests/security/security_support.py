@@ -11,6 +11,7 @@ import glob
 import grp
 import json
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -151,7 +152,8 @@ class RootDaemon:
     def __init__(self, binary: str, socket_path: str, group: str, state_dir: str,
                  log_path: str, extra_args: Sequence[str] = (),
                  service_account: Optional[Account] = None,
-                 socket_activated: bool = False) -> None:
+                 socket_activated: bool = False,
+                 nofile: Optional[int] = None) -> None:
         self.socket_path = socket_path
         self.state_dir = state_dir
         self.log_path = log_path
@@ -178,10 +180,19 @@ class RootDaemon:
         self.systemd_sockets = (_systemd_sockets(socket_path, service_account, group)
                                 if socket_activated else [])
         launch = {}
+        before_exec = []
         if socket_activated:
             args = ["/bin/sh", "-c", 'LISTEN_PID=$$ LISTEN_FDS=2 exec "$0" "$@"', *args]
             fds = [sock.fileno() for sock in self.systemd_sockets]
-            launch = dict(pass_fds=(3, 4), preexec_fn=lambda: _place_at_3_and_4(fds))
+            launch = dict(pass_fds=(3, 4))
+            before_exec.append(lambda: _place_at_3_and_4(fds))
+        if nofile is not None:
+            # A low RLIMIT_NOFILE (soft and hard: ddod raises the soft one to the hard one), so
+            # that a flood test needs hundreds of sockets, not tens of thousands.
+            before_exec.append(lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
+                                                          (nofile, nofile)))
+        if before_exec:
+            launch["preexec_fn"] = lambda: [step() for step in before_exec]
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          env=environment, **as_user, **launch)

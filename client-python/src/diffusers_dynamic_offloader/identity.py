@@ -25,6 +25,7 @@ and its answer, so answers never cross.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
@@ -52,6 +53,8 @@ _HANDLE = re.compile(r"[1-9][0-9]{0,19}")
 _UCRED = struct.Struct("3i")
 # One descriptor in SCM_RIGHTS.
 _FD = struct.Struct("i")
+# How a connection ddod closed unanswered ends on this side.
+_ENDED = (errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN)
 # ddod's messages are short; more than this of one is not quoted back.
 _MAX_QUOTED_CHARS = 300
 
@@ -276,12 +279,16 @@ class IdentityChannel:
                 raise IdentityError(f"ddod did not answer {what} on {self.path} in time") from error
             except OSError as error:
                 self._give_up(sock)
+                if what == "HELLO" and error.errno in _ENDED:
+                    raise self._refused() from error
                 raise IdentityError(
                     f"the identity connection to {self.path} failed during {what}: "
                     f"{error.strerror or error}"
                 ) from error
             if not data and not received:
                 self._give_up(sock)
+                if what == "HELLO":
+                    raise self._refused()
                 raise IdentityError(f"ddod closed the identity connection {self.path}")
             if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
                 _close_all(received)
@@ -297,6 +304,15 @@ class IdentityChannel:
         if fields[0] == "ERR":
             raise IdentityError(f"ddod refused {what}: {quote(text[4:])}")
         raise self._broken(f"ddod answered {what} with {quote(text)}")
+
+    def _refused(self) -> IdentityError:
+        """ddod closes a connection over one of its limits at once, unanswered (a connection
+        kept to answer would hold the slot it was refused)."""
+        return IdentityError(
+            f"ddod refused the identity connection {self.path} (a connection limit? it closed "
+            "the connection before answering HELLO: this user may hold too many connections, "
+            "or ddod too many in all; ddod's log names the limit)"
+        )
 
     def _give_up(self, sock: socket.socket) -> None:
         """Closes a connection that can no longer be trusted to pair requests and answers.

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -57,6 +58,13 @@ absl::StatusOr<IdentityLink> IdentityLink::Connect(const std::string& path,
   }
   std::optional<PeerCredentials> answered_by;
   absl::StatusOr<std::string> token = link.Ask("HELLO 1", -1, nullptr, &answered_by);
+  if (!token.ok() && link.ended_by_peer_) {
+    // ddod closes a connection over one of its limits at once, unanswered.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "ddod refused the identity connection ", path,
+        " (a connection limit? it closed the connection before answering HELLO: this user may "
+        "hold too many connections, or ddod too many in all; ddod's log names the limit)"));
+  }
   if (!token.ok()) return token.status();
   const int no_credentials = 0;
   ::setsockopt(link.socket_.get(), SOL_SOCKET, SO_PASSCRED, &no_credentials,
@@ -107,12 +115,16 @@ absl::StatusOr<std::string> IdentityLink::Ask(const std::string& request, int fd
   std::lock_guard<std::mutex> lock(*mutex_);
   if (!socket_.valid()) return absl::UnavailableError("the identity connection is closed");
   if (!SendPacket(socket_.get(), request, fd)) {
+    ended_by_peer_ = errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN;
     socket_.Reset();
     return absl::UnavailableError("the identity socket closed");
   }
   absl::StatusOr<Packet> answer = ReceivePacket(socket_.get(), kIdentityMaxPacketBytes);
   // A late, lost or cut answer leaves requests and answers unpaired: the link is given up.
   if (!answer.ok()) {
+    // NOT_FOUND: the peer closed; ECONNRESET: it closed with the request unread.
+    ended_by_peer_ = absl::IsNotFound(answer.status()) ||
+                     absl::EndsWith(answer.status().message(), std::strerror(ECONNRESET));
     socket_.Reset();
     return absl::UnavailableError(absl::StrCat("identity socket: ", answer.status().message()));
   }

@@ -37,6 +37,24 @@ TEST(IdentityClientTest, ADaemonOfAnUntrustedUserIsRefusedBeforeAnythingIsSent) 
   EXPECT_EQ(link->daemon_uid(), ::geteuid());
 }
 
+TEST(IdentityClientTest, AConnectionOverALimitSaysSo) {
+  TempDirForTest dir;
+  CallerRegistry callers;
+  IdentityServerOptions options;
+  options.socket_path = dir.path() + "/ddod.sock.id";
+  options.limits.per_uid = 1;
+  auto server = IdentityServer::Start(options, callers);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto first = IdentityLink::Connect(options.socket_path, TrustedDaemonUids(""), 5000);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // ddod closes the second at once, unanswered; the error still says why it may have.
+  auto second = IdentityLink::Connect(options.socket_path, TrustedDaemonUids(""), 5000);
+  ASSERT_TRUE(absl::IsResourceExhausted(second.status())) << second.status();
+  EXPECT_NE(second.status().message().find("ddod refused the identity connection"),
+            std::string::npos);
+  EXPECT_NE(second.status().message().find("a connection limit?"), std::string::npos);
+}
+
 // The C++ client opens segments through one link from several threads: each OPEN must get its
 // own answer and descriptor (IdentityLink's mutex).
 TEST(IdentityClientTest, ThreadsTakeTurnsOnOneLink) {

@@ -56,6 +56,9 @@ class IdentityLink {
   // On the heap so that a link can be moved (out of Connect).
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();
   UniqueFd socket_;  // guarded by *mutex_; closed once the link broke
+  // The link broke because ddod closed it (guarded by *mutex_): before HELLO's answer, a
+  // refusal by one of ddod's connection limits.
+  bool ended_by_peer_ = false;
   std::string token_;
   uid_t daemon_uid_ = 0;
 };
