@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ddo/wire/daemon_address.h"
 #include "ddo/wire/daemon_checks.h"
 #include "ddo/wire/identity_protocol.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -31,12 +32,29 @@ std::string HealthName(HealthCheckResponse::ServingStatus status) {
 absl::StatusOr<CtlConnection> CtlConnection::Open(const DaemonTargets& targets,
                                                   absl::Duration timeout) {
   std::vector<std::string> attempts;
+  const std::set<uid_t> trusted = TrustedDaemonUidsFromEnvironment();
   for (const std::string& target : targets.targets) {
-    if (const std::string path = UnixSocketPath(target); !path.empty()) {
+    // Who could have put the socket there, or who holds the port, is checked before a byte is
+    // sent, the health check included (issue 31): an impostor learns nothing of this user.
+    const std::string path = UnixSocketPath(target);
+    if (!path.empty()) {
+      if (absl::Status own = CheckPerUserDirectoryOf(path); !own.ok()) return own;
       struct stat info {};
-      if (::stat(path.c_str(), &info) != 0) {
+      if (::lstat(path.c_str(), &info) != 0) {
         attempts.push_back(absl::StrCat(target, " (no socket file)"));
         continue;
+      }
+      if (absl::Status placed = CheckSocketLocation(path, trusted); !placed.ok()) return placed;
+    } else {
+      if (TcpListenerOwners(TcpPort(target)).empty()) {
+        attempts.push_back(absl::StrCat(target, " (nothing listens on port ",
+                                        TcpPort(target), ")"));
+        continue;
+      }
+      // The identity socket proves only who serves *it*: the port must be held by a trusted
+      // user too, or an impostor on the port would receive the token.
+      if (absl::Status held = CheckTcpListener(target, TcpPort(target), trusted); !held.ok()) {
+        return held;
       }
     }
     grpc::ChannelArguments arguments;
@@ -53,19 +71,12 @@ absl::StatusOr<CtlConnection> CtlConnection::Open(const DaemonTargets& targets,
       attempts.push_back(absl::StrCat(target, " (", status.error_message(), ")"));
       continue;
     }
-    // Who serves here, and who we are: ddod names its identity socket in GetInfo, which needs
-    // no token; a Unix socket's identity socket is beside it.
+    // Who we are: ddod names its identity socket in GetInfo, which needs no token; a Unix
+    // socket's identity socket is beside it.
     std::string identity_path;
-    const std::set<uid_t> trusted = TrustedDaemonUidsFromEnvironment();
-    if (const std::string path = UnixSocketPath(target); !path.empty()) {
-      if (absl::Status placed = CheckSocketLocation(path, trusted); !placed.ok()) return placed;
+    if (!path.empty()) {
       identity_path = IdentitySocketPath(path);
     } else {
-      // Over TCP the identity socket proves only who serves it: the port must be held by a
-      // trusted user too, or an impostor on the port would receive the token.
-      if (absl::Status held = CheckTcpListener(target, TcpPort(target), trusted); !held.ok()) {
-        return held;
-      }
       grpc::ClientContext info_context;
       info_context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
       ddo::v1::DaemonInfo info;

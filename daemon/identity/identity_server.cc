@@ -307,8 +307,12 @@ bool IdentityServer::Serve(Connection& connection) {
     return Answer(connection.fd.get(), IdentityError("send HELLO 1 first"));
   }
   if (request->kind == IdentityRequest::Kind::kFile) {
+    // ddod reads what it is passed: an O_PATH or write-only descriptor (which needs no read
+    // permission) proves nothing about the file and is refused like a FIFO.
+    const int flags = ::fcntl(passed[0].get(), F_GETFL);
     struct stat info {};
-    if (::fstat(passed[0].get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    if (flags < 0 || (flags & O_PATH) != 0 || (flags & O_ACCMODE) == O_WRONLY ||
+        ::fstat(passed[0].get(), &info) != 0 || !S_ISREG(info.st_mode)) {
       return Answer(connection.fd.get(),
                         IdentityError("FILE takes a regular file opened for reading"));
     }

@@ -135,6 +135,22 @@ TEST_F(IdentityServerTest, FilesArePassedAndNonRegularFilesRefused) {
   EXPECT_EQ(client.Ask("HELLO 1"), "OK " + token);
 }
 
+TEST_F(IdentityServerTest, FilesMustBeOpenForReading) {
+  Client client(server_->socket_path());
+  client.Ask("HELLO 1");
+  const std::string path = dir_.path() + "/x.safetensors";
+  UniqueFd made(::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+  ASSERT_TRUE(made.valid());
+  // O_PATH needs no read permission on the file, O_WRONLY none either: neither is a proof.
+  UniqueFd by_path(::open(path.c_str(), O_PATH | O_CLOEXEC));
+  UniqueFd write_only(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  EXPECT_EQ(client.Ask("FILE x.safetensors", by_path.get()).rfind("ERR ", 0), 0u);
+  EXPECT_EQ(client.Ask("FILE x.safetensors", write_only.get()).rfind("ERR ", 0), 0u);
+  UniqueFd read_only(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  EXPECT_EQ(client.Ask("FILE x.safetensors", read_only.get()).rfind("OK ", 0), 0u);
+  EXPECT_EQ(client.Ask("FILE x.safetensors", made.get()).rfind("OK ", 0), 0u);  // O_RDWR
+}
+
 TEST_F(IdentityServerTest, OpenServesOnlyGrantedSegmentsWithTheGrantedAccess) {
   const std::string name = "/ddo-identity-test-" + std::to_string(::getpid());
   UniqueFd segment(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));

@@ -1,5 +1,6 @@
 #include "daemon/server/daemon_server.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
@@ -96,10 +97,11 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   DDO_ASSIGN_OR_RETURN(ActivatedSockets activated,
                        TakeActivatedSockets(socket_path));
   daemon->socket_from_systemd_ = activated.activated();
-  bool created_socket_directory = false;
-  DDO_RETURN_IF_ERROR(
-      EnsurePrivateDirectory(ParentDirectory(socket_path), &created_socket_directory));
-  DDO_ASSIGN_OR_RETURN(InstanceLock lock, InstanceLock::Acquire(socket_path));
+  DDO_ASSIGN_OR_RETURN(PrivateDirectory socket_directory,
+                       PrivateDirectory::Open(ParentDirectory(socket_path)));
+  daemon->socket_directory_.emplace(std::move(socket_directory));
+  DDO_ASSIGN_OR_RETURN(InstanceLock lock,
+                       InstanceLock::Acquire(*daemon->socket_directory_, socket_path));
   daemon->lock_.emplace(std::move(lock));
   if (!activated.activated()) {
     DDO_RETURN_IF_ERROR(RemoveStaleSocket(socket_path));
@@ -162,8 +164,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
                                                   *daemon->streams_, daemon->callers_,
                                                   lease_limits);
   context.bandwidth = &daemon->bandwidth_;
-  DDO_RETURN_IF_ERROR(daemon->Listen(
-      created_socket_directory, std::move(activated.grpc)));
+  DDO_RETURN_IF_ERROR(daemon->Listen(std::move(activated.grpc)));
   daemon->StartBandwidthProbe();
   daemon->StartKeepAliveReaper();
   return daemon;
@@ -200,7 +201,7 @@ absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
   return absl::OkStatus();
 }
 
-absl::Status DaemonServer::Listen(bool created_socket_directory, UniqueFd inherited_socket) {
+absl::Status DaemonServer::Listen(UniqueFd inherited_socket) {
   const DaemonOptions& options = context_.options;
   const std::string unix_target = absl::StrCat("unix:", options.socket_path);
 
@@ -229,7 +230,7 @@ absl::Status DaemonServer::Listen(bool created_socket_directory, UniqueFd inheri
   UniqueFd listener = std::move(inherited_socket);
   if (!inherited) {
     DDO_ASSIGN_OR_RETURN(listener, ListenOnUnixSocket(options.socket_path));
-    DDO_RETURN_IF_ERROR(SetSocketPermissions(created_socket_directory));
+    DDO_RETURN_IF_ERROR(SetSocketPermissions());
   }  // else systemd bound the socket and set its owner, group and mode (ddod.socket)
   ConnectionGateOptions gate;
   gate.limits = ConnectionLimitsOf(options);
@@ -276,7 +277,7 @@ void DaemonServer::StartBandwidthProbe() {
   });
 }
 
-absl::Status DaemonServer::SetSocketPermissions(bool created_socket_directory) const {
+absl::Status DaemonServer::SetSocketPermissions() const {
   const DaemonOptions& options = context_.options;
   if (options.socket_group.empty()) {
     return absl::OkStatus();  // already 0600 through the umask
@@ -286,30 +287,38 @@ absl::Status DaemonServer::SetSocketPermissions(bool created_socket_directory) c
     return absl::InvalidArgumentError(
         absl::StrCat("--socket-group: no group named '", options.socket_group, "'"));
   }
-  if (::chown(options.socket_path.c_str(), static_cast<uid_t>(-1), entry->gr_gid) != 0) {
+  // Relative to the checked directory, never through a link: only the socket gRPC just bound.
+  const PrivateDirectory& directory = *socket_directory_;
+  const std::string name = LastComponent(options.socket_path);
+  struct stat info {};
+  if (::fstatat(directory.fd(), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0 ||
+      !S_ISSOCK(info.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options.socket_path, " is not the socket ddod bound"));
+  }
+  if (::fchownat(directory.fd(), name.c_str(), static_cast<uid_t>(-1), entry->gr_gid,
+                 AT_SYMLINK_NOFOLLOW) != 0) {
     return PosixError(absl::StrCat("chown ", options.socket_path, " to group ",
                                    options.socket_group),
                       errno);
   }
-  if (::chmod(options.socket_path.c_str(), 0660) != 0) {
+  if (::fchmodat(directory.fd(), name.c_str(), 0660, 0) != 0) {
     return PosixError(absl::StrCat("chmod 0660 ", options.socket_path), errno);
   }
   // The group must also be able to reach the socket through its directory. ddod opens that
   // directory to the group only when it made it just now; a directory it found (systemd's
   // RuntimeDirectory, /run, a user's directory) is the administrator's to set up, and is only
   // checked.
-  const std::string directory = ParentDirectory(options.socket_path);
-  if (created_socket_directory) {
-    if (::chown(directory.c_str(), static_cast<uid_t>(-1), entry->gr_gid) != 0 ||
-        ::chmod(directory.c_str(), 0750) != 0) {
-      return PosixError(absl::StrCat("open ", directory, " to group ", options.socket_group),
-                        errno);
+  if (directory.created()) {
+    if (::fchown(directory.fd(), static_cast<uid_t>(-1), entry->gr_gid) != 0 ||
+        ::fchmod(directory.fd(), 0750) != 0) {
+      return PosixError(
+          absl::StrCat("open ", directory.path(), " to group ", options.socket_group), errno);
     }
     return absl::OkStatus();
   }
-  struct stat info {};
-  if (::stat(directory.c_str(), &info) != 0) {
-    return PosixError(absl::StrCat("stat ", directory), errno);
+  if (::fstat(directory.fd(), &info) != 0) {
+    return PosixError(absl::StrCat("stat ", directory.path()), errno);
   }
   const bool group_can_enter = (info.st_mode & S_IXOTH) != 0 ||
                                ((info.st_mode & S_IXGRP) != 0 && info.st_gid == entry->gr_gid);
@@ -317,7 +326,7 @@ absl::Status DaemonServer::SetSocketPermissions(bool created_socket_directory) c
     Logger("server")->warn(
         "members of group {} cannot enter {} to reach the socket; give the directory to that "
         "group with mode 0750 (systemd: RuntimeDirectoryMode=0750 and Group=)",
-        options.socket_group, directory);
+        options.socket_group, directory.path());
   }
   return absl::OkStatus();
 }
@@ -463,7 +472,9 @@ void DaemonServer::Shutdown(const std::string& reason) {
   if (lock_.has_value()) {
     // Only the lock holder may remove the socket: it is ours, unless systemd made it (then
     // connections wait in it for the next start).
-    if (!socket_from_systemd_) ::unlink(socket_path.c_str());
+    if (!socket_from_systemd_) {
+      ::unlinkat(socket_directory_->fd(), LastComponent(socket_path).c_str(), 0);
+    }
     lock_->Release();
     if (context_.options.parent_pid.has_value()) {
       // An embedded daemon's directory is private to it and its client; rmdir only succeeds

@@ -67,7 +67,7 @@ class DaemonServer {
 
   absl::Status OpenPool(const SystemInfo& system);
   // Serves on --socket, or on `inherited_socket` when systemd passed it (socket activation).
-  absl::Status Listen(bool created_socket_directory, UniqueFd inherited_socket);
+  absl::Status Listen(UniqueFd inherited_socket);
   // Measures each device's pinned H2D bandwidth on a background thread.
   void StartBandwidthProbe();
   // Evicts components unused for longer than their keep-alive, once a second, until Shutdown.
@@ -75,7 +75,7 @@ class DaemonServer {
   void StopKeepAliveReaper();
   // Lets --socket-group members reach the socket: the socket file itself, and its directory
   // only when ddod created that directory at this start (never /run or a user's directory).
-  absl::Status SetSocketPermissions(bool created_socket_directory) const;
+  absl::Status SetSocketPermissions() const;
 
   // Destroyed in reverse order: the server, the service, the streams, the store, the session
   // registry, then the pool.
@@ -91,6 +91,9 @@ class DaemonServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ConnectionGate> grpc_gate_;  // accepts on the Unix socket
   bool socket_from_systemd_ = false;
+  // The socket's checked directory, held open: the lock file and the socket's permissions are
+  // handled relative to it (runtime_dir.h).
+  std::optional<PrivateDirectory> socket_directory_;
   std::optional<InstanceLock> lock_;
   BandwidthBoard bandwidth_;
   std::thread bandwidth_probe_;

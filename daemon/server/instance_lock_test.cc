@@ -1,9 +1,13 @@
 #include "daemon/server/instance_lock.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "daemon/common/temp_dir_for_test.h"
 #include "gmock/gmock.h"
@@ -59,6 +63,61 @@ TEST(InstanceLockTest, ALockLeftByADeadProcessIsTakenOver) {
   auto lock = InstanceLock::Acquire(socket);
   ASSERT_TRUE(lock.ok()) << lock.status();
   EXPECT_EQ(ReadLockOwner(socket + ".lock"), ::getpid());
+}
+
+std::string Contents(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void Write(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+TEST(InstanceLockTest, ALinkPlantedAsTheLockFileIsNeverFollowed) {
+  TempDirForTest dir;
+  const std::string precious = dir.Join("precious");
+  Write(precious, "someone's work\n");
+  const std::string socket = dir.Join("ddod.sock");
+  ASSERT_EQ(::symlink(precious.c_str(), (socket + ".lock").c_str()), 0);
+  auto lock = InstanceLock::Acquire(socket);
+  ASSERT_FALSE(lock.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(lock.status())) << lock.status();
+  EXPECT_THAT(std::string(lock.status().message()), HasSubstr(socket + ".lock"));
+  EXPECT_THAT(std::string(lock.status().message()), HasSubstr("symbolic link"));
+  EXPECT_EQ(Contents(precious), "someone's work\n");
+}
+
+TEST(InstanceLockTest, AHardLinkOrAFifoAsTheLockFileIsRefusedUntouched) {
+  TempDirForTest dir;
+  const std::string precious = dir.Join("precious");
+  Write(precious, "someone's work\n");
+  const std::string socket = dir.Join("ddod.sock");
+  ASSERT_EQ(::link(precious.c_str(), (socket + ".lock").c_str()), 0);
+  auto lock = InstanceLock::Acquire(socket);
+  ASSERT_FALSE(lock.ok());
+  EXPECT_THAT(std::string(lock.status().message()), HasSubstr("2 link(s)"));
+  EXPECT_EQ(Contents(precious), "someone's work\n");
+
+  const std::string other = dir.Join("other.sock");
+  ASSERT_EQ(::mkfifo((other + ".lock").c_str(), 0600), 0);
+  lock = InstanceLock::Acquire(other);  // without blocking
+  ASSERT_FALSE(lock.ok());
+  EXPECT_THAT(std::string(lock.status().message()), HasSubstr("not a regular file"));
+}
+
+TEST(InstanceLockTest, TheSocketsDirectoryIsCheckedFirst) {
+  TempDirForTest dir;
+  const std::string target = dir.Join("elsewhere");
+  ASSERT_EQ(::mkdir(target.c_str(), 0700), 0);
+  const std::string link = dir.Join("run");
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  auto lock = InstanceLock::Acquire(link + "/ddod.sock");
+  ASSERT_FALSE(lock.ok());
+  EXPECT_THAT(std::string(lock.status().message()), HasSubstr(link));
+  EXPECT_FALSE(std::filesystem::exists(target + "/ddod.sock.lock"));
 }
 
 }  // namespace

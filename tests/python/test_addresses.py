@@ -182,3 +182,17 @@ def test_the_owner_of_a_tcp_port_is_checked():
             check_tcp_listener(address, trusted_uids=(os.getuid() + 1,))
     with pytest.raises(UntrustedDaemonError, match="no listener"):
         check_tcp_listener(address)
+
+
+def test_the_owners_of_a_port_are_known_before_it_is_dialed():
+    import os
+    import socket
+
+    from diffusers_dynamic_offloader.addresses import tcp_listener_owners
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert tcp_listener_owners(port) == [os.getuid()]
+    assert tcp_listener_owners(port) == []

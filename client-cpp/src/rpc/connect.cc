@@ -44,10 +44,20 @@ std::string SocketFileProblem(const std::string& path) {
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Probe(const std::string& target,
                                                      const std::set<uid_t>& trusted,
                                                      double timeout_seconds, std::string* why) {
+  // Everything is checked before the first byte, the health check included (issue 31).
   if (const std::string path = UnixSocketPath(target); !path.empty()) {
+    if (absl::Status own = CheckPerUserDirectoryOf(path); !own.ok()) return own;
     *why = SocketFileProblem(path);
     if (!why->empty()) return nullptr;
     if (absl::Status placed = CheckSocketLocation(path, trusted); !placed.ok()) return placed;
+  } else {
+    if (TcpListenerOwners(TcpPort(target)).empty()) {
+      *why = absl::StrCat("nothing listens on port ", TcpPort(target));
+      return nullptr;
+    }
+    if (absl::Status held = CheckTcpListener(target, TcpPort(target), trusted); !held.ok()) {
+      return held;
+    }
   }
   std::shared_ptr<grpc::Channel> channel = MakeChannel(target);
   absl::StatusOr<std::string> health = CheckHealth(channel, "", timeout_seconds);

@@ -29,7 +29,7 @@ import pwd
 import re
 import stat
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Tuple
+from typing import Iterable, List, Mapping, Optional, Tuple
 
 from .errors import ConfigurationError, UntrustedDaemonError
 
@@ -230,6 +230,29 @@ def check_socket_location(
         )
 
 
+def tcp_listener_owners(
+    port: int, tables: Tuple[str, ...] = ("/proc/net/tcp", "/proc/net/tcp6")
+) -> List[int]:
+    """The uids owning a listener on ``port`` in the kernel's socket tables (this network
+    namespace's); empty when nothing listens there. The client dials a TCP address only once
+    its listeners are known to be trusted: no byte, not even a health check, goes to a port
+    another user holds."""
+    owners = []
+    for table in tables:
+        try:
+            with open(table, encoding="ascii", errors="replace") as rows:
+                next(rows, None)  # the header
+                for row in rows:
+                    fields = row.split()
+                    # local_address is ADDR:PORT in hex; st 0A is LISTEN; uid is field 7.
+                    if len(fields) > 7 and fields[3] == "0A":
+                        if int(fields[1].rpartition(":")[2], 16) == port:
+                            owners.append(int(fields[7]))
+        except (OSError, ValueError):
+            continue
+    return owners
+
+
 def check_tcp_listener(
     address: DaemonAddress,
     *,
@@ -248,19 +271,7 @@ def check_tcp_listener(
     """
     trusted = trusted_daemon_uids() if trusted_uids is None else trusted_uids
     port = int(address.target.rpartition(":")[2])
-    owners = []
-    for table in tables:
-        try:
-            with open(table, encoding="ascii", errors="replace") as rows:
-                next(rows, None)  # the header
-                for row in rows:
-                    fields = row.split()
-                    # local_address is ADDR:PORT in hex; st 0A is LISTEN; uid is field 7.
-                    if len(fields) > 7 and fields[3] == "0A":
-                        if int(fields[1].rpartition(":")[2], 16) == port:
-                            owners.append(int(fields[7]))
-        except (OSError, ValueError):
-            continue
+    owners = tcp_listener_owners(port, tables)
     if not owners:
         raise UntrustedDaemonError(
             f"refusing the daemon at {address.target}: no listener on port {port} is visible "

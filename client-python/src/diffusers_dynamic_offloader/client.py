@@ -31,7 +31,9 @@ from .addresses import (
     Discovery,
     check_socket_location,
     check_tcp_listener,
+    per_user_directory,
     resolve_daemon_location,
+    tcp_listener_owners,
 )
 from .embedded import EmbeddedDaemon
 from .errors import (
@@ -453,14 +455,26 @@ class DdoClient(Closeable):
 
 
 def _probe(address: DaemonAddress, timeout: float) -> Tuple[Optional[grpc.Channel], str]:
-    """``(channel, "")`` when a daemon at ``address`` reports SERVING, else ``(None, why)``."""
+    """``(channel, "")`` when a daemon at ``address`` reports SERVING, else ``(None, why)``.
+    Where the socket lies, or who holds the port, is checked before a byte is sent to it, the
+    health check included."""
     if address.socket_path is not None:
+        # A squatted /tmp/ddo-<uid> is refused even when it holds no socket (yet).
+        if os.path.dirname(address.socket_path) == per_user_directory():
+            check_socket_location(address.socket_path)
         problem = _socket_file_problem(address.socket_path)
         if problem is not None:
             return None, problem
         # A socket another user could have put there is refused outright, not skipped: the
         # user should learn that someone may be impersonating their ddod.
         check_socket_location(address.socket_path)
+    else:
+        port = int(address.target.rpartition(":")[2])
+        if not tcp_listener_owners(port):
+            return None, f"nothing listens on port {port}"
+        # Over TCP the identity socket proves only who serves *it*: the port must be held by
+        # a trusted user too, or an impostor on the port would receive the token.
+        check_tcp_listener(address)
     channel = open_channel(address)
     try:
         status = check_health(channel, timeout=timeout)
@@ -479,9 +493,7 @@ def _identity_socket(stub: ddo_pb2_grpc.DdoStub, address: DaemonAddress, timeout
     address, where GetInfo (which needs no token) says."""
     if address.socket_path is not None:
         return identity_socket_path(address.socket_path)
-    # Over TCP the identity socket proves only who serves *it*: the port must be held by a
-    # trusted user too, or an impostor on the port would receive the token.
-    check_tcp_listener(address)
+    check_tcp_listener(address)  # again, right before the identity socket it names is used
     try:
         info = stub.GetInfo(info_pb2.GetInfoRequest(), timeout=timeout, wait_for_ready=False)
     except grpc.RpcError as error:

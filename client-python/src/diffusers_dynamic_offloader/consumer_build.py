@@ -11,7 +11,12 @@ in two places:
 - *the per-user cache*: ``$XDG_CACHE_HOME/ddo/consumer/<module>/`` (default
   ``~/.cache/ddo/consumer``), where ``--build`` compiles. The cache must be a directory of this
   user, closed to everyone else (0700): another user's extension would run as this one. torch's
-  shared ``$TORCH_EXTENSIONS_DIR`` is not used.
+  shared ``$TORCH_EXTENSIONS_DIR`` (and its default ``~/.cache/torch_extensions``) is never
+  used, to build or to load.
+
+Either way a build is loaded only through a real path every directory of which belongs to
+root or this user and is writable by no one else (a sticky directory above it will do), so
+that no other user can plant or swap the ``.so`` (issue 31).
 
 Loading a build imports the ``.so`` and nothing else: no compiler, no ninja, not even
 ``torch.utils.cpp_extension`` (whose import alone prints to the runner's output). Compiling
@@ -180,6 +185,9 @@ def load_build(directory: Path, expected: Dict[str, str], shared: bool) -> Modul
             raise CppConsumerUnavailable(
                 f"the build in {directory} is stale: its {field} is {found.get(field)!r}, "
                 f"this client needs {expected[field]!r}")
+    # Loaded through its real path, every directory of which is root's or this user's and
+    # closed to others: nobody else can swap the files between the checks and the import.
+    directory = _trusted_directory(directory)
     library = directory / f"{expected['module']}.so"
     if shared:
         _check_not_planted(directory / METADATA_NAME)
@@ -195,6 +203,29 @@ def load_build(directory: Path, expected: Dict[str, str], shared: bool) -> Modul
     except ImportError as error:
         raise CppConsumerUnavailable(f"{library} does not load: {error}") from None
     return module
+
+
+def _trusted_directory(directory: Path) -> Path:
+    """``directory``'s real path once it and every directory above it are root's or this
+    user's and writable by no one else (above it, a sticky directory such as /tmp will do:
+    nobody else can rename what is ours in it). CppConsumerUnavailable otherwise: a shared
+    package directory (a group-writable venv, say) is never loaded from."""
+    real = Path(os.path.realpath(directory))
+    for path in (real, *real.parents):
+        try:
+            status = os.lstat(path)
+        except OSError as error:
+            raise CppConsumerUnavailable(f"{path} cannot be checked: {error.strerror}") \
+                from None
+        mode = stat.S_IMODE(status.st_mode)
+        sticky_above = path != real and status.st_mode & stat.S_ISVTX
+        if status.st_uid not in (0, os.geteuid()) or (mode & 0o022 and not sticky_above):
+            raise CppConsumerUnavailable(
+                f"{path} is not trusted (uid {status.st_uid}, mode {mode:04o}): an extension "
+                f"in {real} could be another user's, so none is loaded from it (every "
+                "directory above an extension must be root's or this user's and writable by "
+                "no one else)")
+    return real
 
 
 def _check_not_planted(path: Path) -> None:

@@ -94,11 +94,18 @@ absl::Status CheckPerUserDirectory(const std::string& directory, uid_t uid) {
   return absl::OkStatus();
 }
 
+absl::Status CheckPerUserDirectoryOf(const std::string& socket_path) {
+  const std::string directory = DirectoryOf(socket_path);
+  struct stat info {};
+  if (directory != PerUserDirectory(::geteuid()) || ::lstat(directory.c_str(), &info) != 0) {
+    return absl::OkStatus();
+  }
+  return CheckPerUserDirectory(directory, ::geteuid());
+}
+
 std::vector<std::string> DefaultTcpTables() { return {"/proc/net/tcp", "/proc/net/tcp6"}; }
 
-absl::Status CheckTcpListener(const std::string& target, int port,
-                              const std::set<uid_t>& trusted,
-                              const std::vector<std::string>& tables) {
+std::set<uid_t> TcpListenerOwners(int port, const std::vector<std::string>& tables) {
   std::set<uid_t> owners;
   for (const std::string& table : tables) {
     std::ifstream rows(table);
@@ -120,6 +127,13 @@ absl::Status CheckTcpListener(const std::string& target, int port,
       if (listening == port) owners.insert(owner);
     }
   }
+  return owners;
+}
+
+absl::Status CheckTcpListener(const std::string& target, int port,
+                              const std::set<uid_t>& trusted,
+                              const std::vector<std::string>& tables) {
+  const std::set<uid_t> owners = TcpListenerOwners(port, tables);
   if (owners.empty()) {
     return absl::PermissionDeniedError(absl::StrCat(
         "refusing the daemon at ", target, ": no listener on port ", port,

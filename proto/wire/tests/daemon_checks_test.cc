@@ -130,6 +130,10 @@ TEST(DaemonChecksTest, EveryTcpListenerOnThePortMustBeTrusted) {
   EXPECT_TRUE(absl::IsPermissionDenied(stranger));
   EXPECT_THAT(std::string(stranger.message()), HasSubstr("port 8080 is held by uid 4242"));
 
+  // What a client asks before dialing: nothing listens (skip the address), or who does.
+  EXPECT_TRUE(TcpListenerOwners(9, {table}).empty());
+  EXPECT_EQ(TcpListenerOwners(8080, {table}), std::set<uid_t>({4242}));
+
   absl::Status nobody = CheckTcpListener("127.0.0.1:9", 9, {1000}, {table, dir.path() + "/no"});
   EXPECT_TRUE(absl::IsPermissionDenied(nobody));
   EXPECT_THAT(std::string(nobody.message()), HasSubstr("no listener on port 9"));

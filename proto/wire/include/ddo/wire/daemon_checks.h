@@ -36,8 +36,20 @@ absl::Status CheckSocketLocation(const std::string& socket_path, const std::set<
 // directory, not a link, owned by `uid`, mode 0700 exactly. PERMISSION_DENIED otherwise.
 absl::Status CheckPerUserDirectory(const std::string& directory, uid_t uid);
 
+// Before a client looks for a socket file at `socket_path`: when the socket lies in
+// PerUserDirectory(geteuid()) and that exists, it must pass CheckPerUserDirectory. A squatted
+// /tmp/ddo-<uid> is refused even when it holds no socket (yet), so the user learns of it.
+absl::Status CheckPerUserDirectoryOf(const std::string& socket_path);
+
 // The kernel's TCP socket tables of this network namespace.
 std::vector<std::string> DefaultTcpTables();
+
+// The uids owning a listener on `port` in `tables` (the /proc/net/tcp format); empty when
+// nothing listens there, as far as this network namespace shows. A client dials a TCP
+// address only once its listeners are known to be trusted: no byte, not even a health check,
+// goes to a port another user holds.
+std::set<uid_t> TcpListenerOwners(int port,
+                                  const std::vector<std::string>& tables = DefaultTcpTables());
 
 // Any local user may listen on a free loopback port: every listener on `port` in `tables`
 // (the /proc/net/tcp format) must be owned by a trusted uid, and there must be one.
