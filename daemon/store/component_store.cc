@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -259,10 +260,12 @@ void ComponentStore::PersistLocked() {
 absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t bytes,
                                             const std::set<std::string>& spared) {
   auto log = Logger("store");
+  // The caller's name for it, without the uid the map's key starts with.
+  const std::string shown_key = for_key.substr(for_key.find(':') + 1);
   if (HostPool::Footprint(bytes) > pool_.options().budget_bytes) {
     // Evicting would empty the cache for nothing.
     return absl::ResourceExhaustedError(absl::StrCat(
-        "component '", for_key, "' needs ", FormatBytes(HostPool::Footprint(bytes)),
+        "component '", EscapeForDisplay(shown_key), "' needs ", FormatBytes(HostPool::Footprint(bytes)),
         " of host pool, more than the whole budget of ",
         FormatBytes(pool_.options().budget_bytes), "; raise --ram-budget-gb"));
   }
@@ -289,16 +292,16 @@ absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t
     if (victim == components_.end()) {
       const PoolUsage usage = pool_.Usage();
       return absl::ResourceExhaustedError(absl::StrCat(
-          "component '", for_key, "' needs ", FormatBytes(HostPool::Footprint(bytes)),
+          "component '", EscapeForDisplay(shown_key), "' needs ", FormatBytes(HostPool::Footprint(bytes)),
           " of host pool, but the budget is ", FormatBytes(usage.budget_bytes), " and ",
           FormatBytes(usage.reserved_bytes),
           " is held by components in use or being uploaded (nothing left to evict); raise "
           "--ram-budget-gb or detach other runners"));
     }
-    log->info("evicting '{}' ({} released, unused since {}) to make room for '{}'",
-              EscapeForDisplay(victim->first), FormatBytes(victim_releases),
+    log->info("evicting '{}' of uid {} ({} released, unused since {}) to make room for '{}'",
+              EscapeForDisplay(victim->second.info.cache_key), victim->second.info.owner_uid, FormatBytes(victim_releases),
               absl::FormatTime("%H:%M:%S", victim->second.info.last_used, absl::LocalTimeZone()),
-              EscapeForDisplay(for_key));
+              EscapeForDisplay(shown_key));
     DiscardLocked(victim);
     ++evictions_;
   }
@@ -695,7 +698,8 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
     // What the client wrote is copied into the segment served: its writable mapping stays
     // on the upload segment, which is gone after the copy (docs/security.md §3).
     const absl::Time copying = absl::Now();
-    if (progress != nullptr) progress->SetTotal(bytes.own()->size() + to_hash);
+    // The client's bar counts the copy (the hash of the copy that follows is an XXH3 pass).
+    if (progress != nullptr) progress->SetTotal(bytes.own()->size());
     absl::StatusOr<std::shared_ptr<PoolSegment>> copy = CopyUpload(*bytes.own(), progress);
     if (!copy.ok()) {
       (void)Abort(lease_id, upload_id);
@@ -732,7 +736,9 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
     pin_s = absl::ToDoubleSeconds(absl::Now() - pinning);
   });
   std::string actual;
-  if (!expected_hash.empty()) actual = OwnContentHash(tensors, bytes, progress);
+  if (!expected_hash.empty()) {
+    actual = OwnContentHash(tensors, bytes, client_written ? nullptr : progress);
+  }
   pinner.join();
   if (actual != expected_hash) {
     (void)Abort(lease_id, upload_id);  // the segment is unpinned when its last user lets go
@@ -797,11 +803,12 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   // second one, if its own files hold the same bytes. The proof is SHA-256, which ddod
   // computes itself on both sides: the XXH3 content hash is not collision resistant, and a
   // user could otherwise plant its bytes under another user's model (docs/security.md).
-  if (std::optional<ProofTarget> target = FindProofTarget(
-          request.cache_key, lease.caller, StructureHash(tensors), sources)) {
+  if (std::vector<ProofTarget> targets = FindProofTargets(
+          request.cache_key, lease.caller, StructureHash(tensors), sources);
+      !targets.empty()) {
     DDO_ASSIGN_OR_RETURN(
         std::optional<ComponentSnapshot> shared,
-        ShareByProof(lease, request.cache_key, set, sources, request.content_hash, *target,
+        ShareByProof(lease, request.cache_key, set, sources, request.content_hash, targets,
                      cancelled));
     if (shared.has_value()) {
       return LoadResult{*std::move(shared), true, absl::ToDoubleSeconds(absl::Now() - started)};
@@ -858,36 +865,47 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
 absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ShareByProof(
     const Lease& lease, const std::string& cache_key, const SafetensorsSet& set,
     const std::vector<FileIdentity>& sources, const std::string& announced_hash,
-    ProofTarget& target, const std::function<bool()>& cancelled) {
-  // The component's digest, when no proof computed it yet, alongside the files'.
+    std::vector<ProofTarget>& targets, const std::function<bool()>& cancelled) {
+  // The first candidate's digest, when no proof computed it yet, alongside the files'.
   std::atomic<bool> files_failed{false};
   const std::function<bool()> stop = [&] { return files_failed.load() || cancelled(); };
-  std::future<absl::StatusOr<std::string>> component_digest;
-  if (target.proof_digest.empty()) {
-    component_digest = std::async(std::launch::async, [&target, &stop] {
-      return ProofDigest(target.tensors, target.bytes, stop);
+  ProofTarget& first = targets.front();
+  std::future<absl::StatusOr<std::string>> first_digest;
+  if (first.proof_digest.empty()) {
+    first_digest = std::async(std::launch::async, [&first, &stop] {
+      return ProofDigest(first.tensors, first.bytes, stop);
     });
   }
   absl::StatusOr<SafetensorsHashes> files = HashSafetensors(set, cancelled, &fs_);
   files_failed = !files.ok();
-  if (component_digest.valid()) {
-    absl::StatusOr<std::string> digest = component_digest.get();
+  if (first_digest.valid()) {
+    absl::StatusOr<std::string> digest = first_digest.get();
     if (!digest.ok() && files.ok()) return digest.status();  // cancelled
     if (digest.ok()) {
-      target.proof_digest = *digest;
-      RememberProofDigest(target.key, target.bytes.own()->name(), *digest);
+      first.proof_digest = *digest;
+      RememberProofDigest(first.key, first.bytes.own()->name(), *digest);
     }
   }
   if (!files.ok()) return files.status();
   // A client that announced a content hash gets the bytes it announced or nothing.
-  const bool announced_matches = announced_hash.empty() || announced_hash == files->content_hash;
-  if (files->proof_digest != target.proof_digest || !announced_matches) return std::nullopt;
-  absl::StatusOr<ComponentSnapshot> shared =
-      AddSharedEntry(lease, cache_key, target.key, target.bytes.own()->name(),
-                     files->content_hash, target.proof_digest, sources);
-  if (absl::IsNotFound(shared.status())) return std::nullopt;  // it went meanwhile
-  if (!shared.ok()) return shared.status();
-  return *std::move(shared);
+  if (!announced_hash.empty() && announced_hash != files->content_hash) return std::nullopt;
+  for (ProofTarget& target : targets) {
+    // The XXH3 content hash only skips a candidate that surely differs; SHA-256 decides.
+    if (!target.content_hash.empty() && target.content_hash != files->content_hash) continue;
+    if (target.proof_digest.empty()) {
+      DDO_ASSIGN_OR_RETURN(target.proof_digest,
+                           ProofDigest(target.tensors, target.bytes, cancelled));
+      RememberProofDigest(target.key, target.bytes.own()->name(), target.proof_digest);
+    }
+    if (files->proof_digest != target.proof_digest) continue;
+    absl::StatusOr<ComponentSnapshot> shared =
+        AddSharedEntry(lease, cache_key, target.key, target.bytes.own()->name(),
+                       files->content_hash, target.proof_digest, sources);
+    if (absl::IsNotFound(shared.status())) continue;  // it went meanwhile
+    if (!shared.ok()) return shared.status();
+    return std::optional<ComponentSnapshot>(*std::move(shared));
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<ComponentSnapshot> ComponentStore::Get(const std::string& cache_key,
@@ -928,17 +946,17 @@ void ComponentStore::DiscardUnused(uid_t owner, const std::string& cache_key,
   PersistLocked();
 }
 
-std::optional<ComponentStore::ProofTarget> ComponentStore::FindProofTarget(
+std::vector<ComponentStore::ProofTarget> ComponentStore::FindProofTargets(
     const std::string& cache_key, const Caller& caller, const std::string& structure_hash,
     const std::vector<FileIdentity>& sources) const {
   absl::MutexLock lock(&mu_);
   if (auto own = components_.find(KeyOf(caller.uid, cache_key));
       own != components_.end() && own->second.info.state == ComponentState::kReady &&
       own->second.info.structure_hash == structure_hash) {
-    return std::nullopt;  // the caller's own entry: its warm hit or its replacement
+    return {};  // the caller's own entry: its warm hit or its replacement
   }
-  auto best = components_.end();
-  int best_rank = 0;
+  // (rank, last use, key): the candidates the hint names, best first.
+  std::vector<std::tuple<int, absl::Time, std::string>> ranked;
   for (auto it = components_.begin(); it != components_.end(); ++it) {
     const Component& other = it->second;
     // Never shared by proof: an upload from memory (ddod did not read it from files, and
@@ -952,15 +970,20 @@ std::optional<ComponentStore::ProofTarget> ComponentStore::FindProofTarget(
     }
     // The hint: the same files first, then the same key; the proof decides either way.
     const int rank = other.sources == sources ? 2 : other.info.cache_key == cache_key ? 1 : 0;
-    if (rank > best_rank ||
-        (rank == best_rank && rank > 0 && other.info.last_used > best->second.info.last_used)) {
-      best = it;
-      best_rank = rank;
-    }
+    if (rank > 0) ranked.emplace_back(rank, other.info.last_used, it->first);
   }
-  if (best == components_.end()) return std::nullopt;
-  return ProofTarget{best->first, ComponentBytes(best->second.segments), best->second.info.tensors,
-                     best->second.proof_digest};
+  std::sort(ranked.begin(), ranked.end(), std::greater<>());
+  // Each candidate costs a pass over its bytes the first time: a few, so that another user's
+  // entry under the same key cannot hide the one the caller's files match.
+  constexpr size_t kMaxCandidates = 4;
+  std::vector<ProofTarget> targets;
+  for (const auto& [rank, used, key] : ranked) {
+    if (targets.size() == kMaxCandidates) break;
+    const Component& other = components_.at(key);
+    targets.push_back(ProofTarget{key, ComponentBytes(other.segments), other.info.tensors,
+                                  other.proof_digest, other.info.content_hash});
+  }
+  return targets;
 }
 
 void ComponentStore::RememberProofDigest(const std::string& key,
@@ -1093,7 +1116,7 @@ std::vector<std::string> ComponentStore::EvictIdle(absl::Time now, absl::Duratio
           now - info.last_used < keep || ReleasableBytesLocked(it->second) == 0) {
         continue;
       }
-      const std::string key = it->first;
+      const std::string key = info.cache_key;  // the owner's name for it
       const absl::Duration unused = now - info.last_used;
       const uint64_t freed = DiscardLocked(it);  // `info` is gone from here on
       ++evictions_;

@@ -266,26 +266,29 @@ class ComponentStore {
   // component under `cache_key`: what a caller must prove it holds the bytes of (by its
   // files' SHA-256) to share it. One read from the same files (`sources`, the file identity)
   // is preferred, then one under the same key: the identity only says which to compare with,
-  // it proves nothing (a MAP_SHARED write leaves it as it was). Nothing when there is none.
+  // it proves nothing (a MAP_SHARED write leaves it as it was). A few candidates, best first;
+  // none when there is none.
   struct ProofTarget {
     std::string key;                       // KeyOf its owner and key
     ComponentBytes bytes;                  // keeps the bytes while they are hashed
     std::vector<TensorEntry> tensors;      // with offsets
     std::string proof_digest;              // "" until a proof computed it
+    std::string content_hash;              // its XXH3 content hash, when known
   };
-  std::optional<ProofTarget> FindProofTarget(const std::string& cache_key, const Caller& caller,
+  std::vector<ProofTarget> FindProofTargets(const std::string& cache_key, const Caller& caller,
                                              const std::string& structure_hash,
                                              const std::vector<FileIdentity>& sources) const;
-  // The proof: hashes the caller's files (SHA-256 and the XXH3 content hash, in one read) and,
-  // unless a proof did before, the target's bytes (SHA-256, on a second thread meanwhile); when
-  // the digests are equal (and `announced_hash`, if any, is the files' content hash), makes
+  // The proof: hashes the caller's files once (SHA-256 and the XXH3 content hash, in one read)
+  // and, unless a proof did before, each target's bytes (SHA-256; the first one's on a second
+  // thread meanwhile); for the first target whose digest is the files' (and when
+  // `announced_hash`, if any, is the files' content hash), makes
   // an entry of `caller` under `cache_key` that shares the target's segments. Nothing when
   // the bytes differ or the component went meanwhile;
   // CANCELLED, or the files' read error.
   absl::StatusOr<std::optional<ComponentSnapshot>> ShareByProof(
       const Lease& lease, const std::string& cache_key, const SafetensorsSet& set,
       const std::vector<FileIdentity>& sources, const std::string& announced_hash,
-      ProofTarget& target, const std::function<bool()>& cancelled);
+      std::vector<ProofTarget>& targets, const std::function<bool()>& cancelled);
   // Keeps the proof digest computed for the component in `segment_name` (when it is still
   // under `key`, a KeyOf), so that the next proof does not hash its bytes again.
   void RememberProofDigest(const std::string& key, const std::string& segment_name,
