@@ -1,5 +1,7 @@
 #include "daemon/ctl/formatting.h"
 
+#include <pwd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -169,20 +171,32 @@ std::string FormatStats(const ddo::v1::Stats& stats) {
   return out;
 }
 
-std::string FormatComponents(const ddo::v1::ListComponentsResponse& components) {
+std::string FormatComponents(const ddo::v1::ListComponentsResponse& components,
+                             std::optional<uid_t> viewer) {
   if (components.components().empty()) {
     return "no components in the pool\n";
   }
+  // Keys are names inside their owner's uid: beside another user's key, whose it is (the
+  // administrator's listing has everyone's).
+  auto shown_key = [&](const ddo::v1::ComponentInfo& component) {
+    std::string key = Shown(component.ref().cache_key());
+    if (component.owner_shown() && viewer.has_value() && component.owner_uid() != *viewer) {
+      const struct passwd* user = ::getpwuid(component.owner_uid());
+      absl::StrAppend(&key, " (uid ", component.owner_uid(),
+                      user != nullptr ? absl::StrCat(" ", Shown(user->pw_name)) : "", ")");
+    }
+    return key;
+  };
   size_t width = 3;
   for (const auto& component : components.components()) {
-    width = std::max(width, Shown(component.ref().cache_key()).size());
+    width = std::max(width, shown_key(component).size());
   }
   std::string out = absl::StrFormat("%-*s  %-9s %10s  %-6s %8s  %s\n", static_cast<int>(width),
                                     "key", "state", "size", "pinned", "sessions", "last use");
   for (const auto& component : components.components()) {
     const bool ready = component.state() == ddo::v1::COMPONENT_STATE_READY;
     out += absl::StrFormat(
-        "%-*s  %-9s %10s  %-6s %8d  %s\n", static_cast<int>(width), Shown(component.ref().cache_key()),
+        "%-*s  %-9s %10s  %-6s %8d  %s\n", static_cast<int>(width), shown_key(component),
         ready ? "ready" : "uploading", FormatBytes(component.ref().total_bytes()),
         component.pinned() ? "yes" : "no", component.sessions(),
         absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(component.last_used_unix_ms()),

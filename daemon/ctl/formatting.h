@@ -4,7 +4,10 @@
 #ifndef DDO_DAEMON_CTL_FORMATTING_H_
 #define DDO_DAEMON_CTL_FORMATTING_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "daemon/common/format_bytes.h"
@@ -40,7 +43,9 @@ std::string FormatSettings(const ddo::v1::ResolvedSettings& settings);
 
 std::string FormatSessions(const ddo::v1::ListSessionsResponse& sessions);
 // One row per component: key, state, size, pinned, sessions, last use.
-std::string FormatComponents(const ddo::v1::ListComponentsResponse& components);
+// `viewer`: the uid listing; another owner's key is shown with its uid and user name.
+std::string FormatComponents(const ddo::v1::ListComponentsResponse& components,
+                             std::optional<uid_t> viewer = std::nullopt);
 
 // `ddoctl profiles list`: a line per profile (key, name, update time, capacity limits,
 // observations, recommendation); `show` prints the stored JSON as it is.

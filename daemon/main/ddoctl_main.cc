@@ -493,7 +493,7 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
       return RpcFailed("ListComponents", status);
     }
     std::fputs(args.json ? (ToJson(components) + "\n").c_str()
-                         : ddo::FormatComponents(components).c_str(),
+                         : ddo::FormatComponents(components, ::getuid()).c_str(),
                stdout);
     return kExitOk;
   }

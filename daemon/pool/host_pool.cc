@@ -25,9 +25,9 @@ HostPool::HostPool(PoolOptions options)
                                                    : FileSystem::Default()),
       name_prefix_(absl::StrCat("/ddo-", ::geteuid(), "-", options_.name_namespace, "-")) {}
 
-absl::Status HostPool::Reserve(uint64_t bytes) {
+absl::Status HostPool::Reserve(uint64_t bytes, bool checked) {
   absl::MutexLock lock(&mu_);
-  if (reserved_bytes_ + bytes > options_.budget_bytes) {
+  if (checked && reserved_bytes_ + bytes > options_.budget_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the host pool cannot hold ", FormatBytes(bytes), " more: budget ", FormatBytes(options_.budget_bytes),
         ", reserved ", FormatBytes(reserved_bytes_), ", free ",
@@ -70,6 +70,19 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes,
   if (progress != nullptr) progress->SetTotal(size);
   auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size,
                                        options_.populate_threads, file_system_, progress);
+  if (!segment.ok()) {
+    Release(size, false);
+    return segment.status();
+  }
+  return std::shared_ptr<PoolSegment>(new PoolSegment(*this, *std::move(segment)));
+}
+
+absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::AllocateReplacement(
+    const PoolSegment& replaced) {
+  const uint64_t size = replaced.size();
+  DDO_RETURN_IF_ERROR(Reserve(size, /*checked=*/false));
+  auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size,
+                                       1, file_system_, nullptr, /*allocate=*/false);
   if (!segment.ok()) {
     Release(size, false);
     return segment.status();

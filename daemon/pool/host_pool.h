@@ -96,6 +96,12 @@ class HostPool {
   absl::StatusOr<std::shared_ptr<PoolSegment>> Allocate(uint64_t bytes,
                                                         WorkProgress* progress = nullptr);
 
+  // A new segment of `replaced`'s size that takes its place (the copy of an upload at
+  // commit): counted against the budget without a check, since `replaced` leaves right
+  // after, so the budget counts both meanwhile. Its pages are not allocated: the copy
+  // allocates each range as it fills it, while the pages it copied leave `replaced`.
+  absl::StatusOr<std::shared_ptr<PoolSegment>> AllocateReplacement(const PoolSegment& replaced);
+
   // Maps a segment a previous ddod left behind. Counted against the budget like any other;
   // RESOURCE_EXHAUSTED when it no longer fits (a smaller budget this time); the errors of
   // SharedSegment::Open otherwise. On failure the budget is as before.
@@ -118,7 +124,7 @@ class HostPool {
  private:
   friend class PoolSegment;
 
-  absl::Status Reserve(uint64_t bytes);
+  absl::Status Reserve(uint64_t bytes, bool checked = true);
   void Release(uint64_t bytes, bool was_pinned);
   void CountPinned(uint64_t bytes);
 

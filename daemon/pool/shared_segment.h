@@ -29,10 +29,13 @@ class SharedSegment {
   // ResourceExhausted when /dev/shm has no room (never a SIGBUS later). On any failure the
   // half-made segment is removed from /dev/shm again. Every system call goes through `fs`
   // (nullptr: FileSystem::Default()), which must outlive the segment. `progress` (optional)
-  // counts the bytes allocated; cancelling it ends the call with CANCELLED.
+  // counts the bytes allocated; cancelling it ends the call with CANCELLED. Without
+  // `allocate`, no page is allocated: the caller allocates each range (fallocate) before it
+  // touches it.
   static absl::StatusOr<SharedSegment> Create(const std::string& name, uint64_t size,
                                               int threads = 1, FileSystem* fs = nullptr,
-                                              WorkProgress* progress = nullptr);
+                                              WorkProgress* progress = nullptr,
+                                              bool allocate = true);
 
   // Maps an existing segment (adoption after a restart); its size is whatever the file has.
   // DataLoss when it is empty; PermissionDenied when it is not an owner-only segment of ours.

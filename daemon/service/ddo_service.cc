@@ -404,7 +404,7 @@ grpc::Status DdoService::CommitUpload(grpc::ServerContext* ctx,
       CancelledFor(ctx, lease->id));
   if (!ready.ok()) return call.Finish(ready.status());
   if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) {
-    store_.DiscardUnused(ready->cache_key, ready->segment_name);  // answered ABORTED: undone
+    store_.DiscardUnused(ready->owner_uid, ready->cache_key, ready->segment_name);  // answered ABORTED: undone
     return call.Finish(open);
   }
   ddo::v1::CommitProgress last;
@@ -504,7 +504,8 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
   if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) {
     // Answered ABORTED: nothing this load made stays behind.
     if (!result->warm_hit) {
-      store_.DiscardUnused(result->component.cache_key, result->component.segment_name);
+      store_.DiscardUnused(result->component.owner_uid, result->component.cache_key,
+                           result->component.segment_name);
     }
     return call.Finish(open);
   }
@@ -553,12 +554,10 @@ grpc::Status DdoService::ListComponents(grpc::ServerContext* ctx,
   for (const ComponentSnapshot& component : store_.List(*caller)) {
     ddo::v1::ComponentInfo* info = response->add_components();
     ToProto(component, /*with_layout=*/false, info);
-    // Who owns a shared component is the owner's business; the caller's own and, for the
-    // administrator, everyone's are shown (`ddoctl top`'s pool per user).
-    if (component.owner_uid == caller->uid || caller->admin) {
-      info->set_owner_uid(component.owner_uid);
-      info->set_owner_shown(true);
-    }
+    // Keys are per uid: a caller lists its own; the administrator everyone's, each with its
+    // owner (`ddoctl ls`, `ddoctl top`'s pool per user).
+    info->set_owner_uid(component.owner_uid);
+    info->set_owner_shown(true);
   }
   return call.Finish(absl::OkStatus());
 }
@@ -570,7 +569,10 @@ grpc::Status DdoService::EvictComponent(grpc::ServerContext* ctx,
   Call call(*this, kMethod);
   absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
   if (!caller.ok()) return call.Finish(caller.status());
-  absl::StatusOr<uint64_t> freed = store_.Evict(request->cache_key(), *caller);
+  // An administrator names another user's component by its owner (ddoctl evict --owner).
+  const std::optional<uid_t> owner =
+      request->owner_named() ? std::optional<uid_t>(request->owner_uid()) : std::nullopt;
+  absl::StatusOr<uint64_t> freed = store_.Evict(request->cache_key(), *caller, owner);
   if (!freed.ok()) return call.Finish(freed.status());
   response->set_freed_bytes(*freed);
   return call.Finish(absl::OkStatus());

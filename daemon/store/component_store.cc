@@ -1,17 +1,21 @@
 #include "daemon/store/component_store.h"
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/mman.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <future>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -89,6 +93,20 @@ std::string ComponentId(const std::string& cache_key, const std::string& structu
   return absl::StrFormat("%016x", XXH3_64bits(text.data(), text.size()));
 }
 
+uint64_t TableHeapEstimate(const std::vector<TensorEntry>& tensors) {
+  constexpr uint64_t kPerTensor = 4096;
+  uint64_t bytes = 0;
+  for (const TensorEntry& tensor : tensors) {
+    bytes += kPerTensor + tensor.name.size() + tensor.module_path.size() +
+             tensor.shape.size() * sizeof(int64_t);
+  }
+  return bytes;
+}
+
+std::string ComponentStore::KeyOf(uid_t uid, const std::string& cache_key) {
+  return absl::StrCat(uid, ":", cache_key);
+}
+
 ComponentStore::ComponentStore(HostPool& pool, SessionRegistry& sessions, StoreOptions options)
     : pool_(pool),
       sessions_(sessions),
@@ -97,30 +115,54 @@ ComponentStore::ComponentStore(HostPool& pool, SessionRegistry& sessions, StoreO
 
 ComponentStore::~ComponentStore() { Close(/*discard=*/false); }
 
-bool ComponentStore::MayRead(const Caller& caller, const Component& component) {
-  return caller.admin || component.info.owner_uid == caller.uid ||
-         component.readers.count(caller.uid) != 0;
-}
-
-absl::Status ComponentStore::CheckUploadLimitsLocked(const Caller& caller, uint64_t bytes) const {
+absl::Status ComponentStore::CheckUploadLimitsLocked(
+    const Caller& caller, uint64_t new_bytes,
+    const std::vector<std::shared_ptr<PoolSegment>>& segments,
+    const std::vector<TensorEntry>& tensors, bool upload) const {
   if (caller.admin) return absl::OkStatus();
+  // What the uid maps: each segment its entries use, once (a derived version and its base,
+  // or an entry shared by proof, map the same pages), and the placeholders' reservations.
   size_t uploads = 0;
-  uint64_t owned_bytes = 0;
+  std::set<const PoolSegment*> mapped;
+  uint64_t mapped_bytes = 0;
+  uint64_t table_bytes = 0;
   for (const auto& [key, component] : components_) {
     if (component.info.owner_uid != caller.uid) continue;
     uploads += component.info.state == ComponentState::kUploading ? 1 : 0;
-    owned_bytes += HostPool::Footprint(component.info.own_bytes);
+    table_bytes += TableHeapEstimate(component.info.tensors);
+    for (const auto& segment : component.segments) {
+      if (segment == nullptr) {
+        mapped_bytes += HostPool::Footprint(component.info.segment_size);  // being allocated
+      } else if (mapped.insert(segment.get()).second) {
+        mapped_bytes += segment->size();
+      }
+    }
   }
-  if (uploads >= options_.max_uploads_per_uid) {
+  uint64_t more = new_bytes > 0 ? HostPool::Footprint(new_bytes) : 0;
+  for (const auto& segment : segments) {
+    if (segment != nullptr && mapped.count(segment.get()) == 0) more += segment->size();
+  }
+  const uint64_t more_table = TableHeapEstimate(tensors);
+  if (upload && uploads >= options_.max_uploads_per_uid) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "uid ", caller.uid, " already has ", uploads, " uploads in progress, the limit per user (",
-        options_.max_uploads_per_uid, ")"));
+        options_.max_uploads_per_uid, ", --max-uploads-per-user)"));
+  }
+  if (table_bytes + more_table > options_.max_table_bytes_per_uid) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "uid ", caller.uid, "'s tensor tables take about ", FormatBytes(table_bytes),
+        " of ddod's memory; ", tensors.size(), " tensors more (about ", FormatBytes(more_table),
+        ") would pass the limit per user on tensor tables (",
+        FormatBytes(options_.max_table_bytes_per_uid),
+        "); evict components you no longer need or group small tensors"));
   }
   if (options_.max_bytes_per_uid > 0 &&
-      owned_bytes + HostPool::Footprint(bytes) > options_.max_bytes_per_uid) {
+      mapped_bytes + table_bytes + more + more_table > options_.max_bytes_per_uid) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "uid ", caller.uid, " owns ", FormatBytes(owned_bytes), " of the pool; ",
-        FormatBytes(HostPool::Footprint(bytes)), " more would pass the limit per user (",
+        "uid ", caller.uid, "'s components map ", FormatBytes(mapped_bytes),
+        " of the pool and their tensor tables take about ", FormatBytes(table_bytes), "; ",
+        FormatBytes(more), " of segments and ", FormatBytes(more_table),
+        " of table more would pass the limit per user (--max-user-pool-gb, ",
         FormatBytes(options_.max_bytes_per_uid), "); evict components you no longer need"));
   }
   return absl::OkStatus();
@@ -193,7 +235,7 @@ void ComponentStore::PersistLocked() {
   for (const auto& [key, component] : components_) {
     if (component.info.state != ComponentState::kReady) continue;
     ManifestComponent entry;
-    entry.cache_key = key;
+    entry.cache_key = component.info.cache_key;
     entry.component_id = component.info.component_id;
     entry.structure_hash = component.info.structure_hash;
     entry.content_hash = component.info.content_hash;
@@ -202,7 +244,7 @@ void ComponentStore::PersistLocked() {
     }
     entry.tensors = component.info.tensors;
     entry.owner_uid = component.info.owner_uid;
-    entry.readers.assign(component.readers.begin(), component.readers.end());
+    entry.client_written = component.client_written;
     entry.sources = component.sources;
     entry.base_cache_key = component.info.base_cache_key;
     entry.base_component_id = component.info.base_component_id;
@@ -218,10 +260,12 @@ void ComponentStore::PersistLocked() {
 absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t bytes,
                                             const std::set<std::string>& spared) {
   auto log = Logger("store");
+  // The caller's name for it, without the uid the map's key starts with.
+  const std::string shown_key = for_key.substr(for_key.find(':') + 1);
   if (HostPool::Footprint(bytes) > pool_.options().budget_bytes) {
     // Evicting would empty the cache for nothing.
     return absl::ResourceExhaustedError(absl::StrCat(
-        "component '", for_key, "' needs ", FormatBytes(HostPool::Footprint(bytes)),
+        "component '", EscapeForDisplay(shown_key), "' needs ", FormatBytes(HostPool::Footprint(bytes)),
         " of host pool, more than the whole budget of ",
         FormatBytes(pool_.options().budget_bytes), "; raise --ram-budget-gb"));
   }
@@ -248,16 +292,16 @@ absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t
     if (victim == components_.end()) {
       const PoolUsage usage = pool_.Usage();
       return absl::ResourceExhaustedError(absl::StrCat(
-          "component '", for_key, "' needs ", FormatBytes(HostPool::Footprint(bytes)),
+          "component '", EscapeForDisplay(shown_key), "' needs ", FormatBytes(HostPool::Footprint(bytes)),
           " of host pool, but the budget is ", FormatBytes(usage.budget_bytes), " and ",
           FormatBytes(usage.reserved_bytes),
           " is held by components in use or being uploaded (nothing left to evict); raise "
           "--ram-budget-gb or detach other runners"));
     }
-    log->info("evicting '{}' ({} released, unused since {}) to make room for '{}'",
-              EscapeForDisplay(victim->first), FormatBytes(victim_releases),
+    log->info("evicting '{}' of uid {} ({} released, unused since {}) to make room for '{}'",
+              EscapeForDisplay(victim->second.info.cache_key), victim->second.info.owner_uid, FormatBytes(victim_releases),
               absl::FormatTime("%H:%M:%S", victim->second.info.last_used, absl::LocalTimeZone()),
-              EscapeForDisplay(for_key));
+              EscapeForDisplay(shown_key));
     DiscardLocked(victim);
     ++evictions_;
   }
@@ -266,37 +310,22 @@ absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t
 
 absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ClearKeyLocked(
     const Caller& caller, const std::string& cache_key,
-    const std::function<bool(const Component&)>& same, const std::vector<FileIdentity>& sources) {
-  auto it = components_.find(cache_key);
+    const std::function<bool(const Component&)>& same) {
+  // The caller's own name: another uid's entry under the same key is none of its business.
+  auto it = components_.find(KeyOf(caller.uid, cache_key));
   if (it == components_.end()) return std::optional<ComponentSnapshot>();
   Component& existing = it->second;
   if (existing.info.state == ComponentState::kUploading) {
-    // Another user's pid is theirs to know: name it only to the same user.
-    const std::string uploader = existing.info.owner_uid == caller.uid
-                                     ? absl::StrCat("pid ", existing.info.uploader_pid)
-                                     : std::string("another user's client");
     return absl::AbortedError(absl::StrCat("'", EscapeForDisplay(cache_key),
-                                           "' is being uploaded by ", uploader,
+                                           "' is being uploaded by pid ",
+                                           existing.info.uploader_pid,
                                            "; retry after it is committed"));
   }
-  const bool is_same = same(existing);
-  // Reading the very files this component was read from proves the caller may read it.
-  const bool proved = is_same && !sources.empty() && sources == existing.sources;
-  if (is_same && (MayRead(caller, existing) || proved)) {
-    if (!MayRead(caller, existing)) {
-      existing.readers.insert(caller.uid);
-      Logger("store")->info("'{}' shared with {}: it passed the component's own files",
-                            EscapeForDisplay(cache_key), caller.Describe());
-      PersistLocked();
-    }
+  // The same uid may hit its own entry by structure (and content hash): it can only poison
+  // itself (docs/security.md).
+  if (same(existing)) {
     existing.info.last_used = absl::Now();
     return std::optional<ComponentSnapshot>(SnapshotLocked(existing));
-  }
-  if (existing.info.owner_uid != caller.uid && !caller.admin) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "'", EscapeForDisplay(cache_key),
-        "' holds another user's component: only its owner may replace it, and it is shared "
-        "only with users who load it from the same files; use another cache key"));
   }
   if (existing.info.sessions > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -306,7 +335,8 @@ absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ClearKeyLocked(
         existing.info.base_cache_key.empty() ? "" : ", a derived version", ") that ",
         existing.info.sessions, " session(s) use; detach them or use another key"));
   }
-  Logger("store")->info("replacing '{}': new structure or content", EscapeForDisplay(cache_key));
+  Logger("store")->info("replacing '{}' of {}: new structure or content",
+                        EscapeForDisplay(cache_key), caller.Describe());
   DiscardLocked(it);
   PersistLocked();
   return std::optional<ComponentSnapshot>();
@@ -349,7 +379,7 @@ absl::StatusOr<RegisterResult> ComponentStore::AllocateUpload(const std::string&
 absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     const Lease& lease, const std::string& cache_key, std::vector<TensorEntry> tensors,
     const std::string& content_hash, const std::vector<FileIdentity>& sources,
-    WorkProgress* progress) {
+    WorkProgress* progress, bool client_written) {
   const Caller& caller = lease.caller;
   if (cache_key.empty()) {
     return absl::InvalidArgumentError("cache_key is empty");
@@ -374,10 +404,10 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
              (content_hash.empty() || existing.info.content_hash == content_hash);
     };
     DDO_ASSIGN_OR_RETURN(std::optional<ComponentSnapshot> warm,
-                         ClearKeyLocked(caller, cache_key, same, sources));
+                         ClearKeyLocked(caller, cache_key, same));
     if (warm.has_value()) return RegisterResult{*std::move(warm), /*warm_hit=*/true, ""};
-    DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, span));
-    DDO_RETURN_IF_ERROR(MakeRoomLocked(cache_key, span));
+    DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, span, {}, tensors));
+    DDO_RETURN_IF_ERROR(MakeRoomLocked(KeyOf(caller.uid, cache_key), span));
     Component placeholder;
     placeholder.info.component_id = ComponentId(cache_key, structure_hash);
     placeholder.info.cache_key = cache_key;
@@ -390,12 +420,14 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     placeholder.info.last_used = absl::Now();
     placeholder.info.uploader_pid = lease.client_pid;
     placeholder.info.owner_uid = caller.uid;
+    placeholder.info.segment_size = HostPool::Footprint(span);
     placeholder.sources = sources;
+    placeholder.client_written = client_written;
     placeholder.info.tensors = std::move(tensors);
     placeholder.segments = {nullptr};
     placeholder.upload_id = upload_id;
     placeholder.owner_lease = lease.id;
-    components_.emplace(cache_key, std::move(placeholder));
+    components_.emplace(KeyOf(caller.uid, cache_key), std::move(placeholder));
   }
   return AllocateUpload(upload_id, cache_key, span, caller, progress);
 }
@@ -405,7 +437,8 @@ absl::StatusOr<RegisterResult> ComponentStore::Register(const Lease& lease,
                                                         std::vector<TensorEntry> tensors,
                                                         const std::string& content_hash,
                                                         WorkProgress* progress) {
-  return BeginUpload(lease, cache_key, std::move(tensors), content_hash, {}, progress);
+  return BeginUpload(lease, cache_key, std::move(tensors), content_hash, {}, progress,
+                     /*client_written=*/true);
 }
 
 absl::StatusOr<RegisterResult> ComponentStore::RegisterDerived(const Lease& lease,
@@ -442,9 +475,8 @@ absl::StatusOr<RegisterResult> ComponentStore::RegisterDerived(const Lease& leas
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return absl::UnavailableError("ddod is shutting down");
-    auto base = components_.find(request.base_cache_key);
-    if (base == components_.end() || base->second.info.state != ComponentState::kReady ||
-        !MayRead(caller, base->second)) {
+    auto base = components_.find(KeyOf(caller.uid, request.base_cache_key));
+    if (base == components_.end() || base->second.info.state != ComponentState::kReady) {
       return absl::NotFoundError(absl::StrCat("no component '", base_key,
                                               "' in the pool to derive '", key, "' from"));
     }
@@ -529,11 +561,12 @@ absl::StatusOr<RegisterResult> ComponentStore::RegisterDerived(const Lease& leas
       return true;
     };
     DDO_ASSIGN_OR_RETURN(std::optional<ComponentSnapshot> warm,
-                         ClearKeyLocked(caller, request.cache_key, same, {}));
+                         ClearKeyLocked(caller, request.cache_key, same));
     if (warm.has_value()) return RegisterResult{*std::move(warm), /*warm_hit=*/true, ""};
-    DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, span));
+    DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, span, segments, tensors));
     // The base stays: evicting it would release nothing while this version shares its bytes.
-    DDO_RETURN_IF_ERROR(MakeRoomLocked(request.cache_key, span, {request.base_cache_key}));
+    DDO_RETURN_IF_ERROR(MakeRoomLocked(KeyOf(caller.uid, request.cache_key), span,
+                                       {KeyOf(caller.uid, request.base_cache_key)}));
     // ClearKeyLocked and MakeRoomLocked left the base (another key, spared) where it was.
     Component placeholder;
     placeholder.info.structure_hash = parent.info.structure_hash;
@@ -550,11 +583,13 @@ absl::StatusOr<RegisterResult> ComponentStore::RegisterDerived(const Lease& leas
     placeholder.info.last_used = absl::Now();
     placeholder.info.uploader_pid = lease.client_pid;
     placeholder.info.owner_uid = caller.uid;
+    placeholder.info.segment_size = HostPool::Footprint(span);
+    placeholder.client_written = true;
     placeholder.info.tensors = std::move(tensors);
     placeholder.segments = std::move(segments);
     placeholder.upload_id = upload_id;
     placeholder.owner_lease = lease.id;
-    components_.emplace(request.cache_key, std::move(placeholder));
+    components_.emplace(KeyOf(caller.uid, request.cache_key), std::move(placeholder));
   }
   return AllocateUpload(upload_id, request.cache_key, span, caller, progress);
 }
@@ -562,7 +597,8 @@ absl::StatusOr<RegisterResult> ComponentStore::RegisterDerived(const Lease& leas
 absl::StatusOr<ComponentBytes> ComponentStore::BytesOfUpload(const std::string& lease_id,
                                                              const std::string& upload_id,
                                                              std::vector<TensorEntry>* tensors,
-                                                             std::string* content_hash) {
+                                                             std::string* content_hash,
+                                                             bool* client_written) {
   absl::MutexLock lock(&mu_);
   auto it = FindUploadLocked(upload_id);
   if (it == components_.end() || it->second.segments.empty() ||
@@ -575,7 +611,73 @@ absl::StatusOr<ComponentBytes> ComponentStore::BytesOfUpload(const std::string& 
   }
   *tensors = it->second.info.tensors;
   *content_hash = it->second.info.content_hash;
+  if (client_written != nullptr) *client_written = it->second.client_written;
   return ComponentBytes(it->second.segments);
+}
+
+absl::StatusOr<std::shared_ptr<PoolSegment>> ComponentStore::CopyUpload(
+    const PoolSegment& upload, WorkProgress* progress) {
+  DDO_ASSIGN_OR_RETURN(std::shared_ptr<PoolSegment> copy, pool_.AllocateReplacement(upload));
+  auto discard = absl::MakeCleanup([&] { copy->MarkDiscarded(); });
+  DDO_ASSIGN_OR_RETURN(UniqueFd to, fs_.ShmOpen(copy->name(), O_RDWR | O_CLOEXEC, 0));
+  DDO_ASSIGN_OR_RETURN(UniqueFd from, fs_.ShmOpen(upload.name(), O_RDWR | O_CLOEXEC, 0));
+  // Read through the descriptor, not the mapping: a client that truncates its upload makes
+  // the read short (an error here), not a SIGBUS in ddod.
+  constexpr uint64_t kChunk = uint64_t{32} << 20;
+  const uint64_t size = upload.size();
+  const uint64_t chunks = (size + kChunk - 1) / kChunk;
+  std::atomic<uint64_t> next{0};
+  absl::Mutex error_mu;
+  absl::Status error;
+  auto fail = [&](absl::Status status) {
+    absl::MutexLock lock(&error_mu);
+    if (error.ok()) error = std::move(status);
+    next.store(chunks);
+  };
+  auto work = [&] {
+    for (uint64_t i = next++; i < chunks; i = next++) {
+      const uint64_t offset = i * kChunk;
+      const uint64_t length = std::min(kChunk, size - offset);
+      // Allocated before it is touched: a full /dev/shm is an error, not a SIGBUS.
+      if (::fallocate(to.get(), 0, static_cast<off_t>(offset), static_cast<off_t>(length)) != 0) {
+        fail(absl::ResourceExhaustedError(absl::StrCat(
+            "no room in /dev/shm for the copy of the upload at commit: ", std::strerror(errno))));
+        return;
+      }
+      for (uint64_t done = 0; done < length;) {
+        absl::StatusOr<size_t> read = fs_.Read(from.get(), offset + done, copy->data() + offset + done,
+                                               length - done, upload.name());
+        if (!read.ok() || *read == 0) {
+          fail(read.ok() ? absl::FailedPreconditionError(
+                               "the upload segment was truncated by its client before commit")
+                         : read.status());
+          return;
+        }
+        done += *read;
+      }
+      // The upload's pages go as soon as they are copied: the commit holds about a chunk per
+      // thread more than the component, not twice it.
+      (void)::fallocate(from.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                        static_cast<off_t>(offset), static_cast<off_t>(length));
+      if (progress != nullptr) progress->Add(length);
+    }
+  };
+  {
+    std::vector<std::thread> threads;
+    const int count = std::max(1, std::min<int>(options_.read_threads, static_cast<int>(chunks)));
+    for (int t = 1; t < count; ++t) threads.emplace_back(work);
+    work();
+    for (std::thread& thread : threads) thread.join();
+  }
+  // The client's writable mapping of the upload ends here: its pages are gone and every
+  // later touch of it faults (SIGBUS) instead of writing bytes ddod serves.
+  if (::ftruncate(from.get(), 0) != 0 && error.ok()) {
+    error = PosixError(absl::StrCat("truncating ", upload.name()), errno);
+  }
+  (void)fs_.ShmUnlink(upload.name());
+  DDO_RETURN_IF_ERROR(error);
+  std::move(discard).Cancel();
+  return copy;
 }
 
 absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& lease_id,
@@ -583,8 +685,43 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
                                                          WorkProgress* progress) {
   std::vector<TensorEntry> tensors;
   std::string expected_hash;
-  DDO_ASSIGN_OR_RETURN(ComponentBytes bytes,
-                       BytesOfUpload(lease_id, upload_id, &tensors, &expected_hash));
+  bool client_written = false;
+  DDO_ASSIGN_OR_RETURN(ComponentBytes bytes, BytesOfUpload(lease_id, upload_id, &tensors,
+                                                           &expected_hash, &client_written));
+  uint64_t to_hash = 0;
+  if (!expected_hash.empty()) {
+    for (const TensorEntry& tensor : tensors) {
+      if (tensor.segment == 0) to_hash += tensor.byte_size;
+    }
+  }
+  if (client_written) {
+    // What the client wrote is copied into the segment served: its writable mapping stays
+    // on the upload segment, which is gone after the copy (docs/security.md §3).
+    const absl::Time copying = absl::Now();
+    // The client's bar counts the copy (the hash of the copy that follows is an XXH3 pass).
+    if (progress != nullptr) progress->SetTotal(bytes.own()->size());
+    absl::StatusOr<std::shared_ptr<PoolSegment>> copy = CopyUpload(*bytes.own(), progress);
+    if (!copy.ok()) {
+      (void)Abort(lease_id, upload_id);
+      return copy.status();
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = FindUploadLocked(upload_id);
+      if (it == components_.end()) {
+        (*copy)->MarkDiscarded();
+        return absl::AbortedError(absl::StrCat("upload ", upload_id, " was abandoned meanwhile"));
+      }
+      it->second.segments.front()->MarkDiscarded();
+      it->second.segments.front() = *copy;
+      bytes = ComponentBytes(it->second.segments);
+    }
+    Logger("store")->info("upload {} copied into {}: {} in {:.2f} s", upload_id.substr(0, 8),
+                          (*copy)->name(), FormatBytes((*copy)->size()),
+                          absl::ToDoubleSeconds(absl::Now() - copying));
+  } else if (progress != nullptr) {
+    progress->SetTotal(to_hash);
+  }
 
   // Verification and pinning read the whole segment: outside the lock, and at the same time
   // (pinning is the kernel's and the driver's work, hashing this thread's: together they take
@@ -599,14 +736,9 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
     pin_s = absl::ToDoubleSeconds(absl::Now() - pinning);
   });
   std::string actual;
-  if (!expected_hash.empty() && progress != nullptr) {
-    uint64_t to_hash = 0;
-    for (const TensorEntry& tensor : tensors) {
-      if (tensor.segment == 0) to_hash += tensor.byte_size;
-    }
-    progress->SetTotal(to_hash);
+  if (!expected_hash.empty()) {
+    actual = OwnContentHash(tensors, bytes, client_written ? nullptr : progress);
   }
-  if (!expected_hash.empty()) actual = OwnContentHash(tensors, bytes, progress);
   pinner.join();
   if (actual != expected_hash) {
     (void)Abort(lease_id, upload_id);  // the segment is unpinned when its last user lets go
@@ -659,8 +791,8 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
       SafetensorsSet set,
       OpenSafetensorsSet(std::move(request.files), std::move(request.index), cancelled, &fs_));
   DDO_ASSIGN_OR_RETURN(std::vector<TensorEntry> tensors, TableOfSafetensors(set, request.units));
-  // Which files these are: the same unchanged files prove a caller may read a component
-  // another user loaded from them.
+  // Which files these are: a hint for which other user's copy to compare them with, never a
+  // proof (a write through MAP_SHARED leaves a file's identity as it was).
   std::vector<FileIdentity> sources;
   for (const SafetensorsFile& file : set.files) {
     DDO_ASSIGN_OR_RETURN(FileIdentity identity, IdentityOfFile(file.fd.get()));
@@ -671,11 +803,12 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   // second one, if its own files hold the same bytes. The proof is SHA-256, which ddod
   // computes itself on both sides: the XXH3 content hash is not collision resistant, and a
   // user could otherwise plant its bytes under another user's model (docs/security.md).
-  if (std::optional<ProofTarget> target = FindProofTarget(
-          request.cache_key, lease.caller, StructureHash(tensors), sources)) {
+  if (std::vector<ProofTarget> targets = FindProofTargets(
+          request.cache_key, lease.caller, StructureHash(tensors), sources);
+      !targets.empty()) {
     DDO_ASSIGN_OR_RETURN(
         std::optional<ComponentSnapshot> shared,
-        ShareByProof(request.cache_key, lease.caller, set, request.content_hash, *target,
+        ShareByProof(lease, request.cache_key, set, sources, request.content_hash, targets,
                      cancelled));
     if (shared.has_value()) {
       return LoadResult{*std::move(shared), true, absl::ToDoubleSeconds(absl::Now() - started)};
@@ -730,44 +863,56 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
 }
 
 absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ShareByProof(
-    const std::string& cache_key, const Caller& caller, const SafetensorsSet& set,
-    const std::string& announced_hash, ProofTarget& target,
-    const std::function<bool()>& cancelled) {
-  // The component's digest, when no proof computed it yet, alongside the files'.
+    const Lease& lease, const std::string& cache_key, const SafetensorsSet& set,
+    const std::vector<FileIdentity>& sources, const std::string& announced_hash,
+    std::vector<ProofTarget>& targets, const std::function<bool()>& cancelled) {
+  // The first candidate's digest, when no proof computed it yet, alongside the files'.
   std::atomic<bool> files_failed{false};
   const std::function<bool()> stop = [&] { return files_failed.load() || cancelled(); };
-  std::future<absl::StatusOr<std::string>> component_digest;
-  if (target.proof_digest.empty()) {
-    component_digest = std::async(std::launch::async, [&target, &stop] {
-      return ProofDigest(target.tensors, target.bytes, stop);
+  ProofTarget& first = targets.front();
+  std::future<absl::StatusOr<std::string>> first_digest;
+  if (first.proof_digest.empty()) {
+    first_digest = std::async(std::launch::async, [&first, &stop] {
+      return ProofDigest(first.tensors, first.bytes, stop);
     });
   }
   absl::StatusOr<SafetensorsHashes> files = HashSafetensors(set, cancelled, &fs_);
   files_failed = !files.ok();
-  if (component_digest.valid()) {
-    absl::StatusOr<std::string> digest = component_digest.get();
+  if (first_digest.valid()) {
+    absl::StatusOr<std::string> digest = first_digest.get();
     if (!digest.ok() && files.ok()) return digest.status();  // cancelled
     if (digest.ok()) {
-      target.proof_digest = *digest;
-      RememberProofDigest(cache_key, target.bytes.own()->name(), *digest);
+      first.proof_digest = *digest;
+      RememberProofDigest(first.key, first.bytes.own()->name(), *digest);
     }
   }
   if (!files.ok()) return files.status();
   // A client that announced a content hash gets the bytes it announced or nothing.
-  const bool announced_matches = announced_hash.empty() || announced_hash == files->content_hash;
-  if (files->proof_digest != target.proof_digest || !announced_matches) return std::nullopt;
-  absl::StatusOr<ComponentSnapshot> shared =
-      AddReader(cache_key, caller, target.bytes.own()->name(), files->content_hash);
-  if (!shared.ok()) return std::nullopt;
-  return *std::move(shared);
+  if (!announced_hash.empty() && announced_hash != files->content_hash) return std::nullopt;
+  for (ProofTarget& target : targets) {
+    // The XXH3 content hash only skips a candidate that surely differs; SHA-256 decides.
+    if (!target.content_hash.empty() && target.content_hash != files->content_hash) continue;
+    if (target.proof_digest.empty()) {
+      DDO_ASSIGN_OR_RETURN(target.proof_digest,
+                           ProofDigest(target.tensors, target.bytes, cancelled));
+      RememberProofDigest(target.key, target.bytes.own()->name(), target.proof_digest);
+    }
+    if (files->proof_digest != target.proof_digest) continue;
+    absl::StatusOr<ComponentSnapshot> shared =
+        AddSharedEntry(lease, cache_key, target.key, target.bytes.own()->name(),
+                       files->content_hash, target.proof_digest, sources);
+    if (absl::IsNotFound(shared.status())) continue;  // it went meanwhile
+    if (!shared.ok()) return shared.status();
+    return std::optional<ComponentSnapshot>(*std::move(shared));
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<ComponentSnapshot> ComponentStore::Get(const std::string& cache_key,
                                                       const Caller& caller) const {
   absl::MutexLock lock(&mu_);
-  auto it = components_.find(cache_key);
-  if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
-      !MayRead(caller, it->second)) {
+  auto it = components_.find(KeyOf(caller.uid, cache_key));
+  if (it == components_.end() || it->second.info.state != ComponentState::kReady) {
     return absl::NotFoundError(
         absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
   }
@@ -778,15 +923,17 @@ std::vector<ComponentSnapshot> ComponentStore::List(const Caller& caller) const 
   absl::MutexLock lock(&mu_);
   std::vector<ComponentSnapshot> result;
   for (const auto& [key, component] : components_) {
-    if (MayRead(caller, component)) result.push_back(SnapshotLocked(component));
+    if (caller.admin || component.info.owner_uid == caller.uid) {
+      result.push_back(SnapshotLocked(component));
+    }
   }
   return result;
 }
 
-void ComponentStore::DiscardUnused(const std::string& cache_key,
+void ComponentStore::DiscardUnused(uid_t owner, const std::string& cache_key,
                                    const std::string& segment_name) {
   absl::MutexLock lock(&mu_);
-  auto it = components_.find(cache_key);
+  auto it = components_.find(KeyOf(owner, cache_key));
   if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
       it->second.info.sessions > 0 || it->second.segments.empty() ||
       it->second.segments.front() == nullptr ||
@@ -799,29 +946,51 @@ void ComponentStore::DiscardUnused(const std::string& cache_key,
   PersistLocked();
 }
 
-std::optional<ComponentStore::ProofTarget> ComponentStore::FindProofTarget(
+std::vector<ComponentStore::ProofTarget> ComponentStore::FindProofTargets(
     const std::string& cache_key, const Caller& caller, const std::string& structure_hash,
     const std::vector<FileIdentity>& sources) const {
   absl::MutexLock lock(&mu_);
-  auto it = components_.find(cache_key);
-  if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
-      it->second.info.structure_hash != structure_hash || MayRead(caller, it->second) ||
-      it->second.sources == sources || it->second.segments.empty() ||
-      it->second.sources.empty() || !it->second.info.base_cache_key.empty()) {
+  if (auto own = components_.find(KeyOf(caller.uid, cache_key));
+      own != components_.end() && own->second.info.state == ComponentState::kReady &&
+      own->second.info.structure_hash == structure_hash) {
+    return {};  // the caller's own entry: its warm hit or its replacement
+  }
+  // (rank, last use, key): the candidates the hint names, best first.
+  std::vector<std::tuple<int, absl::Time, std::string>> ranked;
+  for (auto it = components_.begin(); it != components_.end(); ++it) {
+    const Component& other = it->second;
     // Never shared by proof: an upload from memory (ddod did not read it from files, and
     // docs/security.md promises it stays its owner's) and a derived version (its owner's edit
     // of a model).
-    return std::nullopt;
+    if (other.info.owner_uid == caller.uid || other.info.state != ComponentState::kReady ||
+        other.info.structure_hash != structure_hash || other.client_written ||
+        other.sources.empty() || !other.info.base_cache_key.empty() ||
+        other.segments.empty() || other.segments.front() == nullptr) {
+      continue;
+    }
+    // The hint: the same files first, then the same key; the proof decides either way.
+    const int rank = other.sources == sources ? 2 : other.info.cache_key == cache_key ? 1 : 0;
+    if (rank > 0) ranked.emplace_back(rank, other.info.last_used, it->first);
   }
-  return ProofTarget{ComponentBytes(it->second.segments), it->second.info.tensors,
-                     it->second.proof_digest};
+  std::sort(ranked.begin(), ranked.end(), std::greater<>());
+  // Each candidate costs a pass over its bytes the first time: a few, so that another user's
+  // entry under the same key cannot hide the one the caller's files match.
+  constexpr size_t kMaxCandidates = 4;
+  std::vector<ProofTarget> targets;
+  for (const auto& [rank, used, key] : ranked) {
+    if (targets.size() == kMaxCandidates) break;
+    const Component& other = components_.at(key);
+    targets.push_back(ProofTarget{key, ComponentBytes(other.segments), other.info.tensors,
+                                  other.proof_digest, other.info.content_hash});
+  }
+  return targets;
 }
 
-void ComponentStore::RememberProofDigest(const std::string& cache_key,
+void ComponentStore::RememberProofDigest(const std::string& key,
                                          const std::string& segment_name,
                                          const std::string& proof_digest) {
   absl::MutexLock lock(&mu_);
-  auto it = components_.find(cache_key);
+  auto it = components_.find(key);
   if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
       it->second.segments.empty() || it->second.segments.front() == nullptr ||
       it->second.segments.front()->name() != segment_name) {
@@ -830,55 +999,79 @@ void ComponentStore::RememberProofDigest(const std::string& cache_key,
   it->second.proof_digest = proof_digest;
 }
 
-absl::StatusOr<ComponentSnapshot> ComponentStore::AddReader(const std::string& cache_key,
-                                                            const Caller& caller,
-                                                            const std::string& segment_name,
-                                                            const std::string& content_hash) {
+absl::StatusOr<ComponentSnapshot> ComponentStore::AddSharedEntry(
+    const Lease& lease, const std::string& cache_key, const std::string& target_key,
+    const std::string& segment_name, const std::string& content_hash,
+    const std::string& proof_digest, const std::vector<FileIdentity>& sources) {
+  const Caller& caller = lease.caller;
   absl::MutexLock lock(&mu_);
-  auto it = components_.find(cache_key);
-  if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
-      it->second.segments.empty() || it->second.segments.front() == nullptr ||
-      it->second.segments.front()->name() != segment_name) {
+  if (closed_) return absl::UnavailableError("ddod is shutting down");
+  auto target = components_.find(target_key);
+  if (target == components_.end() || target->second.info.state != ComponentState::kReady ||
+      target->second.segments.empty() || target->second.segments.front() == nullptr ||
+      target->second.segments.front()->name() != segment_name) {
     return absl::NotFoundError(
         absl::StrCat("'", EscapeForDisplay(cache_key), "' changed while its bytes were compared"));
   }
-  Component& component = it->second;
-  component.readers.insert(caller.uid);
-  if (component.info.content_hash.empty()) component.info.content_hash = content_hash;
-  component.info.last_used = absl::Now();
-  Logger("store")->info("'{}' shared with {}: its files hold the same bytes ({})",
-                        EscapeForDisplay(cache_key), caller.Describe(), content_hash);
+  const Component& proved = target->second;
+  const std::string structure_hash = proved.info.structure_hash;
+  auto same = [&](const Component& existing) {
+    return existing.info.base_cache_key.empty() &&
+           existing.info.structure_hash == structure_hash &&
+           existing.info.content_hash == content_hash;
+  };
+  DDO_ASSIGN_OR_RETURN(std::optional<ComponentSnapshot> warm,
+                       ClearKeyLocked(caller, cache_key, same));
+  if (warm.has_value()) return *std::move(warm);
+  // ClearKeyLocked removed only the caller's own entry: the target is another uid's.
+  DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, 0, proved.segments, proved.info.tensors,
+                                              /*upload=*/false));
+  Component entry;
+  entry.info = proved.info;
+  entry.info.component_id = ComponentId(cache_key, structure_hash);
+  entry.info.cache_key = cache_key;
+  if (entry.info.content_hash.empty()) entry.info.content_hash = content_hash;
+  entry.info.sessions = 0;
+  entry.info.last_used = absl::Now();
+  entry.info.keep_alive = absl::ZeroDuration();
+  entry.info.uploader_pid = lease.client_pid;
+  entry.info.owner_uid = caller.uid;
+  entry.segments = proved.segments;  // refcounted: either entry may go first
+  entry.sources = sources;
+  entry.proof_digest = proof_digest;
+  Logger("store")->info("'{}' of {} shares the copy of '{}': its files hold the same bytes ({})",
+                        EscapeForDisplay(cache_key), caller.Describe(),
+                        EscapeForDisplay(target_key), content_hash);
+  auto [it, inserted] = components_.emplace(KeyOf(caller.uid, cache_key), std::move(entry));
   PersistLocked();
-  return SnapshotLocked(component);
+  return SnapshotLocked(it->second);
 }
 
 bool ComponentStore::MayRead(const std::string& cache_key, const Caller& caller) const {
   absl::MutexLock lock(&mu_);
-  auto it = components_.find(cache_key);
-  return caller.admin || (it != components_.end() && MayRead(caller, it->second));
+  return components_.count(KeyOf(caller.uid, cache_key)) != 0;
 }
 
 absl::StatusOr<std::map<std::string, ComponentStore::Component>::iterator>
-ComponentStore::FindOwnedLocked(
-    const std::string& cache_key, const Caller& caller, const char* action) {
-  auto it = components_.find(cache_key);
-  if (it == components_.end() || !MayRead(caller, it->second)) {
-    return absl::NotFoundError(
-        absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
+ComponentStore::FindOwnedLocked(const std::string& cache_key, const Caller& caller,
+                                std::optional<uid_t> owner) {
+  if (owner.has_value() && *owner != caller.uid && !caller.admin) {
+    return absl::PermissionDeniedError(
+        "only ddod's administrator may name another user's component");
   }
-  if (it->second.info.owner_uid != caller.uid && !caller.admin) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "'", EscapeForDisplay(cache_key),
-        "' is shared with you but owned by another user: only its owner or ddod's "
-        "administrator may ", action));
+  auto it = components_.find(KeyOf(owner.value_or(caller.uid), cache_key));
+  if (it == components_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool",
+                     owner.has_value() ? absl::StrCat(" for uid ", *owner) : ""));
   }
   return it;
 }
 
 absl::StatusOr<uint64_t> ComponentStore::Evict(const std::string& cache_key,
-                                               const Caller& caller) {
+                                               const Caller& caller, std::optional<uid_t> owner) {
   absl::MutexLock lock(&mu_);
-  DDO_ASSIGN_OR_RETURN(auto it, FindOwnedLocked(cache_key, caller, "evict it"));
+  DDO_ASSIGN_OR_RETURN(auto it, FindOwnedLocked(cache_key, caller, owner));
   if (it->second.info.state == ComponentState::kUploading) {
     return absl::FailedPreconditionError(
         absl::StrCat("'", EscapeForDisplay(cache_key), "' is being uploaded"));
@@ -897,10 +1090,7 @@ absl::StatusOr<uint64_t> ComponentStore::Evict(const std::string& cache_key,
 absl::Status ComponentStore::SetKeepAlive(const std::string& cache_key, const Caller& caller,
                                           absl::Duration keep_alive) {
   absl::MutexLock lock(&mu_);
-  // A reader could otherwise evict the owner's component (a keep-alive of a second) or keep it
-  // past ddod's default: like Evict, the owner's or the administrator's to decide.
-  DDO_ASSIGN_OR_RETURN(auto it, FindOwnedLocked(cache_key, caller,
-                                                "set its keep-alive (load it without one)"));
+  DDO_ASSIGN_OR_RETURN(auto it, FindOwnedLocked(cache_key, caller));
   if (it->second.info.state != ComponentState::kReady) {
     return absl::NotFoundError(
         absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
@@ -926,7 +1116,7 @@ std::vector<std::string> ComponentStore::EvictIdle(absl::Time now, absl::Duratio
           now - info.last_used < keep || ReleasableBytesLocked(it->second) == 0) {
         continue;
       }
-      const std::string key = it->first;
+      const std::string key = info.cache_key;  // the owner's name for it
       const absl::Duration unused = now - info.last_used;
       const uint64_t freed = DiscardLocked(it);  // `info` is gone from here on
       ++evictions_;
@@ -945,9 +1135,8 @@ std::vector<std::string> ComponentStore::EvictIdle(absl::Time now, absl::Duratio
 absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
                                                           const std::string& cache_key) {
   absl::MutexLock lock(&mu_);
-  auto it = components_.find(cache_key);
-  if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
-      !MayRead(lease.caller, it->second)) {
+  auto it = components_.find(KeyOf(lease.caller.uid, cache_key));
+  if (it == components_.end() || it->second.info.state != ComponentState::kReady) {
     return absl::NotFoundError(
         absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
   }
@@ -958,8 +1147,8 @@ absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
                         ComponentBytes(it->second.segments)};
 }
 
-void ComponentStore::UnpinLocked(const std::string& cache_key) {
-  if (auto it = components_.find(cache_key); it != components_.end()) {
+void ComponentStore::UnpinLocked(uid_t uid, const std::string& cache_key) {
+  if (auto it = components_.find(KeyOf(uid, cache_key)); it != components_.end()) {
     it->second.info.sessions -= 1;
     it->second.info.last_used = absl::Now();
   }
@@ -969,7 +1158,7 @@ absl::Status ComponentStore::Detach(const std::string& session_id, const Caller&
   absl::MutexLock lock(&mu_);
   DDO_RETURN_IF_ERROR(sessions_.FindFor(session_id, caller).status());
   if (std::optional<SessionRecord> session = sessions_.Remove(session_id)) {
-    UnpinLocked(session->cache_key);
+    UnpinLocked(session->uid, session->cache_key);
   }
   return absl::OkStatus();
 }
@@ -977,7 +1166,7 @@ absl::Status ComponentStore::Detach(const std::string& session_id, const Caller&
 void ComponentStore::ReleaseLease(const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
   for (const SessionRecord& session : sessions_.RemoveLease(lease_id)) {
-    UnpinLocked(session.cache_key);
+    UnpinLocked(session.uid, session.cache_key);
   }
   for (auto it = components_.begin(); it != components_.end();) {
     if (it->second.info.state == ComponentState::kUploading &&
@@ -995,10 +1184,16 @@ void ComponentStore::ReleaseLease(const std::string& lease_id) {
 StoreStats ComponentStore::Stats() const {
   absl::MutexLock lock(&mu_);
   StoreStats stats;
+  // What is mapped: each segment once, however many entries use it.
+  std::set<const PoolSegment*> counted;
   for (const auto& [key, component] : components_) {
     if (component.info.state != ComponentState::kReady) continue;
     ++stats.components;
-    stats.used_bytes += component.info.own_bytes;  // shared bytes counted once
+    for (const auto& segment : component.segments) {
+      if (segment != nullptr && counted.insert(segment.get()).second) {
+        stats.used_bytes += segment->size();
+      }
+    }
   }
   stats.sessions = static_cast<uint32_t>(sessions_.size());
   stats.evictions = evictions_;
@@ -1035,7 +1230,8 @@ void ComponentStore::AdoptPrevious() {
       reject("the segment is not this pool's");
       continue;
     }
-    if (components_.count(entry.cache_key) != 0) {
+    const std::string key = KeyOf(entry.owner_uid, entry.cache_key);
+    if (components_.count(key) != 0) {
       reject("the manifest lists the key twice");
       continue;
     }
@@ -1103,9 +1299,14 @@ void ComponentStore::AdoptPrevious() {
     component.info.tensors = std::move(entry.tensors);
     component.info.owner_uid = entry.owner_uid;
     component.info.keep_alive = KeepAliveFromSeconds(entry.keep_alive_seconds);
-    if (!derived) {  // a derived version is never shared (docs/security.md)
-      component.readers.insert(entry.readers.begin(), entry.readers.end());
-      component.sources = std::move(entry.sources);
+    component.client_written = entry.client_written;
+    if (!derived) component.sources = std::move(entry.sources);
+    if (!entry.readers.empty()) {
+      // A manifest of a ddod before keys were per uid: the component stays its owner's; its
+      // readers share it again by proof on their next load.
+      log->info("'{}' of uid {}: dropping the {} other user(s) it was shared with; they share "
+                "it again by proof on their next load",
+                EscapeForDisplay(entry.cache_key), entry.owner_uid, entry.readers.size());
     }
     component.segments = std::move(segments);
     for (const ManifestSegment& segment : entry.segments) kept.insert(segment.name);
@@ -1114,7 +1315,7 @@ void ComponentStore::AdoptPrevious() {
               derived ? absl::StrCat(" own, derived from '",
                                      EscapeForDisplay(component.info.base_cache_key), "'")
                       : "");
-    components_[entry.cache_key] = std::move(component);
+    components_[key] = std::move(component);
     ++adopted_;
   }
   // Segments adopted only for components that were then refused go back to the budget here

@@ -1,7 +1,11 @@
 // File: daemon/store/component_store.h
 //
 // The component store, ddod's warm cache: model components (tensor tables and their bytes)
-// by cache key, each in its own pool segment. Bytes arrive by upload (the client writes into
+// by owner uid and cache key, each in its own pool segment. A key is a name inside its uid:
+// two users' "flux/transformer" are two entries, and no caller (an admin neither) reads,
+// attaches or hits another uid's entry. Two users loading the same bytes from files share
+// one copy: the second one's entry uses the first's segments (refcounted, like a derived
+// version's) once ddod proved by SHA-256 that its files hold the same bytes. Bytes arrive by upload (the client writes into
 // the segment, then commits) or by ddod reading safetensors files itself. A derived version
 // (RegisterDerived) stores only its changed tensors in a segment of its own and shares the
 // others' segments with its base: segments are refcounted, so a base may go while a derived
@@ -72,7 +76,7 @@ struct ComponentSnapshot {
   // absl::InfiniteDuration() for never (only the pool's LRU evicts it then).
   absl::Duration keep_alive = absl::ZeroDuration();
   int64_t uploader_pid = 0;
-  uid_t owner_uid = 0;  // who made it: only they (or an admin) evict or replace it
+  uid_t owner_uid = 0;  // whose name the key is: only they (or an admin) evict it
   std::vector<TensorEntry> tensors;
 };
 
@@ -114,7 +118,7 @@ struct HostAttachment {
 
 struct StoreStats {
   uint32_t components = 0;  // READY
-  uint64_t used_bytes = 0;  // tensor bytes of READY components
+  uint64_t used_bytes = 0;  // segment bytes of READY components, each segment once
   uint32_t sessions = 0;
   uint64_t evictions = 0;
   uint32_t adopted = 0;
@@ -125,10 +129,14 @@ struct StoreOptions {
   std::string manifest_path;
   // Threads that read safetensors files.
   int read_threads = 4;
-  // Per uid (admins excepted): uploads in progress and pool bytes of the
-  // components it owns; 0 bytes: the pool budget is the only bound.
+  // Per uid (admins excepted): uploads in progress and the bytes its components take: the
+  // segments they map (each once) plus their tensor tables' estimated heap
+  // (TableHeapEstimate); 0 bytes: the pool budget is the only bound.
   size_t max_uploads_per_uid = 8;
   uint64_t max_bytes_per_uid = 0;
+  // Per uid (admins excepted): tensor-table heap of its components, whatever
+  // max_bytes_per_uid says (tables live in ddod's heap, outside the pool's budget).
+  uint64_t max_table_bytes_per_uid = uint64_t{1} << 30;
   // The manifest's writes, the safetensors reads and the removal of leftover segments go
   // through it (nullptr: the pool's, HostPool::file_system()); it must outlive the store.
   FileSystem* file_system = nullptr;
@@ -147,11 +155,11 @@ class ComponentStore {
   // each; discards and logs whatever cannot be trusted, and removes leftover segments.
   void AdoptPrevious();
 
-  // Registers a tensor table under `cache_key`: a warm hit when the key holds the same
-  // structure (and content hash, when given) and the lease's caller may read it; otherwise a
-  // new upload the lease owns. ABORTED while another client uploads the key;
-  // FAILED_PRECONDITION when a different component under the key is in use;
-  // PERMISSION_DENIED when the key holds another user's component; RESOURCE_EXHAUSTED when no
+  // Registers a tensor table under `cache_key` (the caller uid's name): a warm hit when the
+  // caller's key holds the same structure (and content hash, when given); otherwise a new
+  // upload the lease owns. Another uid's component is never the answer: bytes a client wrote
+  // stay its uid's. ABORTED while another client of the uid uploads the key;
+  // FAILED_PRECONDITION when a different component under the key is in use; RESOURCE_EXHAUSTED when no
   // room can be made or the caller's uid is at a limit (named). Reserving a new upload's
   // pages takes time that grows with its size: `progress` (optional) counts them, and
   // cancelling it ends the call with CANCELLED and no upload left behind.
@@ -167,14 +175,17 @@ class ComponentStore {
   // the problem with the keys, the changed names or the content hash (required); a warm hit
   // when the key holds a READY derived version with the same changed tensors and content hash
   // whose other tensors are the very bytes the base has; otherwise the replacement rules and
-  // errors of Register. A derived version is readable by its owner (and admins) only.
+  // errors of Register. The base is the caller's own; a derived version is never shared.
   absl::StatusOr<RegisterResult> RegisterDerived(const Lease& lease, const DerivedRequest& request,
                                                  WorkProgress* progress = nullptr);
 
-  // Completes an upload: verifies the content hash when one was given (of the bytes of the
-  // component's own segment: all its tensors, or a derived version's changed ones), pins its
-  // segment, publishes. `progress` (optional) counts the bytes hashed (its total: the bytes
-  // to hash, 0 without a hash); pinning reports nothing until it ends.
+  // Completes an upload. A client's upload segment is copied into a new segment, the one
+  // served (the client's writable mapping cannot be revoked: the upload segment is punched
+  // out as the copy goes, then truncated and unlinked, so the client's old mapping faults
+  // instead of writing served bytes); then the content hash, when one was given, is checked
+  // on the copy (the bytes of the component's own segment: all its tensors, or a derived
+  // version's changed ones), the segment pinned and the component published. `progress`
+  // (optional) counts the bytes copied and hashed; pinning reports nothing until it ends.
   absl::StatusOr<ComponentSnapshot> Commit(const std::string& lease_id,
                                            const std::string& upload_id,
                                            WorkProgress* progress = nullptr);
@@ -190,25 +201,26 @@ class ComponentStore {
       const std::function<void(uint64_t, uint64_t)>& progress,
       const std::function<bool()>& cancelled);
 
-  // READY components `caller` may read (its own, proved, or any for an admin). Another
-  // user's component is NOT_FOUND, as if it were not there.
+  // The caller's READY component under `cache_key`: NOT_FOUND when it has none (another
+  // uid's entry under the same name is not there for it).
   absl::StatusOr<ComponentSnapshot> Get(const std::string& cache_key, const Caller& caller) const;
+  // The caller's components; an admin's listing has everyone's (owner_uid says whose).
   std::vector<ComponentSnapshot> List(const Caller& caller) const;
-  // Whether `caller` may read the component under `cache_key` (false when there is none; an
-  // admin may read everything).
+  // Whether the caller uid has a component under `cache_key`.
   bool MayRead(const std::string& cache_key, const Caller& caller) const;
 
-  // Undoes a commit whose caller was told it failed (its lease ended meanwhile): removes the
-  // component under `cache_key` if it still lives in `segment_name` and no session uses it.
-  void DiscardUnused(const std::string& cache_key, const std::string& segment_name);
+  // Undoes a commit whose caller was told it failed (its lease ended meanwhile): removes
+  // `owner`'s component under `cache_key` if it still lives in `segment_name` and no session
+  // uses it.
+  void DiscardUnused(uid_t owner, const std::string& cache_key, const std::string& segment_name);
 
-  // Removes an unused component; returns the bytes the pool released (0 when a derived
-  // version still uses its bytes: they go with the last component that uses them). Only its
-  // owner or an admin may.
-  absl::StatusOr<uint64_t> Evict(const std::string& cache_key, const Caller& caller);
+  // Removes an unused component of the caller (or, for an admin naming `owner`, of that uid);
+  // returns the bytes the pool released (0 when another entry still uses its bytes: they go
+  // with the last component that uses them).
+  absl::StatusOr<uint64_t> Evict(const std::string& cache_key, const Caller& caller,
+                                 std::optional<uid_t> owner = std::nullopt);
 
-  // The keep-alive of a READY component the caller owns (or any, for an admin):
-  // ComponentSnapshot::keep_alive. PermissionDenied for a reader of another user's.
+  // The keep-alive of the caller's READY component: ComponentSnapshot::keep_alive.
   absl::Status SetKeepAlive(const std::string& cache_key, const Caller& caller,
                             absl::Duration keep_alive);
   // Evicts the READY components unused for longer than their keep-alive (`fallback` for those
@@ -216,8 +228,8 @@ class ComponentStore {
   // shares waits for it). Returns their keys.
   std::vector<std::string> EvictIdle(absl::Time now, absl::Duration fallback);
 
-  // A host session: the component stays until Detach or the lease ends. The lease's caller
-  // must be allowed to read the component (NOT_FOUND otherwise, as if absent); the session is
+  // A host session: the component stays until Detach or the lease ends. The component is the
+  // lease caller's own (NOT_FOUND otherwise, as if absent); the session is
   // added to the registry (RESOURCE_EXHAUSTED at the uid's limit of sessions).
   absl::StatusOr<HostAttachment> AttachHost(const Lease& lease, const std::string& cache_key);
   // Ends a session and lets its component go: NOT_FOUND, or PERMISSION_DENIED unless `caller`
@@ -236,74 +248,96 @@ class ComponentStore {
  private:
   struct Component {
     ComponentSnapshot info;  // info.sessions and info.last_used are live here
-    // Own first (null while being allocated), then the segments shared with a base.
+    // Own first (null while being allocated), then the segments shared with a base. An entry
+    // that shares another uid's copy by proof has that copy's segments.
     std::vector<std::shared_ptr<PoolSegment>> segments;
     std::string upload_id;
     std::string owner_lease;  // while uploading
-    std::set<uid_t> readers;  // other uids that proved they may read it
+    bool client_written = false;  // an upload a client writes: copied at commit
     std::vector<FileIdentity> sources;  // the files it was read from; empty for uploads
     // The SHA-256 other users' files must match to share it (safetensors_hash.h's
     // ProofDigest): computed when a proof first needs it, not at load; "" until then.
     std::string proof_digest;
   };
-  static bool MayRead(const Caller& caller, const Component& component);
-  // Another user's READY component under `cache_key` with this structure, loaded from files
-  // (an upload from memory is never shared, nor is a derived version), that `caller` may not
-  // read yet and whose files are not `sources`: what a caller must prove it holds the bytes of
-  // (by its files' SHA-256) to share it. Nothing when there is none.
+  // The map's key: the owner uid and its cache key.
+  static std::string KeyOf(uid_t uid, const std::string& cache_key);
+  // Another uid's READY component with this structure, loaded from files (an upload from
+  // memory is never shared, nor is a derived version), when the caller has no READY
+  // component under `cache_key`: what a caller must prove it holds the bytes of (by its
+  // files' SHA-256) to share it. One read from the same files (`sources`, the file identity)
+  // is preferred, then one under the same key: the identity only says which to compare with,
+  // it proves nothing (a MAP_SHARED write leaves it as it was). A few candidates, best first;
+  // none when there is none.
   struct ProofTarget {
+    std::string key;                       // KeyOf its owner and key
     ComponentBytes bytes;                  // keeps the bytes while they are hashed
     std::vector<TensorEntry> tensors;      // with offsets
     std::string proof_digest;              // "" until a proof computed it
+    std::string content_hash;              // its XXH3 content hash, when known
   };
-  std::optional<ProofTarget> FindProofTarget(const std::string& cache_key, const Caller& caller,
+  std::vector<ProofTarget> FindProofTargets(const std::string& cache_key, const Caller& caller,
                                              const std::string& structure_hash,
                                              const std::vector<FileIdentity>& sources) const;
-  // The proof: hashes the caller's files (SHA-256 and the XXH3 content hash, in one read) and,
-  // unless a proof did before, the target's bytes (SHA-256, on a second thread meanwhile); when
-  // the digests are equal (and `announced_hash`, if any, is the files' content hash), makes
-  // `caller` a reader. Nothing when the bytes differ or the component went meanwhile;
+  // The proof: hashes the caller's files once (SHA-256 and the XXH3 content hash, in one read)
+  // and, unless a proof did before, each target's bytes (SHA-256; the first one's on a second
+  // thread meanwhile); for the first target whose digest is the files' (and when
+  // `announced_hash`, if any, is the files' content hash), makes
+  // an entry of `caller` under `cache_key` that shares the target's segments. Nothing when
+  // the bytes differ or the component went meanwhile;
   // CANCELLED, or the files' read error.
   absl::StatusOr<std::optional<ComponentSnapshot>> ShareByProof(
-      const std::string& cache_key, const Caller& caller, const SafetensorsSet& set,
-      const std::string& announced_hash, ProofTarget& target,
-      const std::function<bool()>& cancelled);
+      const Lease& lease, const std::string& cache_key, const SafetensorsSet& set,
+      const std::vector<FileIdentity>& sources, const std::string& announced_hash,
+      std::vector<ProofTarget>& targets, const std::function<bool()>& cancelled);
   // Keeps the proof digest computed for the component in `segment_name` (when it is still
-  // under `cache_key`), so that the next proof does not hash its bytes again.
-  void RememberProofDigest(const std::string& cache_key, const std::string& segment_name,
+  // under `key`, a KeyOf), so that the next proof does not hash its bytes again.
+  void RememberProofDigest(const std::string& key, const std::string& segment_name,
                            const std::string& proof_digest);
-  // Makes `caller` a reader of the component in `segment_name` (still under `cache_key`) and
-  // remembers its content hash; NOT_FOUND when it was replaced or evicted meanwhile.
-  absl::StatusOr<ComponentSnapshot> AddReader(const std::string& cache_key, const Caller& caller,
-                                              const std::string& segment_name,
-                                              const std::string& content_hash);
-  // One session fewer on the component under `cache_key` (if it is still there).
-  void UnpinLocked(const std::string& cache_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // RESOURCE_EXHAUSTED naming the limit when `caller` (not an admin) may not start an upload
-  // of `bytes` more.
-  absl::Status CheckUploadLimitsLocked(const Caller& caller, uint64_t bytes) const
+  // The caller's entry under `cache_key` sharing the segments of the component in
+  // `segment_name` (still under `target_key`): NOT_FOUND when that was replaced or evicted
+  // meanwhile; the errors of ClearKeyLocked and the uid's limits.
+  absl::StatusOr<ComponentSnapshot> AddSharedEntry(const Lease& lease,
+                                                   const std::string& cache_key,
+                                                   const std::string& target_key,
+                                                   const std::string& segment_name,
+                                                   const std::string& content_hash,
+                                                   const std::string& proof_digest,
+                                                   const std::vector<FileIdentity>& sources);
+  // One session fewer on `uid`'s component under `cache_key` (if it is still there).
+  void UnpinLocked(uid_t uid, const std::string& cache_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED naming the limit when `caller` (not an admin) may not add an entry
+  // mapping `segments` more (those it does not map yet count: a new upload's is `new_bytes`)
+  // with `tensors` table entries; `upload`: it starts an upload.
+  absl::Status CheckUploadLimitsLocked(const Caller& caller, uint64_t new_bytes,
+                                       const std::vector<std::shared_ptr<PoolSegment>>& segments,
+                                       const std::vector<TensorEntry>& tensors,
+                                       bool upload = true) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The copy of a client's upload at commit: a new segment with the bytes of `upload`, whose
+  // pages are punched out as they are copied, then truncated and unlinked.
+  absl::StatusOr<std::shared_ptr<PoolSegment>> CopyUpload(const PoolSegment& upload,
+                                                          WorkProgress* progress);
 
   // Steps shared by Register and LoadSafetensors. `sources` (LoadSafetensors only) are the
-  // identities of the caller's files: when they are a READY component's own sources, the
-  // caller proved it may read it and becomes one of its readers.
+  // identities of the caller's files, kept as the hint FindProofTarget uses;
+  // `client_written`: a client writes the upload (copied at commit).
   absl::StatusOr<RegisterResult> BeginUpload(const Lease& lease, const std::string& cache_key,
                                              std::vector<TensorEntry> tensors,
                                              const std::string& content_hash,
                                              const std::vector<FileIdentity>& sources = {},
-                                             WorkProgress* progress = nullptr);
+                                             WorkProgress* progress = nullptr,
+                                             bool client_written = false);
   absl::StatusOr<ComponentBytes> BytesOfUpload(const std::string& lease_id,
                                                const std::string& upload_id,
                                                std::vector<TensorEntry>* tensors,
-                                               std::string* content_hash);
-  // Before an upload under `cache_key`: ABORTED while one is in progress there; a warm hit
-  // (the snapshot) when `same` says the READY component there is the one asked for and the
-  // caller may read it (or `sources` prove it may); otherwise removes it when the caller may
-  // replace it (PERMISSION_DENIED, FAILED_PRECONDITION while in use).
+                                               std::string* content_hash,
+                                               bool* client_written = nullptr);
+  // Before an upload under the caller's `cache_key`: ABORTED while one is in progress there;
+  // a warm hit (the snapshot) when `same` says the READY component there is the one asked
+  // for; otherwise removes it (FAILED_PRECONDITION while in use).
   absl::StatusOr<std::optional<ComponentSnapshot>> ClearKeyLocked(
       const Caller& caller, const std::string& cache_key,
-      const std::function<bool(const Component&)>& same, const std::vector<FileIdentity>& sources)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      const std::function<bool(const Component&)>& same) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocates the placeholder's own segment of `span` bytes outside the lock and answers the
   // upload (ABORTED when the lease ended meanwhile, CANCELLED when `progress` was).
   absl::StatusOr<RegisterResult> AllocateUpload(const std::string& upload_id,
@@ -311,7 +345,8 @@ class ComponentStore {
                                                 const Caller& caller, WorkProgress* progress);
   // Evicts unused READY components, least recently used first, until `bytes` fit. Only those
   // whose eviction releases bytes count (a base whose bytes a derived version uses releases
-  // nothing until that one goes too); the components under `spared` stay.
+  // nothing until that one goes too); the components under `for_key` and `spared` (KeyOf
+  // keys) stay.
   absl::Status MakeRoomLocked(const std::string& for_key, uint64_t bytes,
                               const std::set<std::string>& spared = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -319,11 +354,10 @@ class ComponentStore {
   // component uses.
   uint64_t ReleasableBytesLocked(const Component& component) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The component under `cache_key` that `caller` owns (or any, for an admin): NotFound when
-  // the caller may not even read it, PermissionDenied naming `action` for a reader of another
-  // user's.
+  // The component under `cache_key` of the caller (or of `owner`, for an admin): NotFound
+  // when there is none; PermissionDenied for a non-admin naming another owner.
   absl::StatusOr<std::map<std::string, Component>::iterator> FindOwnedLocked(
-      const std::string& cache_key, const Caller& caller, const char* action)
+      const std::string& cache_key, const Caller& caller, std::optional<uid_t> owner = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Erases a component; each of its segments that no other component uses is marked to leave
   // /dev/shm when the last user lets go. Returns the bytes of those segments.
@@ -342,7 +376,7 @@ class ComponentStore {
   FileSystem& fs_;
 
   mutable absl::Mutex mu_;
-  std::map<std::string, Component> components_ ABSL_GUARDED_BY(mu_);  // by cache key
+  std::map<std::string, Component> components_ ABSL_GUARDED_BY(mu_);  // by KeyOf
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t adopted_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -350,6 +384,10 @@ class ComponentStore {
 
 // 16 hex digits naming a component: a hash of its key and structure.
 std::string ComponentId(const std::string& cache_key, const std::string& structure_hash);
+
+// What a tensor table costs ddod's heap: its entries (measured at about 4 KiB per tensor
+// through the service, with the copies its snapshots make) and their strings.
+uint64_t TableHeapEstimate(const std::vector<TensorEntry>& tensors);
 
 }  // namespace ddo
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -332,15 +333,28 @@ TEST_F(ComponentStoreTest, AnotherUsersComponentIsInvisibleAndUntouchable) {
   EXPECT_TRUE(absl::IsNotFound(store_->Get("victim/model", attacker.caller).status()));
   EXPECT_TRUE(absl::IsNotFound(store_->AttachHost(attacker, "victim/model").status()));
   EXPECT_TRUE(absl::IsNotFound(store_->Evict("victim/model", attacker.caller).status()));
-  // Same table under the same key: no warm hit with the victim's bytes, and no replacement.
+  // Same table under the same key: the attacker's own entry (keys are names inside their
+  // uid), never a warm hit with the victim's bytes, never a replacement of them.
   auto same = store_->Register(attacker, "victim/model", Table(2, kMiB), "");
-  EXPECT_TRUE(absl::IsPermissionDenied(same.status())) << same.status();
-  auto other = store_->Register(attacker, "victim/model", Table(1, kMiB), "");
-  EXPECT_TRUE(absl::IsPermissionDenied(other.status())) << other.status();
-  // The victim's component is intact, and an admin sees it.
-  auto kept = store_->Get("victim/model", DaemonCaller());
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_FALSE(same->warm_hit);
+  EXPECT_NE(same->component.segment_name, ready.segment_name);
+  ASSERT_TRUE(store_->Commit(attacker.id, same->upload_id).ok());
+  auto kept = store_->Get("victim/model", victim.caller);
   ASSERT_TRUE(kept.ok());
   EXPECT_EQ(kept->segment_name, ready.segment_name);
+  // An admin neither reads nor hits it: its key is its own name too.
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("victim/model", DaemonCaller()).status()));
+  auto admins = store_->Register(lease_, "victim/model", Table(2, kMiB), "");
+  ASSERT_TRUE(admins.ok()) << admins.status();
+  EXPECT_FALSE(admins->warm_hit);
+  ASSERT_TRUE(store_->Abort(lease_.id, admins->upload_id).ok());
+  // It lists everyone's and evicts naming the owner; nobody else may name one.
+  EXPECT_EQ(store_->List(DaemonCaller()).size(), 2u);
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      store_->Evict("victim/model", attacker.caller, victim_uid).status()));
+  EXPECT_TRUE(store_->Evict("victim/model", DaemonCaller(), attacker_uid).ok());
+  EXPECT_TRUE(store_->Get("victim/model", victim.caller).ok());
 }
 
 TEST_F(ComponentStoreTest, ASessionIsDetachedOnlyByItsUser) {
@@ -365,10 +379,11 @@ TEST_F(ComponentStoreTest, AnUploadFromMemoryIsNeverShared) {
   auto registered = store_->Register(owner, "shared/model", Table(2, kMiB), "");
   ASSERT_TRUE(registered.ok());
   ASSERT_TRUE(store_->Commit(owner.id, registered->upload_id).ok());
-  // An upload from memory proves nothing: the component stays the owner's.
-  EXPECT_TRUE(absl::IsPermissionDenied(
-      store_->Register(reader, "shared/model", Table(2, kMiB), "").status()));
-  EXPECT_TRUE(store_->List(reader.caller).empty());
+  // An upload from memory proves nothing: the reader's registration is its own upload.
+  auto theirs = store_->Register(reader, "shared/model", Table(2, kMiB), "");
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  EXPECT_FALSE(theirs->warm_hit);
+  EXPECT_EQ(theirs->component.owner_uid, reader.caller.uid);
 }
 
 TEST_F(ComponentStoreTest, UploadsPerUserAreBoundedAndTheLimitIsNamed) {
@@ -384,7 +399,7 @@ TEST_F(ComponentStoreTest, UploadsPerUserAreBoundedAndTheLimitIsNamed) {
   ASSERT_TRUE(store_->Register(user, "b", Table(1, kMiB), "").ok());
   auto third = store_->Register(user, "c", Table(1, kMiB), "");
   EXPECT_TRUE(absl::IsResourceExhausted(third.status()));
-  EXPECT_THAT(std::string(third.status().message()), HasSubstr("limit per user (2)"));
+  EXPECT_THAT(std::string(third.status().message()), HasSubstr("limit per user (2"));
   // Another user is not affected; its bytes are bounded too.
   const Lease other = LeaseOf(5002);
   auto big = store_->Register(other, "big", Table(1, 8 * kMiB), "");
@@ -434,36 +449,93 @@ TEST_F(ComponentStoreTest, FilesWithTheSameBytesShareOneCopyOtherBytesDoNot) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_FALSE(loaded->warm_hit);
 
-  // Another file, other bytes, same structure: no proof; the key stays the owner's.
+  // Another file, other bytes, same structure: no proof; the forger's own copy.
   auto from_forged = store_->LoadSafetensors(forger, RequestFor("m", forged), quiet, none);
-  EXPECT_TRUE(absl::IsPermissionDenied(from_forged.status())) << from_forged.status();
-  EXPECT_TRUE(store_->List(forger.caller).empty());
+  ASSERT_TRUE(from_forged.ok()) << from_forged.status();
+  EXPECT_FALSE(from_forged->warm_hit);
+  EXPECT_NE(from_forged->component.segment_name, loaded->component.segment_name);
 
   // Another file with the same bytes: its content hash proves them; one copy, shared.
   auto from_copy = store_->LoadSafetensors(copier, RequestFor("m", copy), quiet, none);
   ASSERT_TRUE(from_copy.ok()) << from_copy.status();
   EXPECT_TRUE(from_copy->warm_hit);
   EXPECT_EQ(from_copy->component.segment_name, loaded->component.segment_name);
-  EXPECT_EQ(pool_->Usage().segments, 1u);
+  EXPECT_EQ(from_copy->component.owner_uid, copier.caller.uid);
+  EXPECT_EQ(pool_->Usage().segments, 2u);  // the owner's (shared) and the forger's
   EXPECT_EQ(store_->List(copier.caller).size(), 1u);
-  EXPECT_TRUE(store_->AttachHost(copier, "m").ok());
-  EXPECT_TRUE(absl::IsPermissionDenied(store_->Evict("m", copier.caller).status()));
+  auto attached = store_->AttachHost(copier, "m");
+  ASSERT_TRUE(attached.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(store_->Evict("m", copier.caller).status()));
+  ASSERT_TRUE(store_->Detach(attached->session_id, copier.caller).ok());
 
-  // The very file proves it without reading it again.
+  // The very file: the same content proof (its identity only says what to compare with).
   auto proved = store_->LoadSafetensors(same_file, RequestFor("m", path), quiet, none);
   ASSERT_TRUE(proved.ok()) << proved.status();
   EXPECT_TRUE(proved->warm_hit);
 
-  // Only the owner (or an admin) sets the keep-alive: a reader could evict it otherwise.
-  EXPECT_TRUE(absl::IsPermissionDenied(
-      store_->SetKeepAlive("m", copier.caller, absl::Seconds(1))));
+  // Keep-alives are each entry's own: the copier's second does not touch the owner's.
+  EXPECT_TRUE(store_->SetKeepAlive("m", copier.caller, absl::Seconds(1)).ok());
   EXPECT_TRUE(store_->SetKeepAlive("m", owner.caller, absl::InfiniteDuration()).ok());
+  // The copier evicts its entry; the owner's and its bytes stay.
+  auto freed = store_->Evict("m", copier.caller);
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  EXPECT_EQ(*freed, 0u);
+  EXPECT_EQ(store_->Get("m", owner.caller)->segment_name, loaded->component.segment_name);
 
   // The owner's file rewritten with other bytes proves nothing for a newcomer.
   const Lease newcomer = LeaseOf(5005);
   WriteSmallSafetensors(path, '\x33');
   auto changed = store_->LoadSafetensors(newcomer, RequestFor("m", path), quiet, none);
-  EXPECT_FALSE(changed.ok());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_FALSE(changed->warm_hit);
+  EXPECT_NE(changed->component.segment_name, loaded->component.segment_name);
+}
+
+TEST_F(ComponentStoreTest, TheUserLimitCountsMappedSegmentsAndTableHeap) {
+  pool_options_.budget_bytes = 64 * kMiB;
+  store_->Close(true);
+  pool_ = std::make_unique<HostPool>(pool_options_);
+  StoreOptions options{dir_.Join("manifest.json"), 2};
+  options.max_bytes_per_uid = 16 * kMiB;
+  store_ = std::make_unique<ComponentStore>(*pool_, *registry_, options);
+  const Lease user = LeaseOf(5001);
+  // 1000 two-byte tensors, each its own unit: 2000 bytes of tensors, 4 MiB of segment.
+  absl::Status refused;
+  int kept = 0;
+  for (int i = 0; i < 8 && refused.ok(); ++i) {
+    auto registered = store_->Register(user, "tiny-" + std::to_string(i), Table(1000, 2), "");
+    refused = registered.status();
+    if (!registered.ok()) break;
+    ASSERT_TRUE(store_->Commit(user.id, registered->upload_id).ok());
+    ++kept;
+  }
+  EXPECT_TRUE(absl::IsResourceExhausted(refused)) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("--max-user-pool-gb"));
+  EXPECT_GT(kept, 0);
+  EXPECT_LE(pool_->Usage().reserved_bytes, 16 * kMiB);
+  EXPECT_EQ(store_->Stats().used_bytes, pool_->Usage().reserved_bytes);
+  EXPECT_EQ(store_->Stats().used_bytes, static_cast<uint64_t>(kept) * 4 * kMiB);
+}
+
+TEST_F(ComponentStoreTest, ACommittedUploadIsACopyTheUploaderCannotWrite) {
+  auto registered = store_->Register(lease_, "m", Table(2, kMiB), "");
+  ASSERT_TRUE(registered.ok());
+  Fill(registered->component, "genuine");
+  // The uploader keeps its mapping past the commit.
+  auto uploaders = SharedSegment::Open(registered->component.segment_name);
+  ASSERT_TRUE(uploaders.ok());
+  auto ready = store_->Commit(lease_.id, registered->upload_id);
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_NE(ready->segment_name, registered->component.segment_name);
+  EXPECT_FALSE(InShm(registered->component.segment_name));
+  struct stat info {};
+  ASSERT_EQ(::stat(SegmentPath(ready->segment_name).c_str(), &info), 0);
+  auto served = SharedSegment::Open(ready->segment_name);
+  ASSERT_TRUE(served.ok());
+  EXPECT_EQ(std::string(served->data(), 7), "genuine");
+  // The upload segment was truncated: its pages are gone (a touch would fault).
+  struct stat gone {};
+  EXPECT_NE(::stat(SegmentPath(registered->component.segment_name).c_str(), &gone), 0);
 }
 
 TEST_F(ComponentStoreTest, ALoadWhoseLeaseEndsIsNotCommitted) {
@@ -479,14 +551,17 @@ TEST_F(ComponentStoreTest, ALoadWhoseLeaseEndsIsNotCommitted) {
 
 TEST_F(ComponentStoreTest, DiscardUnusedUndoesOnlyThatCommitAndNothingInUse) {
   const ComponentSnapshot first = Upload("a");
-  store_->DiscardUnused("a", "/not-its-segment");  // another segment: left alone
+  const uid_t uid = DaemonCaller().uid;
+  store_->DiscardUnused(uid, "a", "/not-its-segment");  // another segment: left alone
   EXPECT_TRUE(store_->Get("a", DaemonCaller()).ok());
   auto attached = store_->AttachHost(lease_, "a");
   ASSERT_TRUE(attached.ok());
-  store_->DiscardUnused("a", first.segment_name);  // in use: left alone
+  store_->DiscardUnused(uid, "a", first.segment_name);  // in use: left alone
   EXPECT_TRUE(store_->Get("a", DaemonCaller()).ok());
   ASSERT_TRUE(store_->Detach(attached->session_id, DaemonCaller()).ok());
-  store_->DiscardUnused("a", first.segment_name);
+  store_->DiscardUnused(uid + 1, "a", first.segment_name);  // another uid's name: not it
+  EXPECT_TRUE(store_->Get("a", DaemonCaller()).ok());
+  store_->DiscardUnused(uid, "a", first.segment_name);
   EXPECT_TRUE(absl::IsNotFound(store_->Get("a", DaemonCaller()).status()));
 }
 

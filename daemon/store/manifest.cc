@@ -98,7 +98,7 @@ absl::Status WriteManifest(const std::string& path,
     }
     json entry{{"cache_key", component.cache_key},
                {"owner_uid", component.owner_uid},
-               {"readers", component.readers},
+               {"client_written", component.client_written},
                {"sources", std::move(sources)},
                {"component_id", component.component_id},
                {"structure_hash", component.structure_hash},
@@ -188,6 +188,8 @@ absl::StatusOr<std::vector<ManifestComponent>> ReadManifest(const std::string& p
                                                   component.keep_alive_seconds, " is below -1"));
         }
       }
+      component.client_written =
+          entry.contains("client_written") && entry.at("client_written").get<bool>();
       if (entry.contains("readers")) {
         component.readers = entry.at("readers").get<std::vector<uid_t>>();
       }

@@ -39,7 +39,10 @@ struct ManifestComponent {
   std::vector<ManifestSegment> segments;  // own first
   std::vector<TensorEntry> tensors;      // with offsets and segment indexes
   uid_t owner_uid = 0;               // manifests written before owners: ddod's own uid
-  std::vector<uid_t> readers;        // other uids that proved they may read it
+  // Other uids that proved they may read it: written by ddods before keys were per uid;
+  // read only to say they are dropped (each reader shares by proof again on its next load).
+  std::vector<uid_t> readers;
+  bool client_written = false;       // a client wrote its bytes (an upload, not a load)
   std::vector<FileIdentity> sources;  // the files it was read from
   // A derived version: its root base's key and component id ("" otherwise).
   std::string base_cache_key;

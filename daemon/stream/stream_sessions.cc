@@ -82,6 +82,8 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
                                                   SessionPlan plan) {
   DDO_ASSIGN_OR_RETURN(Device device, ResolveDevice(requested_device));
   const std::string cache_key = attached.component.cache_key;
+  // Recipes and learned schedules are kept per uid, as the keys are (ComponentStore).
+  const std::string owned_key = absl::StrCat(attached.component.owner_uid, ":", cache_key);
   if (device.ordinal >= 0 && !attached.bytes.AllPinned()) {
     plan.decisions.push_back({"host_memory", "not pinned",
                               "copies from pageable memory are staged by the driver (slower)"});
@@ -119,7 +121,7 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
           FormatBytes(budget_.reserved(device.label) - reservation.bytes())));
     }
     reservation.Merge(*std::move(room));
-    warm_.Remember(cache_key,
+    warm_.Remember(owned_key,
                    SlabRecipe{device.label, device.ordinal, device.budget_bytes, bytes_identity,
                               plan.slab_signature, plan.resident, plan.slab_bytes});
   }
@@ -156,7 +158,7 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
   DDO_RETURN_IF_ERROR(session->FillSlab());
   const double fill_seconds = absl::ToDoubleSeconds(absl::Now() - fill_start);
 
-  const std::string schedule_key = absl::StrCat(cache_key, "/", session->plan().signature);
+  const std::string schedule_key = absl::StrCat(owned_key, "/", session->plan().signature);
   std::vector<uint32_t> known;
   bool known_from_base = false;
   {
@@ -165,7 +167,8 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
       known = it->second;
     } else if (!attached.component.base_cache_key.empty()) {
       // A derived version has its root base's units: the base's runners learned its order.
-      const std::string base_key = absl::StrCat(attached.component.base_cache_key, "/",
+      const std::string base_key = absl::StrCat(attached.component.owner_uid, ":",
+                                                attached.component.base_cache_key, "/",
                                                 session->plan().signature);
       if (auto base = known_schedules_.find(base_key); base != known_schedules_.end()) {
         known = base->second;
@@ -188,7 +191,8 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
   opened.schedule = known;
   {
     absl::MutexLock lock(&mu_);
-    sessions_[session->id()] = OpenSession{session, slab_key, std::move(reservation)};
+    sessions_[session->id()] =
+        OpenSession{session, slab_key, std::move(reservation), attached.component.owner_uid};
     // The registry's record says where the session runs (SessionDirectory detaches by it).
     (void)registry_.MarkStreaming(session->id(), device.label);
   }
@@ -208,6 +212,7 @@ absl::StatusOr<uint32_t> StreamSessions::SetSchedule(const std::string& session_
                                                      std::vector<uint32_t> schedule) {
   std::shared_ptr<StreamSession> session;
   StreamWorker* worker = nullptr;
+  uid_t owner_uid = 0;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
@@ -215,6 +220,7 @@ absl::StatusOr<uint32_t> StreamSessions::SetSchedule(const std::string& session_
       return absl::NotFoundError(absl::StrCat("no streaming session '", session_id, "'"));
     }
     session = it->second.session;
+    owner_uid = it->second.owner_uid;
     worker = workers_.at(session->device()).get();
   }
   const uint32_t length = static_cast<uint32_t>(schedule.size());
@@ -222,8 +228,8 @@ absl::StatusOr<uint32_t> StreamSessions::SetSchedule(const std::string& session_
   DDO_RETURN_IF_ERROR(session->SetSchedule(std::move(schedule)));
   {
     absl::MutexLock lock(&mu_);
-    known_schedules_[absl::StrCat(session->cache_key(), "/", session->plan().signature)] =
-        std::move(copy);
+    known_schedules_[absl::StrCat(owner_uid, ":", session->cache_key(), "/",
+                                  session->plan().signature)] = std::move(copy);
   }
   worker->Ring();
   return length;
@@ -309,7 +315,7 @@ void StreamSessions::CloseSession(OpenSession open, SessionState state) {
       }
       WarmSlab warm{device, session->slab(),
                     open.reservation.Split(session->plan().slab_bytes), absl::Now(),
-                    session->cache_key(), /*prefetched=*/false};
+                    session->cache_key(), /*prefetched=*/false, open.owner_uid};
       kept = warm_.Put(open.slab_key, warm);
     }
   }
@@ -380,7 +386,7 @@ StreamSessions::PhaseResult StreamSessions::Phase(const Lease& lease,
     // A caller's phase releases only slabs of components it may read: another user's warm
     // slab is neither its to drop nor its to see named.
     released = warm_.TakeIf([&](const WarmSlab& warm) {
-      return keep.count(warm.cache_key) == 0 && store_.MayRead(warm.cache_key, lease.caller);
+      return warm.owner_uid == lease.caller.uid && keep.count(warm.cache_key) == 0;
     });
   }
   for (const WarmSlab& warm : released) {
@@ -402,11 +408,14 @@ std::string StreamSessions::Prefetch(const Lease& lease, const std::string& key,
   std::optional<SlabRecipe> recipe;
   {
     absl::MutexLock lock(&mu_);
-    recipe = warm_.RecipeOf(key);
+    recipe = warm_.RecipeOf(absl::StrCat(lease.caller.uid, ":", key));
   }
-  if (!recipe) return "no earlier session shows its placement";
+  // An unknown key and one without a recipe answer alike: a phase tells nothing of the keys
+  // it cannot use.
+  constexpr char kNothing[] = "no earlier session of yours shows its placement";
+  if (!recipe) return kNothing;
   absl::StatusOr<HostAttachment> attached = store_.AttachHost(lease, key);
-  if (!attached.ok()) return std::string(attached.status().message());
+  if (!attached.ok()) return kNothing;
   absl::Cleanup detach = [&] { (void)store_.Detach(attached->session_id, lease.caller); };
   if (SlabBytesIdentity(attached->component.component_id, attached->component.segment_name) !=
       recipe->bytes_identity) {
@@ -438,7 +447,8 @@ std::string StreamSessions::Prefetch(const Lease& lease, const std::string& key,
                                     : opened.status();
   if (!filled.ok()) return absl::StrCat("prefetch failed: ", filled.message());
   WarmSlab warm{recipe->device, std::shared_ptr<ResidentSlab>(*std::move(opened)),
-                *std::move(reservation), absl::Now(), key, /*prefetched=*/true};
+                *std::move(reservation), absl::Now(), key, /*prefetched=*/true,
+                lease.caller.uid};
   {
     absl::MutexLock lock(&mu_);
     if (!warm_.Put(slab_key, warm)) {

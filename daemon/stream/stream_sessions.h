@@ -151,6 +151,7 @@ class StreamSessions {
     std::shared_ptr<StreamSession> session;
     std::string slab_key;                   // WarmSlabCache::Key of its slab
     DeviceBudget::Reservation reservation;  // its slab and ring in ddod's budget
+    uid_t owner_uid = 0;                    // whose cache key it streams
   };
   absl::StatusOr<Device> ResolveDevice(const std::string& requested) const;
   absl::StatusOr<StreamWorker*> WorkerFor(const Device& device);

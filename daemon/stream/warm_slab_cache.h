@@ -33,6 +33,7 @@ struct WarmSlab {
   absl::Time last_used;
   std::string cache_key;
   bool prefetched = false;  // filled by a Phase for a coming session, not left by a closed one
+  uid_t owner_uid = 0;      // cache keys are names inside their owner's uid
 };
 
 // Where a component's last session put its resident tensors: enough to fill a slab of it

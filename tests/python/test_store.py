@@ -144,7 +144,8 @@ def test_upload_in_one_process_attach_from_two_at_once(daemon, client):
     pool = pool_stats(client)
     assert pool.reserved_bytes == segment.size_bytes == footprint(segment.size_bytes)
     assert pool.segments == 1 and pool.components == 1
-    assert pool.used_bytes == total_bytes(original)
+    # What READY components map (issue 31, finding 6), not their unaligned tensor bytes.
+    assert pool.used_bytes == segment.size_bytes >= total_bytes(original)
     files_before = pool_files(pool_prefix(segment.shm_name))
     blocks_before = os.stat(path).st_blocks
 

@@ -281,3 +281,60 @@ def read_component(ddo: Ddo, lease_id: str, cache_key: str) -> Dict[str, bytes]:
 def own_file(name: str, tensors: Dict[str, bytes]) -> str:
     """A safetensors file of this user's, readable by it only, in its home directory."""
     return write_safetensors(os.path.join(os.path.expanduser("~"), name), tensors)
+
+
+def u8_specs(tensors: Dict[str, bytes]) -> List[components_pb2.TensorSpec]:
+    """One U8 tensor spec per entry (one dimension: its length)."""
+    return [components_pb2.TensorSpec(name=name, dtype=components_pb2.DTYPE_U8,
+                                      shape=[len(payload)], byte_size=len(payload))
+            for name, payload in tensors.items()]
+
+
+def upload(ddo: Ddo, lease_id: str, cache_key: str, tensors: Dict[str, bytes]):
+    """Registers U8 tensors under ``cache_key``, writes them through a read-write mapping of
+    the upload segment (OPEN rw) and commits. Returns ``(outcome, mapping)``: the outcome of
+    the registration (or of the commit), with ``warm_hit``; the mapping (an ``mmap``, still
+    open: the caller may keep writing through it) or None on a warm hit or a failure."""
+    import mmap
+
+    register = ddo.call("RegisterComponent", components_pb2.RegisterComponentRequest(
+        lease_id=lease_id, cache_key=cache_key, tensors=u8_specs(tensors)),
+        keep=lambda response: response.result)
+    if not register.ok:
+        return register, None
+    result = register.pop("response")
+    register["warm_hit"] = result.warm_hit
+    if result.warm_hit:
+        return register, None
+    segment = result.segments[0]
+    answer, fds = ddo.identity.ask(f"OPEN {segment.shm_name} rw")
+    if not answer.startswith("OK") or not fds:
+        raise PermissionError(f"OPEN {segment.shm_name} rw refused: {answer}")
+    mapping = mmap.mmap(fds[0], segment.size_bytes, mmap.MAP_SHARED,
+                        mmap.PROT_READ | mmap.PROT_WRITE)
+    os.close(fds[0])
+    for placement in result.placements:
+        payload = tensors[placement.name]
+        mapping[placement.offset:placement.offset + len(payload)] = payload
+    commit = ddo.call("CommitUpload", components_pb2.CommitUploadRequest(
+        lease_id=lease_id, upload_id=result.upload_id), timeout=60)
+    commit["warm_hit"] = False
+    commit["placements"] = {p.name: p.offset for p in result.placements}
+    return commit, mapping
+
+
+def write_after_commit(mapping, offset: int, payload: bytes) -> str:
+    """Writes through ``mapping`` in a child process (a fault there kills only the child):
+    "written" or how the child ended."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            mapping[offset:offset + len(payload)] = payload
+            mapping.flush()
+        except BaseException:
+            os._exit(3)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return "written" if os.WEXITSTATUS(status) == 0 else f"exit {os.WEXITSTATUS(status)}"

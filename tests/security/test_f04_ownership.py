@@ -2,9 +2,10 @@
 component, and a later load_safetensors of the victim's key returned warm_hit=True with the
 attacker's bytes.
 
-Now components belong to their uploader's uid: evicting or replacing another uid's component
-is PERMISSION_DENIED, a warm hit is served across users only for a file the caller can read
-with the same content, and a caller lists only what it may read.
+Now components belong to their uploader's uid and keys are names inside it (issue 31): another
+uid's component cannot be evicted, nor replaced (the same key is the caller's own entry), a
+warm hit is served across users only for files whose bytes ddod proved equal, and a caller
+lists only its own entries.
 """
 
 from __future__ import annotations
@@ -41,10 +42,16 @@ def victim_loads(ddod, victim, key):
 
 
 def admin_component(admin, key):
-    """What root sees of the component under ``key``: its status, structure and state."""
-    outcome = admin.call("GetComponent", components_pb2.GetComponentRequest(cache_key=key),
-                         keep=lambda response: (response.ref.structure_hash, response.state))
-    return outcome["code"], outcome.get("response")
+    """What root sees of the victim's component under ``key`` in its listing of everyone's:
+    its status, structure, state and bytes' segment."""
+    outcome = admin.call("ListComponents", components_pb2.ListComponentsRequest(),
+                         keep=lambda response: [
+                             (c.ref.structure_hash, c.state, c.ref.content_hash)
+                             for c in response.components
+                             if c.ref.cache_key == key and c.owner_uid != 0])
+    if outcome["code"] != "OK" or not outcome["response"]:
+        return "NOT_FOUND", None
+    return outcome["code"], outcome["response"][0]
 
 
 def test_f4_cannot_evict_another_users_component(ddod, admin, attacker, victim):
@@ -73,15 +80,20 @@ def test_f4_cannot_replace_another_users_component(ddod, admin, attacker, victim
         # Another structure under the victim's key (an upload), and a file of the attacker's.
         spec = components_pb2.TensorSpec(name="weight", dtype=components_pb2.DTYPE_U8,
                                          shape=[64], byte_size=64)
-        register = ddo.call("RegisterComponent", components_pb2.RegisterComponentRequest(
-            lease_id=lease, cache_key={key!r}, tensors=[spec]))
         evil = own_file("evil.safetensors", {{"weight": b"x" * 48}})
         load = ddo.load(ddo.load_request(lease, {key!r}, [evil]))
+        register = ddo.call("RegisterComponent", components_pb2.RegisterComponentRequest(
+            lease_id=lease, cache_key={key!r}, tensors=[spec]))
         report(register=register, load=load)
     """)
-    assert result["register"]["code"] == "PERMISSION_DENIED", result
-    assert result["load"]["code"] == "PERMISSION_DENIED", result
-    assert admin_component(admin, key) == before, "the victim's component was replaced"
+    # Both are the attacker's own entries under its own name for the key.
+    assert result["register"]["code"] == "OK", result
+    assert result["load"]["code"] == "OK", result
+    listed = admin.call("ListComponents", components_pb2.ListComponentsRequest(),
+                        keep=lambda response: sorted(
+                            (c.owner_uid, c.ref.structure_hash) for c in response.components
+                            if c.ref.cache_key == key))
+    assert (victim.uid, before[1][0]) in listed["response"], "the victim's component was replaced"
     again = victim_loads(ddod, victim, key)
     assert again["seen"] == VICTIM_BYTES.hex(), again
     assert_still_serving(ddod)
@@ -169,9 +181,9 @@ def test_f4_a_phase_never_drops_or_names_another_users_warm_slab(ddod, victim, a
 
 
 def test_f4_a_reader_cannot_set_the_owners_keep_alive_nor_see_the_owner(ddod, attacker, victim):
-    """A member who loads the same bytes as another (served the owner's copy warm) must not
-    change that copy's keep-alive: a second of it would evict the owner's component, "never"
-    would keep it past ddod's default. The owner's uid stays the owner's to know."""
+    """A member who loads the same bytes as another (sharing the owner's copy) must not
+    change the owner's keep-alive: a second of it would evict the owner's component, "never"
+    would keep it past ddod's default. Its keep-alive is its own entry's; it lists only that."""
     load = """
         ddo = from_environment()
         call, lease = ddo.open_lease()
@@ -186,9 +198,9 @@ def test_f4_a_reader_cannot_set_the_owners_keep_alive_nor_see_the_owner(ddod, at
     owner = run_as(victim, ddod.socket_path, load.format(keep=-1))
     assert owner["load"]["code"] == "OK" and not owner["load"]["warm_hit"], owner
     reader = run_as(attacker, ddod.socket_path, load.format(keep=1))
-    assert reader["load"]["code"] == "PERMISSION_DENIED", reader
-    assert "only its owner or ddod's administrator may set its keep-alive" in \
-        reader["load"]["details"], reader
-    assert reader["listed"]["response"] == [["kept-by-owner", False, 0, -1]], reader
-    assert owner["listed"]["response"] == [["kept-by-owner", True, victim.uid, -1]], owner
+    assert reader["load"]["code"] == "OK" and reader["load"]["warm_hit"], reader
+    assert reader["listed"]["response"] == [["kept-by-owner", True, attacker.uid, 1]], reader
+    owner_again = run_as(victim, ddod.socket_path, load.format(keep=-1))
+    assert owner_again["listed"]["response"] == [["kept-by-owner", True, victim.uid, -1]], \
+        owner_again
     assert_still_serving(ddod)
