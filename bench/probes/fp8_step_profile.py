@@ -154,7 +154,12 @@ def main() -> int:
     ddod = flux.Ddod(args.ddod, work, [])
     try:
         client = DdoClient.connect(ddod.address, timeout=600)
+        started = time.perf_counter()
         client.register_module(flux.KEY_FP8, model, progress=False)
+        figures["register_s"] = time.perf_counter() - started
+        copied = [line for line in ddod.log_tail(20000).splitlines() if "copied into" in line]
+        flux.log(f"registered the fp8 model in {figures['register_s']:.1f} s; "
+                 f"{copied[-1].split('store: ')[-1] if copied else 'no copy logged'}")
         settings = {"DDO_VRAM_BUDGET_GB": f"{args.cap:g}",
                     "DDO_ACTIVATION_RESERVE_GB": f"{args.reserve:g}",
                     "DDO_STREAM_UNIT": "linear"}

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/common/posix_error.h"
+#include "daemon/common/status_macros.h"
 
 namespace ddo {
 namespace {
@@ -155,6 +156,39 @@ absl::StatusOr<size_t> PosixFileSystem::Read(int fd, uint64_t offset, char* dest
   }
 }
 
+absl::StatusOr<size_t> PosixFileSystem::CopyRange(int from, int to, uint64_t offset,
+                                                  size_t bytes, absl::string_view name) {
+  auto copy_error = [&](int error) {
+    if (error == ENOSPC) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no room to copy ", name, " at offset ", offset, ": ",
+                       std::strerror(error)));
+    }
+    return PosixError(absl::StrCat("copy ", name, " at offset ", offset), error);
+  };
+  while (true) {
+    loff_t in = static_cast<loff_t>(offset);
+    loff_t out = static_cast<loff_t>(offset);
+    const ssize_t got = ::copy_file_range(from, &in, to, &out, bytes, 0);
+    if (got >= 0) return static_cast<size_t>(got);
+    if (errno == EINTR) continue;
+    if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+      return copy_error(errno);
+    }
+    break;  // a kernel or file system that cannot: through a buffer
+  }
+  std::vector<char> buffer(std::min<size_t>(bytes, size_t{1} << 20));
+  DDO_ASSIGN_OR_RETURN(size_t got, Read(from, offset, buffer.data(), buffer.size(), name));
+  for (size_t written = 0; written < got;) {
+    const ssize_t n = ::pwrite(to, buffer.data() + written, got - written,
+                               static_cast<off_t>(offset + written));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return copy_error(n < 0 ? errno : EIO);
+    written += static_cast<size_t>(n);
+  }
+  return got;
+}
+
 absl::Status PosixFileSystem::Write(int fd, const char* data, size_t bytes,
                                     absl::string_view name) {
   for (size_t written = 0; written < bytes;) {
@@ -293,6 +327,22 @@ absl::StatusOr<size_t> FaultInjectingFileSystem::Read(int fd, uint64_t offset, c
   if (offset >= limit) return 0;
   bytes = static_cast<size_t>(std::min<uint64_t>(bytes, limit - offset));
   return base_->Read(fd, offset, destination, bytes, name);
+}
+
+absl::StatusOr<size_t> FaultInjectingFileSystem::CopyRange(int from, int to, uint64_t offset,
+                                                           size_t bytes, absl::string_view name) {
+  // A copy reads: the faults and the short end of kRead apply.
+  if (int error = Enter(FileOp::kRead)) {
+    return PosixError(absl::StrCat("copy ", name, " at offset ", offset), error);
+  }
+  uint64_t limit;
+  {
+    absl::MutexLock lock(&mu_);
+    limit = read_limit_;
+  }
+  if (offset >= limit) return 0;
+  bytes = static_cast<size_t>(std::min<uint64_t>(bytes, limit - offset));
+  return base_->CopyRange(from, to, offset, bytes, name);
 }
 
 absl::Status FaultInjectingFileSystem::Write(int fd, const char* data, size_t bytes,

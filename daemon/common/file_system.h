@@ -69,6 +69,13 @@ class FileSystem {
   // Callers loop; fewer bytes than asked for is not an error.
   virtual absl::StatusOr<size_t> Read(int fd, uint64_t offset, char* destination, size_t bytes,
                                       absl::string_view name) = 0;
+  // Copies at most `bytes` from `from` at `offset` to `to` at the same offset, in the kernel
+  // (copy_file_range(2), page to page: nothing is mapped, so nothing faults; pread/pwrite
+  // through a buffer where the kernel cannot): the bytes copied, 0 at the end of `from`.
+  // Callers loop; fewer bytes than asked for is not an error. ResourceExhausted (ENOSPC) when
+  // `to`'s file system is full: a write, never a SIGBUS. `name` names `from` in messages.
+  virtual absl::StatusOr<size_t> CopyRange(int from, int to, uint64_t offset, size_t bytes,
+                                           absl::string_view name) = 0;
   // write(2) of all `bytes`, looping over partial writes.
   virtual absl::Status Write(int fd, const char* data, size_t bytes, absl::string_view name) = 0;
   // fsync(2).
@@ -92,6 +99,8 @@ class PosixFileSystem : public FileSystem {
   void Unmap(char* data, uint64_t size) override;
   absl::StatusOr<size_t> Read(int fd, uint64_t offset, char* destination, size_t bytes,
                               absl::string_view name) override;
+  absl::StatusOr<size_t> CopyRange(int from, int to, uint64_t offset, size_t bytes,
+                                   absl::string_view name) override;
   absl::Status Write(int fd, const char* data, size_t bytes, absl::string_view name) override;
   absl::Status Sync(int fd, absl::string_view name) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
@@ -145,6 +154,8 @@ class FaultInjectingFileSystem : public FileSystem {
   void Unmap(char* data, uint64_t size) override;
   absl::StatusOr<size_t> Read(int fd, uint64_t offset, char* destination, size_t bytes,
                               absl::string_view name) override;
+  absl::StatusOr<size_t> CopyRange(int from, int to, uint64_t offset, size_t bytes,
+                                   absl::string_view name) override;
   absl::Status Write(int fd, const char* data, size_t bytes, absl::string_view name) override;
   absl::Status Sync(int fd, absl::string_view name) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
