@@ -1,6 +1,7 @@
 // ddoctl: look at and manage a running ddod. See `ddoctl --help`.
 #include <grpcpp/client_context.h>
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -65,7 +67,10 @@ constexpr char kUsage[] =
     "                   preload safetensors files or a model folder into the pool under KEY\n"
     "                   (ddoctl opens them with your rights), with a progress bar; evicted\n"
     "                   after the keep-alive unused (default: ddod's --keep-alive)\n"
-    "  evict KEY        remove an unused component from the pool\n"
+    "  evict KEY [owner=USER|UID]\n"
+    "                   remove an unused component from the pool: yours, or (ddod's\n"
+    "                   administrator only) the one USER holds under KEY; keys are names\n"
+    "                   inside each user, as `ddoctl components` shows them\n"
     "  profiles [list]  capacity and workload profiles (DDO_PROFILE_DIR, else ~/.ddo/profiles)\n"
     "  profiles show KEY | profiles rm KEY\n"
     "                   one profile's stored JSON; delete it\n\n"
@@ -77,6 +82,21 @@ constexpr char kUsage[] =
     "  --version        ddoctl's version and protocol\n"
     "  -h, --help       this text\n\n"
     "exit status: 0 ok, 1 the daemon refused the request, 2 bad command line, 3 no daemon.\n";
+
+// A user name or a number, as `ddoctl evict ... owner=` takes it.
+absl::StatusOr<uid_t> UidOfUser(const std::string& user) {
+  uint32_t number = 0;
+  if (absl::SimpleAtoi(user, &number)) return static_cast<uid_t>(number);
+  std::vector<char> buffer(16384);
+  passwd entry{};
+  passwd* found = nullptr;
+  if (::getpwnam_r(user.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
+      found == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no user named '", ddo::EscapeForDisplay(user, 64), "'"));
+  }
+  return found->pw_uid;
+}
 
 struct CtlArgs {
   std::optional<std::string> daemon;
@@ -498,16 +518,30 @@ int RunCommand(const CtlArgs& args, ddo::CtlConnection& connection) {
     return kExitOk;
   }
   if (args.command == "evict") {
-    if (args.operands.size() != 1) {
-      return Usage("evict takes one cache key (see `ddoctl components`)");
+    if (args.operands.empty() || args.operands.size() > 2) {
+      return Usage("evict takes one cache key (see `ddoctl components`) and, for ddod's "
+                   "administrator, owner=USER");
     }
     ddo::v1::EvictComponentRequest request;
     request.set_cache_key(args.operands.front());
+    std::string owner_shown;
+    if (args.operands.size() == 2) {
+      const std::string& word = args.operands[1];
+      if (!absl::StartsWith(word, "owner=") || word.size() == 6) {
+        return Usage("evict KEY [owner=USER|UID]: the second word must be owner=USER");
+      }
+      absl::StatusOr<uid_t> owner = UidOfUser(word.substr(6));
+      if (!owner.ok()) return Usage(std::string(owner.status().message()));
+      request.set_owner_uid(*owner);
+      request.set_owner_named(true);
+      owner_shown = absl::StrCat(" of ", word.substr(6));
+    }
     ddo::v1::EvictComponentResponse response;
     if (auto status = Call(connection, &Stub::EvictComponent, request, &response); !status.ok()) {
       return RpcFailed("EvictComponent", status);
     }
-    std::printf("evicted '%s': %s freed\n", request.cache_key().c_str(),
+    std::printf("evicted '%s'%s: %s freed\n", ddo::EscapeForDisplay(request.cache_key()).c_str(),
+                ddo::EscapeForDisplay(owner_shown).c_str(),
                 ddo::FormatBytes(response.freed_bytes()).c_str());
     return kExitOk;
   }

@@ -78,3 +78,34 @@ def test_status_over_loopback_tcp_checks_the_port_owner(daemon_factory, short_di
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert f"127.0.0.1:{port}" in json.loads(done.stdout)["info"]["listen_addresses"]
+
+
+def test_evict_names_the_owner_of_a_key(daemon):
+    """Keys are names inside each uid (issue 31, finding 4): `evict KEY` is the caller's own
+    entry, `evict KEY owner=USER` another user's (ddod refuses it to everyone but its
+    administrator: ComponentStore::FindOwnedLocked); an unknown user is a usage error."""
+    import os
+    import pwd
+
+    import torch
+
+    from diffusers_dynamic_offloader import DdoClient
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    with DdoClient.connect(daemon.address) as client:
+        client.register_state_dict("cli/evict-a", {"w": torch.ones(64, 64)})
+        client.register_state_dict("cli/evict-b", {"w": torch.ones(64, 64)})
+    unknown = ddoctl(daemon, "evict", "cli/evict-a", "owner=no-such-user-ddo")
+    assert unknown.returncode == 2, unknown
+    assert "no user named 'no-such-user-ddo'" in unknown.stderr, unknown.stderr
+    malformed = ddoctl(daemon, "evict", "cli/evict-a", "owner=")
+    assert malformed.returncode == 2 and "owner=USER" in malformed.stderr, malformed
+    by_name = ddoctl(daemon, "evict", "cli/evict-a", f"owner={me}")
+    assert by_name.returncode == 0, by_name.stderr
+    assert by_name.stdout.startswith(f"evicted 'cli/evict-a' of {me}: "), by_name.stdout
+    by_uid = ddoctl(daemon, "evict", "cli/evict-b", f"owner={os.getuid()}")
+    assert by_uid.returncode == 0, by_uid.stderr
+    gone = ddoctl(daemon, "evict", "cli/evict-b")
+    assert gone.returncode != 0 and "no component 'cli/evict-b'" in gone.stderr, gone
+    nobody = ddoctl(daemon, "evict", "cli/evict-b", "owner=4000000")
+    assert nobody.returncode != 0 and "for uid 4000000" in nobody.stderr, nobody
