@@ -5,7 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/display_text.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
+#include "daemon/common/throttled_sink.h"
 
 namespace ddo {
 namespace {
@@ -52,7 +52,9 @@ std::shared_ptr<spdlog::logger> Logger(const std::string& name) {
   if (auto existing = spdlog::get(name)) {
     return existing;
   }
-  auto logger = spdlog::stderr_color_mt(name);
+  // Each logger its own throttled sink: one chatty logger does not silence the others.
+  auto logger = std::make_shared<spdlog::logger>(name, std::make_shared<ThrottledSink>());
+  spdlog::initialize_logger(logger);  // the registry's formatter and level, and registered
   logger->set_level(CurrentLevel());
   return logger;
 }
