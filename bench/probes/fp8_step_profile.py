@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -88,6 +88,68 @@ def profile_step(step: Callable[[], None], top: int) -> Dict[str, Any]:
     }
 
 
+def ddo_session(client, model, settings: Dict[str, str], step: Callable[[], None], args,
+                label: str) -> Dict[str, Any]:
+    """One DDO session on the fp8 model: its step timed and profiled, its stats."""
+    import torch
+
+    session = client.stream(model, flux.KEY_FP8, device="cuda:0", settings=settings)
+    try:
+        total = torch.cuda.get_device_properties(0).total_memory
+        device_bytes = flux.session_device_bytes(client, session, os.getpid(), flux.KEY_FP8)
+        flux.set_fraction((int(args.cap * flux.GIB) - device_bytes) / total)
+        flux.time_steps(step, 2, 1)
+        result = {**cpu_and_wall(step, args.steps), "profile": profile_step(step, args.top),
+                  "stats": flux.numeric(session.stats()), "settings": settings}
+    finally:
+        session.close()
+        flux.set_fraction(1.0)
+    stats = result["stats"]
+    flux.log(f"{label}: resident {stats.get('resident_bytes', 0) / flux.GIB:.2f} GiB, streamed "
+             f"{stats.get('streamed_bytes_per_cycle', 0) / 1e9:.2f} GB/step, ring "
+             f"{stats.get('ring_slots', 0):.0f} slots of {stats.get('ring_slot_bytes', 0) / 2**20:.0f} MiB")
+    show(label, result, result["profile"])
+    return result
+
+
+def triton_cast_seconds(parameters) -> Optional[float]:
+    """The same casts with a vectorized Triton kernel, when Triton is there: what a cast kernel
+    of DDO's own could take (None without Triton)."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+    import torch
+
+    @triton.jit
+    def cast_kernel(source, destination, count, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < count
+        values = tl.load(source + offsets, mask=mask)
+        tl.store(destination + offsets, values.to(tl.bfloat16), mask=mask)
+
+    outputs = [torch.empty(p.shape, dtype=torch.bfloat16, device=p.device) for p in parameters]
+    block = 4096
+
+    def run() -> None:
+        for parameter, output in zip(parameters, outputs):
+            count = parameter.numel()
+            cast_kernel[(triton.cdiv(count, block),)](parameter, output, count, BLOCK=block)
+
+    run()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    same = all(torch.equal(output, parameter.to(torch.bfloat16))
+               for parameter, output in zip(parameters, outputs))
+    flux.log(f"the same casts with a Triton kernel: {seconds * 1e3:.1f} ms, bitwise equal to "
+             f"torch's: {same}")
+    return seconds
+
+
 def show(label: str, timing: Dict[str, float], profiled: Dict[str, Any]) -> None:
     flux.log(f"{label}: wall {timing['wall_s']:.4f} s, forward returns after "
              f"{timing['cpu_s']:.4f} s; profiled step {profiled['wall_s']:.4f} s with "
@@ -109,6 +171,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--small", action="store_true", help="2 + 4 blocks (smoke)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=VALUE,...",
+                        help="after the default DDO session, one more with these settings added "
+                             "(repeatable), e.g. DDO_MAX_RESIDENT_MODULE_BUDGET_GB=3")
     parser.add_argument("--json-out", default="")
     args = parser.parse_args()
 
@@ -142,6 +207,7 @@ def main() -> int:
              f"{elements / 1e9:.2f} B elements in {cast_s * 1e3:.1f} ms "
              f"({figures['cast']['gb_per_s_moved']:.0f} GB/s read + written)")
 
+    figures["cast"]["triton_seconds"] = triton_cast_seconds(fp8)
     flux.time_steps(step, 1, 1)
     figures["C8"] = {**cpu_and_wall(step, args.steps), "profile": profile_step(step, args.top)}
     show("C8 (fp8 storage, all on the GPU)", figures["C8"], figures["C8"]["profile"])
@@ -160,22 +226,24 @@ def main() -> int:
         copied = [line for line in ddod.log_tail(20000).splitlines() if "copied into" in line]
         flux.log(f"registered the fp8 model in {figures['register_s']:.1f} s; "
                  f"{copied[-1].split('store: ')[-1] if copied else 'no copy logged'}")
-        settings = {"DDO_VRAM_BUDGET_GB": f"{args.cap:g}",
-                    "DDO_ACTIVATION_RESERVE_GB": f"{args.reserve:g}",
-                    "DDO_STREAM_UNIT": "linear"}
-        session = client.stream(model, flux.KEY_FP8, device="cuda:0", settings=settings)
-        try:
-            total = torch.cuda.get_device_properties(0).total_memory
-            device_bytes = flux.session_device_bytes(client, session, os.getpid(), flux.KEY_FP8)
-            flux.set_fraction((int(args.cap * flux.GIB) - device_bytes) / total)
-            flux.time_steps(step, 2, 1)
-            figures["DDO"] = {**cpu_and_wall(step, args.steps),
-                              "profile": profile_step(step, args.top),
-                              "stats": flux.numeric(session.stats())}
-            show(f"DDO fp8 at {args.cap:g} GiB", figures["DDO"], figures["DDO"]["profile"])
-        finally:
-            session.close()
-            flux.set_fraction(1.0)
+        base = {"DDO_VRAM_BUDGET_GB": f"{args.cap:g}",
+                "DDO_ACTIVATION_RESERVE_GB": f"{args.reserve:g}",
+                "DDO_STREAM_UNIT": "linear"}
+        host = flux.host_tensors(model)
+        figures["variants"] = {}
+        for variant in [""] + args.variant:
+            extra = dict(item.split("=", 1) for item in variant.split(",") if item)
+            label = f"DDO fp8 at {args.cap:g} GiB" + (f" with {variant}" if variant else "")
+            try:
+                figures["variants"][variant or "default"] = ddo_session(
+                    client, model, {**base, **extra}, step, args, label)
+            except Exception as error:  # noqa: BLE001 - recorded, the probe goes on
+                flux.log(f"{label}: {flux.describe_error(error)}")
+                figures["variants"][variant or "default"] = {"error": flux.describe_error(error)}
+                flux.set_fraction(1.0)
+            flux.restore_parameters(model, host)
+            flux.release_memory()
+        figures["DDO"] = figures["variants"]["default"]
         client.close()
     finally:
         ddod.stop()
