@@ -43,6 +43,16 @@ int PollTimeout(absl::Time now, absl::Time when) {
   return static_cast<int>(std::clamp<int64_t>(ms, 1, 60000));
 }
 
+// Every TCP peer, as one caller: no uid from the kernel, never an admin (the bucket is bounded
+// by the total alone: ConnectionGate::Start gives the TCP gate per_uid = in_all).
+PeerCredentials TcpPeer() {
+  PeerCredentials peer;
+  peer.uid = static_cast<uid_t>(-2);
+  peer.gid = static_cast<gid_t>(-2);
+  peer.pid = 0;
+  return peer;
+}
+
 }  // namespace
 
 ConnectionGate::ConnectionGate(UniqueFd listener, ConnectionGateOptions options,
@@ -58,6 +68,7 @@ absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::Start(
   if (flags < 0 || ::fcntl(listener.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
     return PosixError("fcntl O_NONBLOCK on the listening socket", errno);
   }
+  if (options.tcp) options.limits.per_uid = options.limits.in_all;
   std::unique_ptr<ConnectionGate> gate(
       new ConnectionGate(std::move(listener), std::move(options), std::move(hand_off)));
   gate->wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -142,7 +153,8 @@ void ConnectionGate::Run() {
       }
       std::string refusal;
       LogThrottle* lines = &limit_lines;
-      absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(fd.get());
+      absl::StatusOr<PeerCredentials> peer =
+          options_.tcp ? absl::StatusOr<PeerCredentials>(TcpPeer()) : PeerCredentialsOf(fd.get());
       struct stat info {};
       if (!peer.ok()) {
         refusal = std::string(peer.status().message());
@@ -167,7 +179,8 @@ void ConnectionGate::Run() {
       }
       if (lines->Admit(absl::Now(), suppressed)) {
         log->warn("refused a connection to the {}{}: {}{}", what,
-                  peer.ok() ? absl::StrCat(" of uid ", peer->uid, " pid ", peer->pid) : "",
+                  peer.ok() && !options_.tcp
+                      ? absl::StrCat(" of uid ", peer->uid, " pid ", peer->pid) : "",
                   refusal, SuppressedNote(suppressed));
       }
       // fd closes here: the client sees its connection end before any answer.

@@ -43,6 +43,9 @@ struct ConnectionGateOptions {
   ConnectionLimits limits;
   // Descriptors kept for ddod's own work (descriptor_reserve.h).
   size_t descriptor_reserve = 256;
+  // A TCP listener (--listen): the kernel names no uid there, so every peer counts in one
+  // bucket bounded by limits.in_all (and the reserve); the token decides what each may do.
+  bool tcp = false;
 };
 
 class ConnectionGate {

@@ -1,6 +1,8 @@
 #include "daemon/server/connection_gate.h"
 
 #include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include "absl/time/time.h"
 #include "daemon/common/temp_dir_for_test.h"
 #include "daemon/common/unique_fd.h"
+#include "daemon/server/tcp_listener.h"
 #include "gtest/gtest.h"
 
 namespace ddo {
@@ -127,6 +130,45 @@ TEST_F(ConnectionGateTest, StopClosesTheListener) {
   address.sun_family = AF_UNIX;
   std::strncpy(address.sun_path, path_.c_str(), sizeof(address.sun_path) - 1);
   EXPECT_NE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+}
+
+UniqueFd ConnectTcp(int port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  return fd;
+}
+
+// --listen's port: the kernel names no uid there, so every peer shares the total.
+TEST(ConnectionGateTcpTest, TcpPeersShareTheTotalAndThePortIsTheOneBound) {
+  EXPECT_TRUE(absl::IsInvalidArgument(ListenOnTcp("no-port").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ListenOnTcp("127.0.0.1:99999").status()));
+  absl::StatusOr<TcpListener> listener = ListenOnTcp("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  ASSERT_GT(listener->port, 0);
+  const int port = listener->port;
+  Holder holder;
+  ConnectionGateOptions options;
+  options.what = "TCP port";
+  options.tcp = true;
+  options.limits.per_uid = 1;  // not what bounds TCP peers: the total does
+  options.limits.in_all = 3;
+  options.descriptor_reserve = 16;
+  auto gate = ConnectionGate::Start(std::move(listener->fd), options,
+                                    [&holder](int fd) { holder.Take(fd); });
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  std::vector<UniqueFd> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(ConnectTcp(port));
+  EXPECT_EQ(holder.WaitFor(3), 3u);
+  UniqueFd over = ConnectTcp(port);
+  EXPECT_TRUE(ClosedWithin(over.get(), absl::Seconds(5)));
+  for (const UniqueFd& client : clients) {
+    EXPECT_FALSE(ClosedWithin(client.get(), absl::ZeroDuration()));
+  }
+  (*gate)->Stop();
 }
 
 }  // namespace

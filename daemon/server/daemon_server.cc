@@ -32,6 +32,7 @@
 #include "daemon/platform/system_info.h"
 #include "daemon/pool/host_pinning.h"
 #include "daemon/server/connection_gate.h"
+#include "daemon/server/tcp_listener.h"
 #include "daemon/server/socket_activation.h"
 #include "ddo/wire/identity_protocol.h"
 
@@ -212,19 +213,16 @@ absl::Status DaemonServer::Listen(UniqueFd inherited_socket) {
   builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  // The Unix socket is not gRPC's to listen on: the gate below accepts there.
-  int tcp_port = 0;
+  // No socket is gRPC's to listen on: the gates below accept on the Unix socket and on the
+  // TCP port of --listen, and hand gRPC what they admit.
+  std::optional<TcpListener> tcp;
   if (!options.listen_address.empty()) {
-    builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                             &tcp_port);
+    DDO_ASSIGN_OR_RETURN(tcp, ListenOnTcp(options.listen_address));
   }
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "could not start the gRPC server",
-        options.listen_address.empty() ? "" : absl::StrCat(" on ", options.listen_address),
-        " (see the gRPC error above; is the TCP port in use?)"));
+    return absl::UnavailableError("could not start the gRPC server (see the gRPC error above)");
   }
   const bool inherited = inherited_socket.valid();
   UniqueFd listener = std::move(inherited_socket);
@@ -237,11 +235,18 @@ absl::Status DaemonServer::Listen(UniqueFd inherited_socket) {
   gate.descriptor_reserve = static_cast<size_t>(options.descriptor_reserve);
   DDO_ASSIGN_OR_RETURN(grpc_gate_, ConnectionGate::Start(std::move(listener), gate,
                                                          ConnectionGate::ToGrpcServer(*server_)));
+  if (tcp.has_value()) {
+    ConnectionGateOptions tcp_gate = gate;
+    tcp_gate.what = "TCP port";
+    tcp_gate.tcp = true;
+    DDO_ASSIGN_OR_RETURN(tcp_gate_, ConnectionGate::Start(std::move(tcp->fd), tcp_gate,
+                                                          ConnectionGate::ToGrpcServer(*server_)));
+  }
 
   context_.listen_addresses.push_back(unix_target);
   if (!options.listen_address.empty()) {
     const std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
-    context_.listen_addresses.push_back(absl::StrCat(host, ":", tcp_port));
+    context_.listen_addresses.push_back(absl::StrCat(host, ":", tcp->port));
   }
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   health->SetServingStatus(true);
@@ -454,7 +459,8 @@ void DaemonServer::Shutdown(const std::string& reason) {
       log->warn("cancelling {} call(s) still running after {}", running,
                 absl::FormatDuration(kShutdownGrace));
     }
-    if (grpc_gate_ != nullptr) grpc_gate_->Stop();  // before the server it feeds
+    if (grpc_gate_ != nullptr) grpc_gate_->Stop();  // before the server they feed
+    if (tcp_gate_ != nullptr) tcp_gate_->Stop();
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
   }

@@ -90,6 +90,7 @@ class DaemonServer {
   std::unique_ptr<DdoService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ConnectionGate> grpc_gate_;  // accepts on the Unix socket
+  std::unique_ptr<ConnectionGate> tcp_gate_;   // on the TCP port of --listen, if any
   bool socket_from_systemd_ = false;
   // The socket's checked directory, held open: the lock file and the socket's permissions are
   // handled relative to it (runtime_dir.h).
