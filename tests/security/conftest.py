@@ -9,7 +9,12 @@ DDO_DDOD_BINARY, started like deploy/systemd/ddod.service (--preset warm_process
 Accounts (session-wide, removed at the end even after failures):
 - ``attacker``: a member of the socket group, the hostile user of the findings;
 - ``victim``: another member of the socket group;
-- ``outsider``: a local user outside the group.
+- ``outsider``: a local user outside the group;
+- ``service_account``: the unprivileged user a service ddod runs as (a member of the group,
+  as the unit's ``ddo``), created when a test first needs it.
+
+The t3 tests (issue 31) run twice (``security_support.BOTH_DAEMONS``): against a root ddod and
+against one run as the service user (``ddod_user`` "root" or "service-user").
 """
 
 from __future__ import annotations
@@ -90,12 +95,29 @@ def outsider(accounts: Accounts) -> Account:
     return accounts.user("ddoout")
 
 
+@pytest.fixture(scope="session")
+def service_account(accounts: Accounts, socket_group: int) -> Account:
+    return accounts.user("ddosvc", extra_groups=[socket_group])
+
+
 @pytest.fixture
-def ddod_factory(ddod_binary: str, socket_group_name: str):
-    """``start(socket_path=None, *extra_args, nofile=None)`` starts a root ddod (default socket:
-    /run/ddo-sec-<rand>/ddod.sock, a directory ddod creates itself; ``nofile``: its
-    RLIMIT_NOFILE, soft and hard). Afterwards each one must stop within a few seconds of
-    SIGTERM."""
+def ddod_user(request) -> str:
+    """Who the ddods of ``ddod_factory`` run as: "root" unless a test is parametrized
+    (``BOTH_DAEMONS``) with "service-user"."""
+    return getattr(request, "param", "root")
+
+
+@pytest.fixture
+def ddod_factory(request, ddod_binary: str, socket_group_name: str, ddod_user: str):
+    """``start(socket_path=None, *extra_args, nofile=None)`` starts a ddod as ``ddod_user``:
+    root, or the service account with its socket directory and state directory prepared as
+    systemd would (default socket: /run/ddo-sec-<rand>/ddod.sock; a root ddod creates the
+    directory itself; ``nofile``: its RLIMIT_NOFILE, soft and hard). Pass the daemon to
+    ``run_as``/``start_as`` so that its clients trust it. Afterwards each one must stop within
+    a few seconds of SIGTERM."""
+    assert ddod_user in ("root", "service-user"), ddod_user
+    service = (request.getfixturevalue("service_account") if ddod_user == "service-user"
+               else None)
     started = []
     cleanup_dirs = []
 
@@ -107,8 +129,11 @@ def ddod_factory(ddod_binary: str, socket_group_name: str):
         state_dir = tempfile.mkdtemp(prefix="ddo-sec-state-", dir="/tmp")
         cleanup_dirs.append(state_dir)
         daemon = RootDaemon(ddod_binary, socket_path, socket_group_name, state_dir,
-                            os.path.join(state_dir, "ddod.log"), extra_args, nofile=nofile)
+                            os.path.join(state_dir, "ddod.log"), extra_args,
+                            service_account=service, nofile=nofile)
         started.append(daemon)
+        expected = service.uid if service is not None else 0
+        assert daemon.uid() == expected, f"ddod runs as uid {daemon.uid()}, not {expected}"
         return daemon
 
     yield start
@@ -125,13 +150,15 @@ def ddod_factory(ddod_binary: str, socket_group_name: str):
 
 @pytest.fixture
 def ddod(ddod_factory) -> RootDaemon:
-    """A root ddod like the systemd unit's, on a socket shared with the group."""
+    """A ddod like the systemd unit's, on a socket shared with the group: root's, or the
+    service account's (``ddod_user``)."""
     return ddod_factory()
 
 
 @pytest.fixture
 def admin(ddod: RootDaemon) -> Iterator[Ddo]:
-    """The test process itself talking to ``ddod`` as root (ddod's own uid: an admin)."""
+    """The test process itself talking to ``ddod`` as root (an admin, whether ddod runs as
+    root or as the service user)."""
     connection = Ddo(ddod.socket_path)
     yield connection
     connection.close()

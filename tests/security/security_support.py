@@ -21,9 +21,10 @@ import sys
 import textwrap
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import grpc
+import pytest
 
 from diffusers_dynamic_offloader._transport import health_pb2, health_pb2_grpc
 
@@ -33,6 +34,10 @@ REPO_ROOT = os.path.dirname(os.path.dirname(SUITE_DIR))
 #: DDO_SEC_CLIENT_SOURCE runs the users' programs with another copy of the client (an old
 #: release, to show that a client-side defence is what makes a test pass).
 CLIENT_SOURCE = os.environ.get("DDO_SEC_CLIENT_SOURCE") or os.path.join(REPO_ROOT, "client-python", "src")
+
+#: Runs a test (through the ``ddod``/``ddod_factory`` fixtures) against a root ddod and
+#: against one run as an unprivileged service user, as deploy/systemd/ddod.service runs it.
+BOTH_DAEMONS = pytest.mark.parametrize("ddod_user", ["root", "service-user"], indirect=True)
 
 START_TIMEOUT_S = 15.0
 #: How fast SIGTERM must stop ddod (the unit gives systemd 15 s; a healthy ddod needs far less).
@@ -157,6 +162,11 @@ class RootDaemon:
         self.socket_path = socket_path
         self.state_dir = state_dir
         self.log_path = log_path
+        self.service_account = service_account
+        #: What the clients of users need to trust this ddod (``run_as(account, daemon, ...)``
+        #: passes it): a ddod run as the service user is trusted only when named.
+        self.client_variables: Dict[str, str] = (
+            {"DDO_SERVICE_USER": service_account.name} if service_account is not None else {})
         args = [binary, "--preset", "warm_process", "--socket", socket_path,
                 "--socket-group", group, "--state-dir", state_dir, "--log-level", "debug",
                 "--ram-budget-gb", "1", "--discard", *extra_args]
@@ -209,6 +219,11 @@ class RootDaemon:
     def pid(self) -> int:
         return self.proc.pid
 
+    def uid(self) -> int:
+        """The real uid ddod runs as."""
+        with open(f"/proc/{self.pid}/status") as status:
+            return int(next(line for line in status if line.startswith("Uid:")).split()[1])
+
     def running(self) -> bool:
         return self.proc.poll() is None
 
@@ -250,9 +265,20 @@ class RootDaemon:
                     pass
 
 
-def child_environment(account: Account, socket_path: str, **variables: str) -> Dict[str, str]:
-    """A minimal environment for a program run as ``account``: no XDG_RUNTIME_DIR, no DDO_*
-    of the developer."""
+def _daemon_socket(daemon: Union[RootDaemon, str]) -> Tuple[str, Dict[str, str]]:
+    """The socket of ``daemon`` (a ``RootDaemon`` or a socket path) and what clients need to
+    trust it."""
+    if isinstance(daemon, RootDaemon):
+        return daemon.socket_path, dict(daemon.client_variables)
+    return daemon, {}
+
+
+def child_environment(account: Account, daemon: Union[RootDaemon, str],
+                      **variables: str) -> Dict[str, str]:
+    """A minimal environment for a program run as ``account`` against ``daemon`` (a
+    ``RootDaemon``, whose clients' variables it carries, or a socket path): no
+    XDG_RUNTIME_DIR, no DDO_* of the developer."""
+    socket_path, daemon_variables = _daemon_socket(daemon)
     environment = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": account.home,
@@ -267,6 +293,7 @@ def child_environment(account: Account, socket_path: str, **variables: str) -> D
     # A bundled ddod (tools/bundle.sh, on the GPU machine) finds its libraries there.
     if os.environ.get("LD_LIBRARY_PATH"):
         environment["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
+    environment.update(daemon_variables)
     environment.update(variables)
     return environment
 
@@ -280,13 +307,14 @@ def _as_user(account: Account) -> dict:
                 cwd=account.home)
 
 
-def run_as(account: Account, socket_path: str, code: str, timeout: float = 60.0,
+def run_as(account: Account, daemon: Union[RootDaemon, str], code: str, timeout: float = 60.0,
            **variables: str) -> dict:
-    """Runs ``code`` (Python; ``from attacker_kit import *`` is prepended) as ``account`` and
-    returns the dict it passed to ``report``."""
+    """Runs ``code`` (Python; ``from attacker_kit import *`` is prepended) as ``account``
+    against ``daemon`` (see ``child_environment``) and returns the dict it passed to
+    ``report``."""
     program = "from attacker_kit import *\n" + textwrap.dedent(code)
     result = subprocess.run(
-        [sys.executable, "-c", program], env=child_environment(account, socket_path, **variables),
+        [sys.executable, "-c", program], env=child_environment(account, daemon, **variables),
         capture_output=True, text=True, timeout=timeout, **_as_user(account))
     return parse_result(result.stdout, result.stderr, result.returncode)
 
@@ -299,13 +327,14 @@ def parse_result(stdout: str, stderr: str, returncode: Optional[int]) -> dict:
                         f"stdout:\n{stdout[-4000:]}\nstderr:\n{stderr[-4000:]}")
 
 
-def start_as(account: Account, socket_path: str, code: str, args: Sequence[str] = (),
-             **variables: str) -> subprocess.Popen:
-    """Starts ``code`` (or, with ``args``, that command) as ``account`` in the background;
-    stdin and stdout are pipes for talking to it."""
+def start_as(account: Account, daemon: Union[RootDaemon, str], code: str,
+             args: Sequence[str] = (), **variables: str) -> subprocess.Popen:
+    """Starts ``code`` (or, with ``args``, that command) as ``account`` against ``daemon``
+    (see ``child_environment``) in the background; stdin and stdout are pipes for talking
+    to it."""
     command = list(args) or [sys.executable, "-c", "from attacker_kit import *\n" +
                              textwrap.dedent(code)]
-    return subprocess.Popen(command, env=child_environment(account, socket_path, **variables),
+    return subprocess.Popen(command, env=child_environment(account, daemon, **variables),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             **_as_user(account))

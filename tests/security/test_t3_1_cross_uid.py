@@ -15,8 +15,13 @@ import os
 import secrets
 import tempfile
 
+import pytest
+
 from attacker_kit import Ddo, read_component, upload, write_safetensors
-from security_support import assert_still_serving, run_as
+from security_support import BOTH_DAEMONS, assert_still_serving, run_as
+
+# Each test against a root ddod and against one run as the service user.
+pytestmark = BOTH_DAEMONS
 
 GENUINE = b"the administrator's own weights!"
 POISON = b"the member's chosen weights....."  # same size: the same structure
@@ -27,7 +32,7 @@ def new_key() -> str:
 
 
 def member_uploads(ddod, member, key: str) -> dict:
-    result = run_as(member, ddod.socket_path, f"""
+    result = run_as(member, ddod, f"""
         ddo = from_environment()
         call, lease = ddo.open_lease()
         outcome, mapping = upload(ddo, lease, {key!r}, {{"weight": {POISON!r}}})
@@ -68,9 +73,40 @@ def test_t3_1_admin_load_does_not_get_a_members_bytes(ddod, admin, attacker):
     assert_still_serving(ddod)
 
 
+def test_t3_1_ddods_own_user_gets_no_members_bytes(ddod, attacker):
+    # The other admin: ddod's own user (root for a root ddod, tested above) registers and
+    # loads keys a member registered first, as a service's own preloading would.
+    if ddod.service_account is None:
+        pytest.skip("a root ddod's own user is root: the admin tests above")
+    registered_key, loaded_key = new_key(), new_key()
+    member_uploads(ddod, attacker, registered_key)
+    member_uploads(ddod, attacker, loaded_key)
+    result = run_as(ddod.service_account, ddod, f"""
+        ddo = from_environment()
+        call, lease = ddo.open_lease(client_name="service runner")
+        registered, _ = upload(ddo, lease, {registered_key!r}, {{"weight": {GENUINE!r}}})
+        registered_seen = read_component(ddo, lease, {registered_key!r})["weight"].hex()
+        path = own_file("model.safetensors", {{"weight": {GENUINE!r}}})
+        loaded = ddo.load(ddo.load_request(lease, {loaded_key!r}, [path]))
+        loaded_seen = read_component(ddo, lease, {loaded_key!r})["weight"].hex() \\
+            if loaded.ok else ""
+        report(registered=registered, registered_seen=registered_seen, loaded=loaded,
+               loaded_seen=loaded_seen)
+    """)
+    assert result["registered"]["code"] == "OK", result
+    assert not result["registered"]["warm_hit"], (
+        f"ddod's own user's registration was a warm hit on the member's bytes: {result}")
+    assert result["registered_seen"] == GENUINE.hex(), result
+    assert result["loaded"]["code"] == "OK", result
+    assert not result["loaded"]["warm_hit"], (
+        f"ddod's own user's load was a warm hit on the member's upload: {result}")
+    assert result["loaded_seen"] == GENUINE.hex(), result
+    assert_still_serving(ddod)
+
+
 def test_t3_1_uploader_cannot_rewrite_bytes_after_commit(ddod, attacker):
     key = new_key()
-    result = run_as(attacker, ddod.socket_path, f"""
+    result = run_as(attacker, ddod, f"""
         ddo = from_environment()
         call, lease = ddo.open_lease()
         outcome, mapping = upload(ddo, lease, {key!r}, {{"weight": {GENUINE!r}}})
@@ -89,7 +125,7 @@ def test_t3_1_uploader_cannot_rewrite_bytes_after_commit(ddod, attacker):
 
 def test_t3_1_served_segment_is_not_the_upload_segment_and_is_read_only(ddod, attacker):
     key = new_key()
-    result = run_as(attacker, ddod.socket_path, f"""
+    result = run_as(attacker, ddod, f"""
         ddo = from_environment()
         call, lease = ddo.open_lease()
         register = list(ddo.stub.RegisterComponent(components_pb2.RegisterComponentRequest(

@@ -16,7 +16,10 @@ from __future__ import annotations
 from attacker_kit import Ddo, stats_pb2
 from flood_kit import (end_flood, flood_program, log_lines, read_result, root_served,
                        served_within)
-from security_support import assert_still_serving, run_as, start_as, stop_process
+from security_support import BOTH_DAEMONS, assert_still_serving, run_as, start_as, stop_process
+
+# Each test against a root ddod and against one run as the service user.
+pytestmark = BOTH_DAEMONS
 
 NOFILE = 512
 PER_USER = 64  # ddod's default --max-connections-per-user
@@ -38,10 +41,10 @@ SERVED = """
 def test_t3_2_one_member_cannot_take_ddods_descriptors(ddod_factory, attacker, victim):
     ddod = ddod_factory(nofile=NOFILE)
     lines_before = log_lines(ddod)
-    flood = start_as(attacker, ddod.socket_path, flood_program(ddod.socket_path, 800))
+    flood = start_as(attacker, ddod, flood_program(ddod.socket_path, 800))
     try:
         flooded = read_result(flood, 60)
-        victim_served = run_as(victim, ddod.socket_path, SERVED, timeout=60)
+        victim_served = run_as(victim, ddod, SERVED, timeout=60)
         admin_served = root_served(ddod.socket_path)
     finally:
         if flood.poll() is None:
@@ -89,7 +92,7 @@ def test_t3_2_the_reserve_keeps_descriptors_for_the_work_of_callers_already_serv
     ddod = ddod_factory(nofile=400)
     members = [attacker] + [accounts.user(f"ddofl{i}", extra_groups=[socket_group])
                             for i in range(3)]
-    worker = start_as(victim, ddod.socket_path, VICTIM_AT_WORK)
+    worker = start_as(victim, ddod, VICTIM_AT_WORK)
     floods = []
     try:
         assert worker.stdout.readline().strip() == "ready", worker.stderr.read()
@@ -97,7 +100,7 @@ def test_t3_2_the_reserve_keeps_descriptors_for_the_work_of_callers_already_serv
         # gRPC connects at the first call: root is connected before the flood, like the victim.
         assert admin.call("GetStats", stats_pb2.GetStatsRequest(), timeout=10).ok
         lines_before = log_lines(ddod)
-        floods = [start_as(member, ddod.socket_path, flood_program(ddod.socket_path, 150))
+        floods = [start_as(member, ddod, flood_program(ddod.socket_path, 150))
                   for member in members]
         flooded = [read_result(flood, 60) for flood in floods]
         worker.stdin.write("go\n")

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from flood_kit import (end_flood, flood_program, log_lines, read_result, root_served,
                        served_within)
-from security_support import assert_still_serving, run_as, start_as, stop_process
+from security_support import BOTH_DAEMONS, assert_still_serving, run_as, start_as, stop_process
+
+# Each test against a root ddod and against one run as the service user.
+pytestmark = BOTH_DAEMONS
 
 NOFILE = 4096
 PER_USER = 64  # ddod's default --max-connections-per-user
@@ -52,10 +55,10 @@ def test_t3_3_idle_identity_connections_cannot_lock_out_other_users(ddod_factory
     ddod = ddod_factory(nofile=NOFILE)
     identity_socket = ddod.socket_path + ".id"
     lines_before = log_lines(ddod)
-    flood = start_as(attacker, ddod.socket_path, flood_program(identity_socket, 1100))
+    flood = start_as(attacker, ddod, flood_program(identity_socket, 1100))
     try:
         flooded = read_result(flood, 60)
-        victim_served = run_as(victim, ddod.socket_path, SERVED, timeout=60)
+        victim_served = run_as(victim, ddod, SERVED, timeout=60)
         admin_served = root_served(ddod.socket_path)
         # The connections the attacker kept say nothing: ddod drops them at HELLO's deadline.
         flood.stdin.write("wait\n")
@@ -83,7 +86,7 @@ def test_t3_3_idle_identity_connections_cannot_lock_out_other_users(ddod_factory
 
 def test_t3_3_the_client_says_which_limit_refused_it(ddod_factory, attacker):
     ddod = ddod_factory(nofile=NOFILE)
-    result = run_as(attacker, ddod.socket_path, OVER_THE_LIMIT, timeout=60)
+    result = run_as(attacker, ddod, OVER_THE_LIMIT, timeout=60)
     assert result["held"] == PER_USER, result
     assert "ddod refused the identity connection" in result["error"], result
     assert "a connection limit?" in result["error"], result

@@ -15,7 +15,10 @@ import secrets
 import tempfile
 
 from attacker_kit import write_safetensors
-from security_support import assert_still_serving, run_as
+from security_support import BOTH_DAEMONS, assert_still_serving, run_as
+
+# Each test against a root ddod and against one run as the service user.
+pytestmark = BOTH_DAEMONS
 
 VICTIM = b"the victim's weights, 32 bytes.."
 ATTACKER = b"the attacker's weights, 32 byte."  # same size: the same structure
@@ -49,7 +52,7 @@ VICTIM_RUNS = """
 def test_t3_4_squatted_default_keys_do_not_block_the_victim(ddod, attacker, victim):
     module_key = f"Linear/transformer-{secrets.token_hex(3)}"
     load_key = f"ddo-load:/models/flux-{secrets.token_hex(3)}"
-    squat = run_as(attacker, ddod.socket_path, f"""
+    squat = run_as(attacker, ddod, f"""
         ddo = from_environment()
         call, lease = ddo.open_lease()
         # The victim's default keys, first, committed, with the attacker's bytes.
@@ -61,7 +64,7 @@ def test_t3_4_squatted_default_keys_do_not_block_the_victim(ddod, attacker, vict
     """)
     assert squat["registered"]["code"] == "OK", squat
     assert squat["loaded"]["code"] == "OK", squat
-    result = run_as(victim, ddod.socket_path, VICTIM_RUNS.format(
+    result = run_as(victim, ddod, VICTIM_RUNS.format(
         socket=ddod.socket_path, module_key=module_key, load_key=load_key, payload=VICTIM))
     assert result["registered"]["code"] == "OK", result
     assert not result["registered"]["warm_hit"], result
@@ -96,15 +99,15 @@ def test_t3_4_same_file_shares_one_copy_after_the_proof(ddod, admin, attacker, v
     key = f"flux/transformer-{secrets.token_hex(3)}"
     directory = tempfile.mkdtemp(prefix="ddo-t3-4-", dir="/tmp")
     path = shared_model(directory, VICTIM)
-    first = run_as(victim, ddod.socket_path, LOADS.format(key=key, path=path, evict=False))
+    first = run_as(victim, ddod, LOADS.format(key=key, path=path, evict=False))
     assert first["loaded"]["code"] == "OK" and not first["loaded"]["warm_hit"], first
-    second = run_as(attacker, ddod.socket_path, LOADS.format(key=key, path=path, evict=True))
+    second = run_as(attacker, ddod, LOADS.format(key=key, path=path, evict=True))
     assert second["loaded"]["code"] == "OK", second
     assert second["loaded"]["warm_hit"], f"the same bytes were not shared: {second}"
     assert second["seen"] == VICTIM.hex(), second
     # The attacker evicted its own entry: the victim's stays, with its bytes.
     assert second["evicted"]["code"] == "OK", second
-    again = run_as(victim, ddod.socket_path, LOADS.format(key=key, path=path, evict=False))
+    again = run_as(victim, ddod, LOADS.format(key=key, path=path, evict=False))
     assert again["loaded"]["code"] == "OK" and again["loaded"]["warm_hit"], again
     assert again["seen"] == VICTIM.hex(), again
     assert_still_serving(ddod)
@@ -112,7 +115,7 @@ def test_t3_4_same_file_shares_one_copy_after_the_proof(ddod, admin, attacker, v
 
 def test_t3_4_other_bytes_under_the_same_key_are_not_shared(ddod, attacker, victim):
     key = f"flux/transformer-{secrets.token_hex(3)}"
-    planted = run_as(attacker, ddod.socket_path, f"""
+    planted = run_as(attacker, ddod, f"""
         ddo = from_environment()
         call, lease = ddo.open_lease()
         path = own_file("bait.safetensors", {{"weight": {ATTACKER!r}}})
@@ -120,7 +123,7 @@ def test_t3_4_other_bytes_under_the_same_key_are_not_shared(ddod, attacker, vict
     """)
     assert planted["loaded"]["code"] == "OK", planted
     directory = tempfile.mkdtemp(prefix="ddo-t3-4-", dir="/tmp")
-    result = run_as(victim, ddod.socket_path,
+    result = run_as(victim, ddod,
                     LOADS.format(key=key, path=shared_model(directory, VICTIM), evict=False))
     assert result["loaded"]["code"] == "OK", result
     assert not result["loaded"]["warm_hit"], result

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import secrets
 
-from security_support import assert_still_serving, run_as
+from security_support import BOTH_DAEMONS, assert_still_serving, run_as
+
+# Each test against a root ddod and against one run as the service user.
+pytestmark = BOTH_DAEMONS
 
 GENUINE = b"the genuine weights, 32 bytes..."
 POISON = b"POISON POISON POISON POISON POI!"  # same size: the same structure
@@ -45,14 +48,14 @@ OWNER_POISONS = """
 
 def test_t3_5_shared_mapping_poison_is_not_a_warm_hit(ddod, attacker, victim):
     key = f"shared/model-{secrets.token_hex(4)}"
-    owner = run_as(attacker, ddod.socket_path, OWNER_POISONS.format(
+    owner = run_as(attacker, ddod, OWNER_POISONS.format(
         key=key, genuine=GENUINE, poison=POISON, size=len(GENUINE)))
     assert owner["loaded"]["code"] == "OK", owner
     assert owner["on_disk"] == GENUINE.hex(), owner
     # The scenario needs the file's identity unchanged by the write back (it is on tmpfs
     # and ext4: the page stayed dirty); otherwise the old check would have caught it.
     assert owner["same_identity"], owner
-    result = run_as(victim, ddod.socket_path, f"""
+    result = run_as(victim, ddod, f"""
         ddo = from_environment()
         call, lease = ddo.open_lease()
         loaded = ddo.load(ddo.load_request(lease, {key!r}, [{owner['path']!r}]))

@@ -14,7 +14,10 @@ import glob
 import os
 import secrets
 
-from security_support import assert_still_serving, run_as
+from security_support import BOTH_DAEMONS, assert_still_serving, run_as
+
+# Each test against a root ddod and against one run as the service user.
+pytestmark = BOTH_DAEMONS
 
 LIMIT_BYTES = int(0.25 * (1 << 30))
 SLACK = 4 << 20  # one upload in flight may round up to its 2 MiB granule
@@ -54,7 +57,7 @@ def pool_bytes(ddod) -> int:
 
 def test_t3_6_tiny_tensors_cannot_pass_the_user_limit(ddod_factory, attacker):
     ddod = ddod_factory("", "--max-user-pool-gb", "0.25")
-    result = run_as(attacker, ddod.socket_path,
+    result = run_as(attacker, ddod,
                     FILLS_THE_POOL.format(rounds=14, tensors=8000), timeout=120)
     codes = [outcome["code"] for outcome in result["outcomes"]]
     held = pool_bytes(ddod)
@@ -75,7 +78,7 @@ def test_t3_6_a_table_of_very_many_tensors_is_refused_with_the_limit_named(ddod_
     key = f"many-{secrets.token_hex(3)}"
     # 100,000 one-byte tensors in one unit: about 25 MiB of segment, but about 400 MiB of
     # ddod's heap for the table.
-    result = run_as(attacker, ddod.socket_path, f"""
+    result = run_as(attacker, ddod, f"""
         ddo = from_environment()
         call, lease = ddo.open_lease()
         specs = [components_pb2.TensorSpec(name=f"t{{i}}", dtype=components_pb2.DTYPE_U8,

@@ -24,8 +24,8 @@ import sysconfig
 
 import pytest
 
-from security_support import (CLIENT_SOURCE, REPO_ROOT, SUITE_DIR, parse_result,
-                              random_suffix, run_as, start_as, stop_process)
+from security_support import (BOTH_DAEMONS, CLIENT_SOURCE, REPO_ROOT, SUITE_DIR,
+                              parse_result, random_suffix, run_as, start_as, stop_process)
 
 
 def ddoctl_binary() -> str:
@@ -164,6 +164,7 @@ def test_t3_lower_clients_send_nothing_to_a_tcp_port_another_user_holds(attacker
     assert f"held by uid {attacker.uid}" in said, result
 
 
+@BOTH_DAEMONS  # the other tests here attack a client, with no ddod
 def test_t3_lower_file_refuses_descriptors_not_open_for_reading(ddod, attacker, victim):
     # The victim's model: 0600 in a directory others may cross but not list (0711).
     shared = f"/tmp/ddo-sec-files-{random_suffix()}"
@@ -173,7 +174,7 @@ def test_t3_lower_file_refuses_descriptors_not_open_for_reading(ddod, attacker, 
     key = f"victim-model-{secrets.token_hex(4)}"
     secret = b"the victim's weights, unreadable"
     try:
-        loaded = run_as(victim, ddod.socket_path, f"""
+        loaded = run_as(victim, ddod, f"""
             ddo = from_environment()
             call, lease = ddo.open_lease(client_name="victim")
             path = write_safetensors(os.path.join({shared!r}, "model.safetensors"),
@@ -181,7 +182,7 @@ def test_t3_lower_file_refuses_descriptors_not_open_for_reading(ddod, attacker, 
             report(load=ddo.load(ddo.load_request(lease, {key!r}, [path])))
         """)
         assert loaded["load"]["code"] == "OK", loaded
-        result = run_as(attacker, ddod.socket_path, f"""
+        result = run_as(attacker, ddod, f"""
             ddo = from_environment()
             path = os.path.join({shared!r}, "model.safetensors")
             try:
