@@ -206,6 +206,32 @@ TEST_F(StreamSessionsTest, WarmSlabsGiveWayLeastRecentlyUsedFirst) {
   EXPECT_EQ(sessions_->reserved_bytes("cpu"), DeviceBytes(*b));
 }
 
+// Issue 31 (lower item): a phase's prefetch notes told an existing key from an unknown one
+// (the store's "no component ... in the pool" came back for a key whose component was gone).
+// Every key that cannot be prefetched gets the same words.
+TEST_F(StreamSessionsTest, PrefetchNotesDoNotTellAKeyThatExistsFromOneThatDoesNot) {
+  Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/true);
+  Upload("gone");
+  absl::StatusOr<OpenedStream> opened = Open("gone");
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_TRUE(sessions_->Detach(opened->session_id).ok());
+  (void)sessions_->Phase(lease_, {}, {});  // its warm slab goes; its placement is remembered
+  ASSERT_TRUE(store_->Evict("gone", lease_.caller).ok());
+  Upload("quiet");  // in the pool, never streamed
+
+  StreamSessions::PhaseResult result = sessions_->Phase(lease_, {}, {"gone", "quiet", "absent"});
+  EXPECT_EQ(result.prefetched_bytes, 0u);
+  std::vector<std::string> reasons;
+  for (const std::string& note : result.notes) {
+    const size_t colon = note.find("': ");
+    ASSERT_NE(colon, std::string::npos) << note;
+    reasons.push_back(note.substr(colon + 3));
+  }
+  ASSERT_EQ(reasons.size(), 3u) << testing::PrintToString(result.notes);
+  EXPECT_EQ(reasons[0], reasons[1]);
+  EXPECT_EQ(reasons[1], reasons[2]);
+}
+
 TEST_F(StreamSessionsTest, APhaseReleasesWarmSlabsAndPrefetchesTheLastPlacement) {
   Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/true);
   Upload("model");
