@@ -3,20 +3,28 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace ddo {
 
 ConnectionTable::ConnectionTable(std::string what, ConnectionLimits limits,
-                                 StillOpen still_open)
-    : what_(std::move(what)), limits_(limits), still_open_(std::move(still_open)) {}
+                                 StillOpen still_open, Clock clock)
+    : what_(std::move(what)),
+      limits_(limits),
+      still_open_(std::move(still_open)),
+      clock_(clock != nullptr ? std::move(clock) : Clock([] { return absl::Now(); })) {}
 
 absl::Status ConnectionTable::Admit(int fd, ino_t inode, uid_t uid, bool admin) {
   if (auto it = connections_.find(fd); it != connections_.end()) Erase(it);
   absl::Status allowed = Check(uid, admin);
   if (!allowed.ok() && still_open_ != nullptr) {
-    // Only now: sweeping asks about every connection, and under the limits nobody needs it.
-    Sweep();
-    allowed = Check(uid, admin);
+    // Only now, and not again soon: sweeping asks about every connection, under the limits
+    // nobody needs it, and a refused caller must not make each refusal that costly.
+    if (const absl::Time now = clock_(); now >= next_sweep_) {
+      next_sweep_ = now + kSweepInterval;
+      Sweep();
+      allowed = Check(uid, admin);
+    }
   }
   if (!allowed.ok()) return allowed;
   connections_.emplace(fd, Entry{inode, uid});

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 
 namespace ddo {
 
@@ -39,12 +40,22 @@ class ConnectionTable {
   // Whether the connection recorded as (`fd`, `inode`) is still open.
   using StillOpen = std::function<bool(int fd, ino_t inode)>;
 
+  // The time now (absl::Now, or a test's clock).
+  using Clock = std::function<absl::Time()>;
+
+  // A refusal sweeps (asks `still_open` about every connection) at most once per this long:
+  // a caller at its limit that connects in a loop costs one accept and one refusal each time,
+  // not a thousand fstat calls.
+  static constexpr absl::Duration kSweepInterval = absl::Milliseconds(20);
+
   // `what` names the socket in messages ("gRPC socket", "identity socket").
-  ConnectionTable(std::string what, ConnectionLimits limits, StillOpen still_open = nullptr);
+  ConnectionTable(std::string what, ConnectionLimits limits, StillOpen still_open = nullptr,
+                  Clock clock = nullptr);
 
   // Records connection `fd` of `uid`, or refuses it with RESOURCE_EXHAUSTED naming the limit.
   // A descriptor number already in the table means its earlier connection is gone (the kernel
-  // gave the number out again): the new one replaces it.
+  // gave the number out again): the new one replaces it. Over a limit, the table first sweeps
+  // (at most once per kSweepInterval) and checks again.
   absl::Status Admit(int fd, ino_t inode, uid_t uid, bool admin);
 
   // Forgets connection `fd` (closed by the table's owner).
@@ -68,6 +79,8 @@ class ConnectionTable {
   const std::string what_;
   const ConnectionLimits limits_;
   const StillOpen still_open_;
+  const Clock clock_;
+  absl::Time next_sweep_ = absl::InfinitePast();
   std::map<int, Entry> connections_;  // by descriptor number
   std::map<uid_t, size_t> per_uid_;
 };

@@ -51,23 +51,48 @@ TEST(ConnectionTableTest, ConnectionsClosedUnseenAreSweptBeforeAnyoneIsRefused) 
   // What is "still open", as (fd, inode): the test's stand-in for fstat.
   std::set<std::pair<int, ino_t>> open;
   int asked = 0;
-  ConnectionTable table("gRPC socket", ConnectionLimits{2, 10}, [&](int fd, ino_t inode) {
-    ++asked;
-    return open.count({fd, inode}) > 0;
-  });
+  absl::Time now = absl::FromUnixSeconds(1000);
+  ConnectionTable table(
+      "gRPC socket", ConnectionLimits{2, 10},
+      [&](int fd, ino_t inode) {
+        ++asked;
+        return open.count({fd, inode}) > 0;
+      },
+      [&] { return now; });
   open = {{10, 1}, {11, 2}};
   EXPECT_TRUE(table.Admit(10, 1, kAlice, false).ok());
   EXPECT_TRUE(table.Admit(11, 2, kAlice, false).ok());
   EXPECT_EQ(asked, 0) << "nobody is asked about while the limits are not reached";
   EXPECT_FALSE(table.Admit(12, 3, kAlice, false).ok());
   open.erase({10, 1});  // its owner closed it
+  now += ConnectionTable::kSweepInterval;
   EXPECT_TRUE(table.Admit(12, 3, kAlice, false).ok());
   open.insert({12, 3});
   // Descriptor 11 now names another file (another inode): its connection is gone.
   open.erase({11, 2});
   open.insert({11, 99});
+  now += ConnectionTable::kSweepInterval;
   EXPECT_TRUE(table.Admit(13, 4, kAlice, false).ok());
   EXPECT_EQ(table.CountOf(kAlice), 2u);
+}
+
+TEST(ConnectionTableTest, ACallerRefusedInALoopDoesNotMakeEachRefusalASweep) {
+  int asked = 0;
+  absl::Time now = absl::FromUnixSeconds(1000);
+  ConnectionTable table(
+      "gRPC socket", ConnectionLimits{2, 10},
+      [&](int, ino_t) {
+        ++asked;
+        return true;  // every connection stays open
+      },
+      [&] { return now; });
+  EXPECT_TRUE(table.Admit(10, 1, kAlice, false).ok());
+  EXPECT_TRUE(table.Admit(11, 2, kAlice, false).ok());
+  for (int i = 0; i < 10000; ++i) EXPECT_FALSE(table.Admit(12, 3, kAlice, false).ok());
+  EXPECT_EQ(asked, 2) << "one sweep (of the two connections) for ten thousand refusals";
+  now += ConnectionTable::kSweepInterval;
+  EXPECT_FALSE(table.Admit(12, 3, kAlice, false).ok());
+  EXPECT_EQ(asked, 4) << "the next interval sweeps again";
 }
 
 TEST(ConnectionTableTest, AReusedDescriptorNumberReplacesItsOldConnection) {
