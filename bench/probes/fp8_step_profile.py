@@ -75,6 +75,7 @@ def profile_step(step: Callable[[], None], top: int) -> Dict[str, Any]:
         entry[0] += 1
         entry[1] += us
     compute = {k: v for k, v in kernels.items() if not k.startswith("Memcpy")}
+    idle = idle_profile(prof)
     busy_us = sum(v[1] for v in compute.values())
     rows = sorted(compute.items(), key=lambda item: -item[1][1])[:top]
     return {
@@ -85,7 +86,44 @@ def profile_step(step: Callable[[], None], top: int) -> Dict[str, Any]:
                    if k.startswith("Memcpy")},
         "top": [{"kernel": name[:90], "count": count, "ms": us / 1e3}
                 for name, (count, us) in rows],
+        "idle": idle,
     }
+
+
+def idle_profile(prof, bins: int = 10) -> Dict[str, Any]:
+    """Where the GPU waited: the gaps between kernels (copies aside) over one step, as the
+    idle milliseconds in each tenth of the step, and how many gaps there were by length. Many
+    short gaps spread evenly point at a per-unit latency (the CPU in the loop); long gaps in one
+    part of the step point at copies that outrun compute there."""
+    intervals = []
+    for event in prof.events():
+        if "CUDA" not in str(getattr(event, "device_type", "")) or event.name.startswith(
+                ("Memcpy", "Memset")):
+            continue
+        start = getattr(event, "time_range", None)
+        if start is None:
+            continue
+        intervals.append((float(start.start), float(start.end)))
+    if not intervals:
+        return {}
+    intervals.sort()
+    begin, end = intervals[0][0], max(e for _, e in intervals)
+    span = max(end - begin, 1.0)
+    by_bin = [0.0] * bins
+    lengths = {"under_20us": [0, 0.0], "20_100us": [0, 0.0], "100us_1ms": [0, 0.0],
+               "over_1ms": [0, 0.0]}
+    reach = intervals[0][1]
+    for start, stop in intervals[1:]:
+        if start > reach:
+            gap = start - reach
+            by_bin[min(bins - 1, int((reach - begin) / span * bins))] += gap / 1e3
+            key = ("under_20us" if gap < 20 else "20_100us" if gap < 100 else
+                   "100us_1ms" if gap < 1000 else "over_1ms")
+            lengths[key][0] += 1
+            lengths[key][1] += gap / 1e3
+        reach = max(reach, stop)
+    return {"span_ms": span / 1e3, "idle_ms_by_tenth": [round(v, 2) for v in by_bin],
+            "gaps": {k: {"count": c, "ms": round(ms, 2)} for k, (c, ms) in lengths.items()}}
 
 
 def ddo_session(client, model, settings: Dict[str, str], step: Callable[[], None], args,
@@ -157,6 +195,10 @@ def show(label: str, timing: Dict[str, float], profiled: Dict[str, Any]) -> None
              f"launches)")
     for row in profiled["top"]:
         flux.log(f"    {row['ms']:8.2f} ms {row['count']:6d}x  {row['kernel']}")
+    idle = profiled.get("idle") or {}
+    if idle:
+        flux.log(f"    idle ms by tenth of the step: {idle['idle_ms_by_tenth']}; gaps "
+                 + ", ".join(f"{k} {v['count']}x {v['ms']} ms" for k, v in idle["gaps"].items()))
     for name, entry in profiled["memcpy"].items():
         flux.log(f"    {entry['ms']:8.2f} ms {entry['count']:6d}x  {name} (copy engine)")
 
