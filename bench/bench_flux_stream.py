@@ -11,7 +11,10 @@ per denoising step:
     runner's own allocations are capped with torch.cuda.set_per_process_memory_fraction to
     (cap - the session's device bytes) / total, so ddod's slab and ring plus the runner's
     activations stay within the cap. S = streamed bytes per step (session statistics); the
-    bound is max(C, S/B);
+    bound is max(C, S/B). ddod plans the resident set from what a forward of the component
+    computed (DDO_RESIDENT_MODULE_SELECTION=auto): when a session was planned without it, that
+    session runs one forward and closes, and the next one is measured (--no-learned-plan
+    measures the first);
   * diffusers apply_group_offloading, block_level (1 block per group, use_stream,
     record_stream) and leaf_level (use_stream), each set up once and then timed under every
     cap (memory fraction cap / total);
@@ -357,6 +360,13 @@ def ddo_settings(cap_gib: float, reserve_gib: float, args) -> Dict[str, str]:
     return settings
 
 
+def rows_not_learned(session) -> bool:
+    """True when ddod planned the session without what a forward of the component computes."""
+    plan = getattr(session, "plan", None)
+    return any(d.key == "resident_selection" and "no forward" in d.reason
+               for d in getattr(plan, "decisions", ()))
+
+
 def ddo_at_cap(client, model, inputs, cap_gib: float, settings: Dict[str, str], total: int,
                args, key: str = KEY) -> Dict[str, Any]:
     import torch
@@ -366,6 +376,21 @@ def ddo_at_cap(client, model, inputs, cap_gib: float, settings: Dict[str, str], 
     started = time.perf_counter()
     session = client.stream(model, key, device="cuda:0", settings=settings)
     result["open_s"] = time.perf_counter() - started
+    if getattr(args, "learned_plan", True) and rows_not_learned(session):
+        # ddod plans the resident set from what a forward of the component computed
+        # (DDO_RESIDENT_MODULE_SELECTION=auto); the first session of a component learns it, as a
+        # warm_process ddod's first runner does. Measure the session planned with it.
+        try:
+            set_fraction(max(int(cap_gib * GIB) - session_device_bytes(
+                client, session, os.getpid(), key), 1) / total)
+            result["learning_forward_s"] = time_step(step_fn(model, inputs))
+        finally:
+            session.close()
+            set_fraction(1.0)
+            release_memory()
+        started = time.perf_counter()
+        session = client.stream(model, key, device="cuda:0", settings=settings)
+        result["open_s"] = time.perf_counter() - started
     try:
         result["plan"] = plan_summary(getattr(session, "plan", None))
         device_bytes = session_device_bytes(client, session, os.getpid(), key)
@@ -799,6 +824,10 @@ def main() -> int:
     parser.add_argument("--skip-ddo", action="store_true", help="no DDO and no warm start")
     parser.add_argument("--skip-warm", action="store_true", help="no warm start runs")
     parser.add_argument("--skip-diffusers", action="store_true", help="no diffusers anchors")
+    parser.add_argument("--no-learned-plan", dest="learned_plan", action="store_false",
+                        help="measure the first session of each component, planned before any "
+                             "forward (whole blocks spread); by default a first session runs "
+                             "one forward so that ddod plans the measured one from it")
     parser.add_argument("--fp8", action="store_true",
                         help="also run the model with fp8 layerwise-casting storage (see above)")
     parser.add_argument("--fp8-caps", default="8", help="VRAM caps of the fp8 runs in GiB (8)")

@@ -137,8 +137,12 @@ def ddo_session(client, model, settings: Dict[str, str], step: Callable[[], None
         device_bytes = flux.session_device_bytes(client, session, os.getpid(), flux.KEY_FP8)
         flux.set_fraction((int(args.cap * flux.GIB) - device_bytes) / total)
         flux.time_steps(step, 2, 1)
+        decisions = {d.key: d.value for d in session.plan.decisions}
         result = {**cpu_and_wall(step, args.steps), "profile": profile_step(step, args.top),
-                  "stats": flux.numeric(session.stats()), "settings": settings}
+                  "stats": flux.numeric(session.stats()), "settings": settings,
+                  "resident": {key: decisions[key] for key in
+                               ("resident_selection", "resident_blocks", "resident_weights")
+                               if key in decisions}}
     finally:
         session.close()
         flux.set_fraction(1.0)
@@ -146,6 +150,7 @@ def ddo_session(client, model, settings: Dict[str, str], step: Callable[[], None
     flux.log(f"{label}: resident {stats.get('resident_bytes', 0) / flux.GIB:.2f} GiB, streamed "
              f"{stats.get('streamed_bytes_per_cycle', 0) / 1e9:.2f} GB/step, ring "
              f"{stats.get('ring_slots', 0):.0f} slots of {stats.get('ring_slot_bytes', 0) / 2**20:.0f} MiB")
+    flux.log(f"{label}: resident set: {result['resident']}")
     show(label, result, result["profile"])
     return result
 

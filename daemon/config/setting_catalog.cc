@@ -86,7 +86,7 @@ std::vector<SettingSpec> BuildLibrarySettings() {
       Choice("DDO_PIN_WEIGHT_SELECTION", "spread", {"first", "spread", "largest"}, "which weights fill the pin budget"),
       Number("DDO_RESIDENT_MODULE_BUDGET_GB", "0", "explicit resident budget; wins over the automatic one and profiles"),
       List("DDO_RESIDENT_MODULE_PATTERNS", "", "regexes of resident candidates; 'auto' infers the repeated block pattern"),
-      Choice("DDO_RESIDENT_MODULE_SELECTION", "spread", {"first", "spread", "largest"}, "which blocks fill the resident budget"),
+      Choice("DDO_RESIDENT_MODULE_SELECTION", "auto", {"auto", "compute", "first", "spread", "largest"}, "which blocks or weights fill the resident budget; auto: least compute per byte once a forward was seen, else spread"),
       List("DDO_ALWAYS_RESIDENT_MODULE_PATTERNS", kDefaultAlwaysResident, "modules always kept whole on the device"),
       Int("DDO_SMALL_TENSOR_THRESHOLD_KB", "1024", "tensors up to this size stay resident", 0,
           kMaxThresholdKiB),

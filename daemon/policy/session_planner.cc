@@ -313,6 +313,74 @@ std::set<std::string> SelectResidentBlocks(const ResidentBlocks& blocks, uint64_
   return selected;
 }
 
+// Elements of a 2-D weight: what one row of input costs it, in multiply-adds.
+double Elements(const TensorEntry& tensor) {
+  double elements = 1;
+  for (int64_t extent : tensor.shape) elements *= static_cast<double>(extent);
+  return elements;
+}
+
+// True when `rows` name a candidate inside a block the resident budget may keep.
+bool RowsKnown(const std::vector<TensorEntry>& tensors, const StreamCandidates& candidates,
+               const ResidentBlocks& blocks, const WeightRows& rows) {
+  for (size_t c = 0; c < candidates.index.size(); ++c) {
+    if (!blocks.of_path.at(candidates.path[c]).empty() &&
+        rows.count(tensors[candidates.index[c]].name)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Single weights of the candidate blocks made resident, least compute per byte first (rows x
+// elements / bytes; ties: larger first). A weight's copy takes bytes / B and its Linear
+// computes rows x elements multiply-adds: the weights at the head of this order are those
+// whose copies compute cannot hide (a modulation Linear sees one row; a bf16 weight among fp8
+// ones costs twice the bytes for the same work), and keeping them leaves streamed the copies
+// that overlap best. Weights no learned forward called are not chosen: they are never copied.
+void SelectResidentWeights(const std::vector<TensorEntry>& tensors, const ResidentBlocks& blocks,
+                           const WeightRows& rows, uint64_t budget, StreamCandidates& candidates,
+                           DecisionLog& decide) {
+  struct Choice {
+    size_t candidate;
+    double work_per_byte;
+    uint64_t bytes;
+  };
+  std::vector<Choice> order;
+  for (size_t c = 0; c < candidates.index.size(); ++c) {
+    if (blocks.of_path.at(candidates.path[c]).empty()) continue;
+    const TensorEntry& tensor = tensors[candidates.index[c]];
+    auto it = rows.find(tensor.name);
+    if (it == rows.end() || tensor.byte_size == 0) continue;
+    order.push_back({c, static_cast<double>(it->second) * Elements(tensor) /
+                            static_cast<double>(tensor.byte_size),
+                     AlignUp(tensor.byte_size, kTensorAlignment)});
+  }
+  std::stable_sort(order.begin(), order.end(), [](const Choice& a, const Choice& b) {
+    if (a.work_per_byte != b.work_per_byte) return a.work_per_byte < b.work_per_byte;
+    return a.bytes > b.bytes;
+  });
+  uint64_t used = 0;
+  size_t chosen = 0;
+  double last_work = 0;
+  for (const Choice& choice : order) {
+    if (used + choice.bytes > budget) continue;
+    used += choice.bytes;
+    ++chosen;
+    last_work = choice.work_per_byte;
+    candidates.streamed[candidates.index[choice.candidate]] = false;
+  }
+  decide("selected_resident_module_gb", absl::StrFormat("%.4f", used / (1024.0 * 1024 * 1024)),
+         "the seed's name for the bytes the resident budget keeps");
+  decide("resident_weights",
+         absl::StrCat(chosen, " of ", order.size(), " weights the learned forward used (",
+                      FormatBytes(used), "), up to ", absl::StrFormat("%.4g", last_work),
+                      " multiply-adds per byte"),
+         "DDO_RESIDENT_MODULE_SELECTION=compute (auto, with rows learned from a forward of this "
+         "component): least compute per byte first, so that the copies left streamed are those "
+         "that compute hides");
+}
+
 // The slab: every tensor not streamed, in table order; its signature names what lies where.
 void PlaceSlab(const std::vector<TensorEntry>& tensors, const std::vector<bool>& streamed,
                SessionPlan& plan) {
@@ -375,7 +443,7 @@ void SizeRing(uint32_t slots, SessionPlan& plan) {
 
 absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
                                         const std::set<std::string>& streamable,
-                                        const StreamSettings& settings) {
+                                        const StreamSettings& settings, const WeightRows& rows) {
   SessionPlan plan;
   DecisionLog decide(plan);
   DDO_RETURN_IF_ERROR(CheckStreamable(tensors, streamable));
@@ -397,11 +465,28 @@ absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
   const uint32_t slots = FittingArenaSlots(settings, mandatory_resident, largest_unit, decide);
   DDO_ASSIGN_OR_RETURN(const uint64_t budget,
                        ResidentBudget(settings, mandatory_resident, slots, largest_unit, decide));
-  const std::set<std::string> resident_blocks =
-      SelectResidentBlocks(blocks, budget, settings.selection, decide);
-  for (size_t c = 0; c < candidates.index.size(); ++c) {
-    if (resident_blocks.count(blocks.of_path.at(candidates.path[c]))) {
-      candidates.streamed[candidates.index[c]] = false;
+  const bool rows_known = RowsKnown(tensors, candidates, blocks, rows);
+  ResidentSelection selection = settings.selection;
+  if (selection == ResidentSelection::kAuto || selection == ResidentSelection::kCompute) {
+    if (!rows_known) {
+      decide("resident_selection", "spread",
+             selection == ResidentSelection::kAuto
+                 ? "DDO_RESIDENT_MODULE_SELECTION=auto: no forward of this component reported "
+                   "what its Linears compute yet (the first session learns it)"
+                 : "DDO_RESIDENT_MODULE_SELECTION=compute, but no forward of this component "
+                   "reported what its Linears compute yet");
+    }
+    selection = rows_known ? ResidentSelection::kCompute : ResidentSelection::kSpread;
+  }
+  if (selection == ResidentSelection::kCompute) {
+    SelectResidentWeights(tensors, blocks, rows, budget, candidates, decide);
+  } else {
+    const std::set<std::string> resident_blocks =
+        SelectResidentBlocks(blocks, budget, selection, decide);
+    for (size_t c = 0; c < candidates.index.size(); ++c) {
+      if (resident_blocks.count(blocks.of_path.at(candidates.path[c]))) {
+        candidates.streamed[candidates.index[c]] = false;
+      }
     }
   }
 

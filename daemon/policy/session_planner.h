@@ -26,9 +26,17 @@ namespace ddo {
 // ".weight" with a name of at most kMaxModulePathBytes (InvalidArgument otherwise).
 // ResourceExhausted when the VRAM budget cannot hold the resident tensors, the ring and the
 // activation reserve.
+//
+// `rows`: what a learning forward of the component computed. With them, and
+// DDO_RESIDENT_MODULE_SELECTION auto (the default) or compute, the resident budget keeps the
+// weights of the candidate blocks with the least compute per byte (rows x elements / bytes)
+// rather than whole blocks: a weight whose copy its compute cannot hide (a modulation Linear
+// that sees one row, a bf16 weight among fp8 ones) stays on the device, and the copies that
+// remain are spread over compute that hides them. Without rows, auto is spread.
 absl::StatusOr<SessionPlan> PlanSession(const std::vector<TensorEntry>& tensors,
                                         const std::set<std::string>& streamable,
-                                        const StreamSettings& settings);
+                                        const StreamSettings& settings,
+                                        const WeightRows& rows = {});
 
 }  // namespace ddo
 

@@ -268,5 +268,96 @@ TEST(SessionPlannerTest, ResidentModulePatternsChooseWhatTheBudgetMayKeep) {
   EXPECT_FALSE(ParseStreamSettings({{"DDO_RESIDENT_MODULE_PATTERNS", "(("}}).ok());
 }
 
+// What a learned forward reports: `rows` for every Linear of every block, `mod_rows` for
+// blocks.N.attn.to_q (a stand-in for a modulation Linear that sees one row).
+WeightRows LearnedRows(int blocks, uint64_t rows, uint64_t mod_rows) {
+  WeightRows learned;
+  for (int b = 0; b < blocks; ++b) {
+    const std::string block = absl::StrCat("blocks.", b);
+    learned[block + ".attn.to_q.weight"] = mod_rows;
+    learned[block + ".ff.net.0.weight"] = rows;
+    learned[block + ".ff.net.2.weight"] = rows;
+  }
+  return learned;
+}
+
+bool IsResident(const SessionPlan& plan, const std::vector<TensorEntry>& tensors,
+                const std::string& name) {
+  for (const PlannedTensor& placed : plan.resident) {
+    if (tensors[placed.table_index].name == name) return true;
+  }
+  return false;
+}
+
+std::string Decision(const SessionPlan& plan, const std::string& key) {
+  for (const PlanDecisionEntry& entry : plan.decisions) {
+    if (entry.key == key) return entry.value + " | " + entry.reason;
+  }
+  return "";
+}
+
+TEST(SessionPlannerTest, LearnedRowsKeepTheWeightsWithTheLeastComputePerByte) {
+  const Model model = MakeModel(4);
+  // Room for four 2 MiB weights: whole blocks (6 MiB) would fit one.
+  const StreamSettings settings =
+      Settings({{"DDO_RESIDENT_MODULE_BUDGET_GB", absl::StrCat(8.5 / 1024)}});
+  absl::StatusOr<SessionPlan> plan =
+      PlanSession(model.tensors, model.streamable, settings, LearnedRows(4, 4096, 1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Every block's one-row Linear stays; every 4096-row Linear streams.
+  for (int b = 0; b < 4; ++b) {
+    const std::string block = absl::StrCat("blocks.", b);
+    EXPECT_TRUE(IsResident(*plan, model.tensors, block + ".attn.to_q.weight")) << block;
+    EXPECT_FALSE(IsResident(*plan, model.tensors, block + ".ff.net.0.weight")) << block;
+  }
+  EXPECT_EQ(plan->streamed_bytes, 8u * (2u << 20));
+  EXPECT_THAT(Decision(*plan, "resident_weights"), HasSubstr("4 of 12 weights"));
+  EXPECT_THAT(Decision(*plan, "resident_weights"), HasSubstr("least compute per byte"));
+}
+
+TEST(SessionPlannerTest, WithoutLearnedRowsAutoSpreadsWholeBlocksAsTheSeedDoes) {
+  const Model model = MakeModel(4);
+  const StreamSettings settings =
+      Settings({{"DDO_RESIDENT_MODULE_BUDGET_GB", absl::StrCat(8.5 / 1024)}});
+  absl::StatusOr<SessionPlan> plan = PlanSession(model.tensors, model.streamable, settings);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(Decision(*plan, "resident_selection"), HasSubstr("no forward of this component"));
+  EXPECT_THAT(Decision(*plan, "resident_blocks"), HasSubstr("spread evenly"));
+  EXPECT_EQ(Decision(*plan, "resident_weights"), "");
+}
+
+TEST(SessionPlannerTest, AnExplicitBlockSelectionIgnoresLearnedRows) {
+  const Model model = MakeModel(4);
+  const StreamSettings settings =
+      Settings({{"DDO_RESIDENT_MODULE_BUDGET_GB", absl::StrCat(8.5 / 1024)},
+                {"DDO_RESIDENT_MODULE_SELECTION", "first"}});
+  absl::StatusOr<SessionPlan> plan =
+      PlanSession(model.tensors, model.streamable, settings, LearnedRows(4, 4096, 1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(Decision(*plan, "resident_blocks"), HasSubstr("blocks.0"));
+  EXPECT_FALSE(IsResident(*plan, model.tensors, "blocks.1.attn.to_q.weight"));
+}
+
+TEST(SessionPlannerTest, WeightsTheLearnedForwardNeverCalledAreNotKept) {
+  const Model model = MakeModel(2);
+  WeightRows rows = {{"blocks.0.ff.net.0.weight", 4096}};  // nothing else was called
+  absl::StatusOr<SessionPlan> plan = PlanSession(
+      model.tensors, model.streamable,
+      Settings({{"DDO_RESIDENT_MODULE_BUDGET_GB", "1"}, {"DDO_RESIDENT_MODULE_SELECTION", "compute"}}),
+      rows);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(IsResident(*plan, model.tensors, "blocks.0.ff.net.0.weight"));
+  EXPECT_FALSE(IsResident(*plan, model.tensors, "blocks.1.ff.net.0.weight"));
+  EXPECT_THAT(Decision(*plan, "resident_weights"), HasSubstr("1 of 1 weights"));
+}
+
+TEST(SessionPlannerTest, ResidentSelectionChoicesAreNamedInTheRefusal) {
+  absl::StatusOr<StreamSettings> bad =
+      ParseStreamSettings({{"DDO_RESIDENT_MODULE_SELECTION", "fastest"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("'auto', 'compute', 'spread', 'first' or 'largest'"));
+  EXPECT_TRUE(ParseStreamSettings({{"DDO_RESIDENT_MODULE_SELECTION", "compute"}}).ok());
+}
+
 }  // namespace
 }  // namespace ddo

@@ -11,10 +11,11 @@ absl::StatusOr<SessionPlan> PlanStreamSession(const std::vector<TensorEntry>& te
                                               const std::set<std::string>& streamable,
                                               StreamSettings settings,
                                               const std::map<std::string, std::string>& values,
-                                              const MachineFacts& machine) {
+                                              const MachineFacts& machine,
+                                              const WeightRows& rows) {
   std::vector<PlanDecisionEntry> policy_decisions;
   ApplyResidentPolicy(tensors, streamable, values, machine, &settings, &policy_decisions);
-  DDO_ASSIGN_OR_RETURN(SessionPlan plan, PlanSession(tensors, streamable, settings));
+  DDO_ASSIGN_OR_RETURN(SessionPlan plan, PlanSession(tensors, streamable, settings, rows));
   plan.decisions.insert(plan.decisions.begin(), policy_decisions.begin(), policy_decisions.end());
   return plan;
 }

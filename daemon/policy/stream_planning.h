@@ -24,13 +24,15 @@
 
 namespace ddo {
 
-// `settings` are ParseStreamSettings(values). InvalidArgument for a bad streamable name or
+// `settings` are ParseStreamSettings(values); `rows` what an earlier learning forward of the
+// component computed (session_planner.h). InvalidArgument for a bad streamable name or
 // pattern (named); ResourceExhausted when the VRAM budget cannot hold the plan.
 absl::StatusOr<SessionPlan> PlanStreamSession(const std::vector<TensorEntry>& tensors,
                                               const std::set<std::string>& streamable,
                                               StreamSettings settings,
                                               const std::map<std::string, std::string>& values,
-                                              const MachineFacts& machine);
+                                              const MachineFacts& machine,
+                                              const WeightRows& rows = {});
 
 // "transfer_per_pass": `streamed_bytes` over the device's measured bandwidth, the least a
 // pass can take; nothing when the bandwidth is unknown.

@@ -96,7 +96,11 @@ absl::StatusOr<StreamSettings> ParseStreamSettings(
       if (!bytes.ok()) return bytes.status();
       settings.resident_budget_bytes = *bytes;
     } else if (name == "DDO_RESIDENT_MODULE_SELECTION") {
-      if (lower == "spread") {
+      if (lower == "auto") {
+        settings.selection = ResidentSelection::kAuto;
+      } else if (lower == "compute") {
+        settings.selection = ResidentSelection::kCompute;
+      } else if (lower == "spread") {
         settings.selection = ResidentSelection::kSpread;
       } else if (lower == "first") {
         settings.selection = ResidentSelection::kFirst;
@@ -105,7 +109,7 @@ absl::StatusOr<StreamSettings> ParseStreamSettings(
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("DDO_RESIDENT_MODULE_SELECTION='", EscapeForDisplay(text),
-                         "' must be 'spread', 'first' or 'largest'"));
+                         "' must be 'auto', 'compute', 'spread', 'first' or 'largest'"));
       }
     } else if (name == "DDO_SMALL_TENSOR_THRESHOLD_KB") {
       const SettingSpec* spec = FindLibrarySetting(name);

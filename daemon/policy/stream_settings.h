@@ -21,7 +21,10 @@
 namespace ddo {
 
 enum class UnitGrouping { kLinear, kBlock };
-enum class ResidentSelection { kSpread, kFirst, kLargest };
+// DDO_RESIDENT_MODULE_SELECTION. kAuto: kCompute when the component's rows are known (a
+// learning forward reported them), else kSpread. kCompute: single weights of the candidate
+// blocks, least compute per byte first (session_planner.h); the others choose whole blocks.
+enum class ResidentSelection { kAuto, kCompute, kSpread, kFirst, kLargest };
 
 struct StreamSettings {
   UnitGrouping grouping = UnitGrouping::kLinear;
@@ -30,7 +33,7 @@ struct StreamSettings {
   std::optional<uint64_t> vram_budget_bytes;
   uint64_t activation_reserve_bytes = 2ull << 30;
   std::optional<uint64_t> resident_budget_bytes;  // unset: auto
-  ResidentSelection selection = ResidentSelection::kSpread;
+  ResidentSelection selection = ResidentSelection::kAuto;
   uint64_t small_tensor_bytes = 1024ull << 10;
   std::vector<std::string> always_resident_patterns;
   // DDO_RESIDENT_MODULE_PATTERNS: which whole modules the resident budget may keep. Empty: every

@@ -643,8 +643,9 @@ grpc::Status DdoService::SetSchedule(grpc::ServerContext* ctx, const ddo::v1::Se
   absl::StatusOr<Caller> caller = call.Admit(ctx, *request);
   if (!caller.ok()) return call.Finish(caller.status());
   std::vector<uint32_t> order(request->unit_order().begin(), request->unit_order().end());
+  WeightRows rows(request->weight_rows().begin(), request->weight_rows().end());
   absl::StatusOr<uint32_t> length =
-      sessions_.SetSchedule(request->session_id(), *caller, std::move(order));
+      sessions_.SetSchedule(request->session_id(), *caller, std::move(order), std::move(rows));
   if (!length.ok()) return call.Finish(length.status());
   response->set_uses_per_cycle(*length);
   return call.Finish(absl::OkStatus());

@@ -281,6 +281,11 @@ absl::Status CheckRequest(const ddo::v1::SetScheduleRequest& request) {
   Id(check, "session_id", request.session_id());
   check.Count(Field("unit_order"), static_cast<size_t>(request.unit_order_size()),
               kMaxScheduleUses);
+  check.Count(Field("weight_rows"), request.weight_rows().size(), kMaxTensors);
+  for (const auto& [weight, rows] : request.weight_rows()) {
+    if (!check.ok()) break;
+    check.Text(MapKey("weight_rows"), weight, kMaxTensorNameBytes, Chars::kPrintable);
+  }
   return check.status();
 }
 

@@ -16,9 +16,11 @@ absl::StatusOr<OpenedStream> OpenStream(ComponentStore& store, StreamSessions& s
   DDO_ASSIGN_OR_RETURN(HostAttachment attached, store.AttachHost(lease, request.cache_key));
   const std::string session_id = attached.session_id;
   absl::Cleanup give_back = [&] { (void)store.Detach(session_id, lease.caller); };
+  const WeightRows rows = streams.LearnedRows(attached.component.owner_uid, request.cache_key,
+                                             attached.component.base_cache_key);
   DDO_ASSIGN_OR_RETURN(SessionPlan plan,
                        PlanStreamSession(attached.component.tensors, request.streamable,
-                                         std::move(settings), request.settings, machine));
+                                         std::move(settings), request.settings, machine, rows));
   DDO_ASSIGN_OR_RETURN(OpenedStream opened,
                        streams.Open(lease, std::move(attached), request.device, std::move(plan)));
   std::move(give_back).Cancel();  // the session holds the component now

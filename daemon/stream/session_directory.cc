@@ -20,10 +20,11 @@ absl::Status SessionDirectory::Detach(const std::string& session_id, const Calle
 
 absl::StatusOr<uint32_t> SessionDirectory::SetSchedule(const std::string& session_id,
                                                        const Caller& caller,
-                                                       std::vector<uint32_t> schedule) {
+                                                       std::vector<uint32_t> schedule,
+                                                       WeightRows rows) {
   absl::Status owner = sessions_.FindFor(session_id, caller).status();
   if (!owner.ok()) return owner;
-  return streams_.SetSchedule(session_id, std::move(schedule));
+  return streams_.SetSchedule(session_id, std::move(schedule), std::move(rows));
 }
 
 std::vector<Lease> SessionDirectory::LeasesOf(const Caller& caller) const {

@@ -48,7 +48,7 @@ class SessionDirectory {
   // cycle length. NOT_FOUND or PERMISSION_DENIED from the registry, NOT_FOUND for a host
   // attach.
   absl::StatusOr<uint32_t> SetSchedule(const std::string& session_id, const Caller& caller,
-                                       std::vector<uint32_t> schedule);
+                                       std::vector<uint32_t> schedule, WeightRows rows = {});
 
   // The leases `caller` may see (an administrator sees all).
   std::vector<Lease> LeasesOf(const Caller& caller) const;

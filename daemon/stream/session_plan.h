@@ -8,10 +8,17 @@
 #define DDO_DAEMON_STREAM_SESSION_PLAN_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace ddo {
+
+// What each streamable Linear computed in a runner's learning forward, by its weight's name:
+// the rows of its input summed over its calls (SetScheduleRequest.weight_rows). The planner
+// weighs a weight's copy against this compute when it chooses the resident set. Empty: not
+// learned yet.
+using WeightRows = std::map<std::string, uint64_t>;
 
 struct PlannedTensor {
   uint32_t table_index = 0;  // into the component's tensor table

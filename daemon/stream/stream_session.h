@@ -85,6 +85,7 @@ class StreamSession {
   const std::string& id() const { return id_; }
   const std::string& lease_id() const { return lease_id_; }
   const std::string& cache_key() const { return cache_key_; }
+  const std::vector<TensorEntry>& tensors() const { return tensors_; }
   const std::string& device() const { return device_; }
   const SessionPlan& plan() const { return plan_; }
   const SessionDevice& device_memory() const { return *device_memory_; }

@@ -13,6 +13,20 @@
 #include "daemon/common/status_macros.h"
 
 namespace ddo {
+namespace {
+
+// The rows of `rows` that name a tensor of the component, so that what ddod keeps per
+// component is bounded by its table, whatever a runner sends.
+WeightRows KeepComponentRows(const std::vector<TensorEntry>& tensors, WeightRows rows) {
+  WeightRows kept;
+  for (const TensorEntry& tensor : tensors) {
+    auto it = rows.find(tensor.name);
+    if (it != rows.end()) kept.emplace(tensor.name, it->second);
+  }
+  return kept;
+}
+
+}  // namespace
 
 StreamSessions::StreamSessions(ComponentStore& store, SessionRegistry& registry, HostPool& pool,
                                GpuInventory gpus, StreamSessionsOptions options)
@@ -209,7 +223,8 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
 }
 
 absl::StatusOr<uint32_t> StreamSessions::SetSchedule(const std::string& session_id,
-                                                     std::vector<uint32_t> schedule) {
+                                                     std::vector<uint32_t> schedule,
+                                                     WeightRows rows) {
   std::shared_ptr<StreamSession> session;
   StreamWorker* worker = nullptr;
   uid_t owner_uid = 0;
@@ -226,13 +241,28 @@ absl::StatusOr<uint32_t> StreamSessions::SetSchedule(const std::string& session_
   const uint32_t length = static_cast<uint32_t>(schedule.size());
   std::vector<uint32_t> copy = schedule;
   DDO_RETURN_IF_ERROR(session->SetSchedule(std::move(schedule)));
+  WeightRows kept = KeepComponentRows(session->tensors(), std::move(rows));
   {
     absl::MutexLock lock(&mu_);
     known_schedules_[absl::StrCat(owner_uid, ":", session->cache_key(), "/",
                                   session->plan().signature)] = std::move(copy);
+    if (!kept.empty()) {
+      learned_rows_[absl::StrCat(owner_uid, ":", session->cache_key())] = std::move(kept);
+    }
   }
   worker->Ring();
   return length;
+}
+
+WeightRows StreamSessions::LearnedRows(uid_t owner_uid, const std::string& cache_key,
+                                       const std::string& base_cache_key) const {
+  absl::MutexLock lock(&mu_);
+  for (const std::string* key : {&cache_key, &base_cache_key}) {
+    if (key->empty()) continue;
+    auto it = learned_rows_.find(absl::StrCat(owner_uid, ":", *key));
+    if (it != learned_rows_.end()) return it->second;
+  }
+  return {};
 }
 
 absl::Status StreamSessions::Detach(const std::string& session_id) {

@@ -108,9 +108,15 @@ class StreamSessions {
   absl::StatusOr<OpenedStream> Open(const Lease& lease, HostAttachment attached,
                                     const std::string& device, SessionPlan plan);
 
-  // Returns the cycle length.
+  // Returns the cycle length. `rows` (what the learning forward computed, by weight name) are
+  // kept for the session's component, those of its tensors only, for LearnedRows.
   absl::StatusOr<uint32_t> SetSchedule(const std::string& session_id,
-                                       std::vector<uint32_t> schedule);
+                                       std::vector<uint32_t> schedule, WeightRows rows = {});
+
+  // The rows the last learning forward of `owner_uid`'s component `cache_key` reported (of
+  // its root base `base_cache_key` when it has none of its own); empty when none did.
+  WeightRows LearnedRows(uid_t owner_uid, const std::string& cache_key,
+                         const std::string& base_cache_key) const;
 
   // NotFound when the id is not a streaming session (it may be a host attach).
   absl::Status Detach(const std::string& session_id);
@@ -174,7 +180,7 @@ class StreamSessions {
   // Declared before everything that holds a Reservation: destroyed after it.
   DeviceBudget budget_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::string, OpenSession> sessions_ ABSL_GUARDED_BY(mu_);  // by session id
   StreamTotals closed_totals_ ABSL_GUARDED_BY(mu_);
   StreamTotals last_totals_ ABSL_GUARDED_BY(mu_);  // what Totals() returned last
@@ -182,6 +188,9 @@ class StreamSessions {
   // The last schedule per "<cache key>/<plan signature>". A derived version with none of its
   // own takes its root base's (the same units): its first forward need not learn one.
   std::map<std::string, std::vector<uint32_t>> known_schedules_ ABSL_GUARDED_BY(mu_);
+  // The rows of the last learning forward per "<uid>:<cache key>" (any plan: the planner
+  // uses them to choose the next plan).
+  std::map<std::string, WeightRows> learned_rows_ ABSL_GUARDED_BY(mu_);
   WarmSlabCache warm_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -74,6 +74,7 @@ from .errors import BindError, ConfigurationError, DaemonError, DdoError, descri
 from .edit_lineage import root_state
 from .edit_sync import EditSync, same_bytes, store_edits
 from .edit_versions import EditVersions
+from .learned_rows import RowCounter
 from .fused_on_arrival import (FUSED_MODES, arrival_deltas, streamed_deltas, take_over_merges,
                                write_back_fused)
 from .module_tensors import (
@@ -353,6 +354,8 @@ class StreamingSession(Closeable, EditListener):
         # Every forward the session replaced, with what it was (None: the class's).
         self._original_forwards: List[Tuple[nn.Module, Optional[Callable[..., Any]]]] = []
         self._hooks: List[torch.utils.hooks.RemovableHandle] = []
+        # Rows per streamable Linear during the learning forward, sent with the schedule.
+        self._row_counter: Optional[RowCounter] = None
         # Non-persistent buffers moved to the device: (owner, attribute, original).
         self._moved_buffers: List[Tuple[nn.Module, str, torch.Tensor]] = []
         # A session nobody closed (its module dropped with it) is detached when collected, so
@@ -420,6 +423,8 @@ class StreamingSession(Closeable, EditListener):
         self._open_consumer(resources, specs)
         self._patch(groups, streamed)
         self._wrap_casting_hooks()
+        if self._consumer.learning:
+            self._row_counter = self._count_rows(groups, specs)
 
     def _open_consumer(
         self, resources: sessions_pb2.DeviceResources,
@@ -678,10 +683,30 @@ class StreamingSession(Closeable, EditListener):
         if self.fused_lora == "on_arrival":
             take_over_merges(self.module, self.device, self._patched)
 
+    def _count_rows(
+        self, groups: List[Tuple[str, List[ModuleTensor]]],
+        specs: Mapping[str, components_pb2.TensorSpec],
+    ) -> RowCounter:
+        """Counts what every streamable Linear (streamed or resident) computes in the learning
+        forward (:mod:`.learned_rows`)."""
+        streamable = set(self._request.streamable) if self._request is not None else set()
+        linears = []
+        for source, group in groups:
+            spec = specs.get(source)
+            if source not in streamable or spec is None or len(spec.shape) != 2:
+                continue
+            for entry in group:
+                if entry.attribute == "weight":
+                    linears.append((source, entry.owner, int(spec.shape[1])))
+        return RowCounter(linears)
+
     def _send_schedule(self, order: List[int]) -> int:
+        rows = self._row_counter.take() if self._row_counter is not None else {}
+        self._row_counter = None
         response = self._open_rpc().unary(
             "SetSchedule",
-            sessions_pb2.SetScheduleRequest(session_id=self.session_id, unit_order=order),
+            sessions_pb2.SetScheduleRequest(session_id=self.session_id, unit_order=order,
+                                            weight_rows=rows),
         )
         return response.uses_per_cycle
 
@@ -1078,6 +1103,9 @@ class StreamingSession(Closeable, EditListener):
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+        if self._row_counter is not None:
+            self._row_counter.remove()
+            self._row_counter = None
         for name in ("_apply", *self._adapter_methods):
             self.module.__dict__.pop(name, None)
         try:

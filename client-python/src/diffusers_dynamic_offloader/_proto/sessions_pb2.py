@@ -15,7 +15,7 @@ from . import components_pb2 as ddo_dot_v1_dot_components__pb2
 from . import info_pb2 as ddo_dot_v1_dot_info__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x64\x64o/v1/sessions.proto\x12\x06\x64\x64o.v1\x1a\x17\x64\x64o/v1/components.proto\x1a\x11\x64\x64o/v1/info.proto\"9\n\x0e\x43onnectRequest\x12\x12\n\nclient_pid\x18\x01 \x01(\x03\x12\x13\n\x0b\x63lient_name\x18\x02 \x01(\t\"A\n\tConnected\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\"\n\x06\x64\x61\x65mon\x18\x02 \x01(\x0b\x32\x12.ddo.v1.DaemonInfo\"\x1e\n\x0cShuttingDown\x12\x0e\n\x06reason\x18\x01 \x01(\t\"n\n\x0c\x43onnectEvent\x12&\n\tconnected\x18\x01 \x01(\x0b\x32\x11.ddo.v1.ConnectedH\x00\x12-\n\rshutting_down\x18\x02 \x01(\x0b\x32\x14.ddo.v1.ShuttingDownH\x00\x42\x07\n\x05\x65vent\"\xc5\x01\n\rAttachRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65vice_uuid\x18\x03 \x01(\t\x12\x35\n\x08settings\x18\x04 \x03(\x0b\x32#.ddo.v1.AttachRequest.SettingsEntry\x12\x12\n\nstreamable\x18\x05 \x03(\t\x1a/\n\rSettingsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd7\x03\n\x0f\x44\x65viceResources\x12\x13\n\x0b\x64\x65vice_uuid\x18\x01 \x01(\t\x12\x1c\n\x14resident_slab_handle\x18\x02 \x01(\x0c\x12\x1b\n\x13resident_slab_bytes\x18\x03 \x01(\x04\x12)\n\x08resident\x18\x04 \x03(\x0b\x32\x17.ddo.v1.TensorPlacement\x12\x13\n\x0bring_handle\x18\x05 \x01(\x0c\x12\x12\n\nring_slots\x18\x06 \x01(\r\x12\x17\n\x0fring_slot_bytes\x18\x07 \x01(\x04\x12\x1b\n\x13ready_event_handles\x18\x08 \x03(\x0c\x12\x1e\n\x16\x63onsumed_event_handles\x18\t \x03(\x0c\x12\x19\n\x11\x63ontrol_block_shm\x18\n \x01(\t\x12!\n\x05units\x18\x0b \x03(\x0b\x32\x12.ddo.v1.UnitLayout\x12\x19\n\x11resident_slab_shm\x18\x0c \x01(\t\x12\x10\n\x08ring_shm\x18\r \x01(\t\x12\x1b\n\x13\x63ontrol_block_bytes\x18\x0e \x01(\x04\x12\x14\n\x0c\x64oorbell_shm\x18\x0f \x01(\t\x12\x12\n\ndaemon_pid\x18\x10 \x01(\x03\x12\x18\n\x10ring_arena_bytes\x18\x11 \x01(\x04\"w\n\nUnitLayout\x12\x0c\n\x04unit\x18\x01 \x01(\r\x12\x11\n\tbyte_size\x18\x02 \x01(\x04\x12\x10\n\x08resident\x18\x03 \x01(\x08\x12(\n\x07tensors\x18\x04 \x03(\x0b\x32\x17.ddo.v1.TensorPlacement\x12\x0c\n\x04name\x18\x05 \x01(\t\"\xb0\x01\n\x0e\x41ttachResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12(\n\tcomponent\x18\x02 \x01(\x0b\x32\x15.ddo.v1.ComponentInfo\x12\'\n\x06\x64\x65vice\x18\x03 \x01(\x0b\x32\x17.ddo.v1.DeviceResources\x12%\n\x04plan\x18\x04 \x01(\x0b\x32\x17.ddo.v1.PlanExplanation\x12\x10\n\x08schedule\x18\x05 \x03(\r\"#\n\rDetachRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x10\n\x0e\x44\x65tachResponse\"<\n\x12SetScheduleRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nunit_order\x18\x02 \x03(\r\"-\n\x13SetScheduleResponse\x12\x16\n\x0euses_per_cycle\x18\x01 \x01(\r\"\xc4\x02\n\x0bSessionInfo\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x12\n\nclient_pid\x18\x03 \x01(\x03\x12\x11\n\tcache_key\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x65vice_uuid\x18\x05 \x01(\t\x12\x16\n\x0estreamed_bytes\x18\x06 \x01(\x04\x12\x1c\n\x14out_of_schedule_uses\x18\x07 \x01(\x04\x12\x15\n\rproduced_uses\x18\x08 \x01(\x04\x12\x15\n\rconsumed_uses\x18\t \x01(\x04\x12\x14\n\x0cskipped_uses\x18\n \x01(\x04\x12\x12\n\nring_slots\x18\x0b \x01(\r\x12\x16\n\x0eresident_bytes\x18\x0c \x01(\x04\x12\x14\n\x0c\x64\x65vice_bytes\x18\r \x01(\x04\x12\x17\n\x0fschedule_length\x18\x0e \x01(\r\"a\n\tLeaseInfo\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x12\n\nclient_pid\x18\x02 \x01(\x03\x12\x13\n\x0b\x63lient_name\x18\x03 \x01(\t\x12\x19\n\x11\x63onnected_unix_ms\x18\x04 \x01(\x03\"\x15\n\x13ListSessionsRequest\"`\n\x14ListSessionsResponse\x12!\n\x06leases\x18\x01 \x03(\x0b\x32\x11.ddo.v1.LeaseInfo\x12%\n\x08sessions\x18\x02 \x03(\x0b\x32\x13.ddo.v1.SessionInfo\":\n\x0cPlanDecision\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x91\x02\n\x0fPlanExplanation\x12\r\n\x05route\x18\x01 \x01(\t\x12\'\n\tdecisions\x18\x02 \x03(\x0b\x32\x14.ddo.v1.PlanDecision\x12\x16\n\x0eresident_bytes\x18\x03 \x01(\x04\x12\x16\n\x0estreamed_bytes\x18\x04 \x01(\x04\x12\x12\n\nring_slots\x18\x05 \x01(\r\x12I\n\x12group_offload_args\x18\x06 \x03(\x0b\x32-.ddo.v1.PlanExplanation.GroupOffloadArgsEntry\x1a\x37\n\x15GroupOffloadArgsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xce\x01\n\x12\x45xplainPlanRequest\x12#\n\x07tensors\x18\x01 \x03(\x0b\x32\x12.ddo.v1.TensorSpec\x12\x13\n\x0b\x64\x65vice_uuid\x18\x02 \x01(\t\x12:\n\x08settings\x18\x03 \x03(\x0b\x32(.ddo.v1.ExplainPlanRequest.SettingsEntry\x12\x11\n\tcomponent\x18\x04 \x01(\t\x1a/\n\rSettingsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"{\n\x0cPhaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12 \n\x05phase\x18\x02 \x01(\x0e\x32\x11.ddo.v1.PhaseKind\x12\x0e\n\x06needed\x18\x03 \x03(\t\x12\x10\n\x08prefetch\x18\x04 \x03(\t\x12\x15\n\rpurge_standby\x18\x05 \x01(\x08\"v\n\rPhaseResponse\x12\x16\n\x0ereleased_bytes\x18\x01 \x01(\x04\x12\x18\n\x10prefetched_bytes\x18\x02 \x01(\x04\x12\x0e\n\x06purged\x18\x03 \x01(\x08\x12\x14\n\x0cpurge_reason\x18\x04 \x01(\t\x12\r\n\x05notes\x18\x05 \x03(\t*\xa2\x01\n\tPhaseKind\x12\x1a\n\x16PHASE_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15PHASE_KIND_BEFORE_RUN\x10\x01\x12\x15\n\x11PHASE_KIND_PROMPT\x10\x02\x12\x16\n\x12PHASE_KIND_DENOISE\x10\x03\x12\x15\n\x11PHASE_KIND_DECODE\x10\x04\x12\x18\n\x14PHASE_KIND_AFTER_RUN\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x64\x64o/v1/sessions.proto\x12\x06\x64\x64o.v1\x1a\x17\x64\x64o/v1/components.proto\x1a\x11\x64\x64o/v1/info.proto\"9\n\x0e\x43onnectRequest\x12\x12\n\nclient_pid\x18\x01 \x01(\x03\x12\x13\n\x0b\x63lient_name\x18\x02 \x01(\t\"A\n\tConnected\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\"\n\x06\x64\x61\x65mon\x18\x02 \x01(\x0b\x32\x12.ddo.v1.DaemonInfo\"\x1e\n\x0cShuttingDown\x12\x0e\n\x06reason\x18\x01 \x01(\t\"n\n\x0c\x43onnectEvent\x12&\n\tconnected\x18\x01 \x01(\x0b\x32\x11.ddo.v1.ConnectedH\x00\x12-\n\rshutting_down\x18\x02 \x01(\x0b\x32\x14.ddo.v1.ShuttingDownH\x00\x42\x07\n\x05\x65vent\"\xc5\x01\n\rAttachRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65vice_uuid\x18\x03 \x01(\t\x12\x35\n\x08settings\x18\x04 \x03(\x0b\x32#.ddo.v1.AttachRequest.SettingsEntry\x12\x12\n\nstreamable\x18\x05 \x03(\t\x1a/\n\rSettingsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd7\x03\n\x0f\x44\x65viceResources\x12\x13\n\x0b\x64\x65vice_uuid\x18\x01 \x01(\t\x12\x1c\n\x14resident_slab_handle\x18\x02 \x01(\x0c\x12\x1b\n\x13resident_slab_bytes\x18\x03 \x01(\x04\x12)\n\x08resident\x18\x04 \x03(\x0b\x32\x17.ddo.v1.TensorPlacement\x12\x13\n\x0bring_handle\x18\x05 \x01(\x0c\x12\x12\n\nring_slots\x18\x06 \x01(\r\x12\x17\n\x0fring_slot_bytes\x18\x07 \x01(\x04\x12\x1b\n\x13ready_event_handles\x18\x08 \x03(\x0c\x12\x1e\n\x16\x63onsumed_event_handles\x18\t \x03(\x0c\x12\x19\n\x11\x63ontrol_block_shm\x18\n \x01(\t\x12!\n\x05units\x18\x0b \x03(\x0b\x32\x12.ddo.v1.UnitLayout\x12\x19\n\x11resident_slab_shm\x18\x0c \x01(\t\x12\x10\n\x08ring_shm\x18\r \x01(\t\x12\x1b\n\x13\x63ontrol_block_bytes\x18\x0e \x01(\x04\x12\x14\n\x0c\x64oorbell_shm\x18\x0f \x01(\t\x12\x12\n\ndaemon_pid\x18\x10 \x01(\x03\x12\x18\n\x10ring_arena_bytes\x18\x11 \x01(\x04\"w\n\nUnitLayout\x12\x0c\n\x04unit\x18\x01 \x01(\r\x12\x11\n\tbyte_size\x18\x02 \x01(\x04\x12\x10\n\x08resident\x18\x03 \x01(\x08\x12(\n\x07tensors\x18\x04 \x03(\x0b\x32\x17.ddo.v1.TensorPlacement\x12\x0c\n\x04name\x18\x05 \x01(\t\"\xb0\x01\n\x0e\x41ttachResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12(\n\tcomponent\x18\x02 \x01(\x0b\x32\x15.ddo.v1.ComponentInfo\x12\'\n\x06\x64\x65vice\x18\x03 \x01(\x0b\x32\x17.ddo.v1.DeviceResources\x12%\n\x04plan\x18\x04 \x01(\x0b\x32\x17.ddo.v1.PlanExplanation\x12\x10\n\x08schedule\x18\x05 \x03(\r\"#\n\rDetachRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x10\n\x0e\x44\x65tachResponse\"\xb0\x01\n\x12SetScheduleRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nunit_order\x18\x02 \x03(\r\x12?\n\x0bweight_rows\x18\x03 \x03(\x0b\x32*.ddo.v1.SetScheduleRequest.WeightRowsEntry\x1a\x31\n\x0fWeightRowsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"-\n\x13SetScheduleResponse\x12\x16\n\x0euses_per_cycle\x18\x01 \x01(\r\"\xc4\x02\n\x0bSessionInfo\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x12\n\nclient_pid\x18\x03 \x01(\x03\x12\x11\n\tcache_key\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x65vice_uuid\x18\x05 \x01(\t\x12\x16\n\x0estreamed_bytes\x18\x06 \x01(\x04\x12\x1c\n\x14out_of_schedule_uses\x18\x07 \x01(\x04\x12\x15\n\rproduced_uses\x18\x08 \x01(\x04\x12\x15\n\rconsumed_uses\x18\t \x01(\x04\x12\x14\n\x0cskipped_uses\x18\n \x01(\x04\x12\x12\n\nring_slots\x18\x0b \x01(\r\x12\x16\n\x0eresident_bytes\x18\x0c \x01(\x04\x12\x14\n\x0c\x64\x65vice_bytes\x18\r \x01(\x04\x12\x17\n\x0fschedule_length\x18\x0e \x01(\r\"a\n\tLeaseInfo\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x12\n\nclient_pid\x18\x02 \x01(\x03\x12\x13\n\x0b\x63lient_name\x18\x03 \x01(\t\x12\x19\n\x11\x63onnected_unix_ms\x18\x04 \x01(\x03\"\x15\n\x13ListSessionsRequest\"`\n\x14ListSessionsResponse\x12!\n\x06leases\x18\x01 \x03(\x0b\x32\x11.ddo.v1.LeaseInfo\x12%\n\x08sessions\x18\x02 \x03(\x0b\x32\x13.ddo.v1.SessionInfo\":\n\x0cPlanDecision\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x91\x02\n\x0fPlanExplanation\x12\r\n\x05route\x18\x01 \x01(\t\x12\'\n\tdecisions\x18\x02 \x03(\x0b\x32\x14.ddo.v1.PlanDecision\x12\x16\n\x0eresident_bytes\x18\x03 \x01(\x04\x12\x16\n\x0estreamed_bytes\x18\x04 \x01(\x04\x12\x12\n\nring_slots\x18\x05 \x01(\r\x12I\n\x12group_offload_args\x18\x06 \x03(\x0b\x32-.ddo.v1.PlanExplanation.GroupOffloadArgsEntry\x1a\x37\n\x15GroupOffloadArgsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xce\x01\n\x12\x45xplainPlanRequest\x12#\n\x07tensors\x18\x01 \x03(\x0b\x32\x12.ddo.v1.TensorSpec\x12\x13\n\x0b\x64\x65vice_uuid\x18\x02 \x01(\t\x12:\n\x08settings\x18\x03 \x03(\x0b\x32(.ddo.v1.ExplainPlanRequest.SettingsEntry\x12\x11\n\tcomponent\x18\x04 \x01(\t\x1a/\n\rSettingsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"{\n\x0cPhaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12 \n\x05phase\x18\x02 \x01(\x0e\x32\x11.ddo.v1.PhaseKind\x12\x0e\n\x06needed\x18\x03 \x03(\t\x12\x10\n\x08prefetch\x18\x04 \x03(\t\x12\x15\n\rpurge_standby\x18\x05 \x01(\x08\"v\n\rPhaseResponse\x12\x16\n\x0ereleased_bytes\x18\x01 \x01(\x04\x12\x18\n\x10prefetched_bytes\x18\x02 \x01(\x04\x12\x0e\n\x06purged\x18\x03 \x01(\x08\x12\x14\n\x0cpurge_reason\x18\x04 \x01(\t\x12\r\n\x05notes\x18\x05 \x03(\t*\xa2\x01\n\tPhaseKind\x12\x1a\n\x16PHASE_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15PHASE_KIND_BEFORE_RUN\x10\x01\x12\x15\n\x11PHASE_KIND_PROMPT\x10\x02\x12\x16\n\x12PHASE_KIND_DENOISE\x10\x03\x12\x15\n\x11PHASE_KIND_DECODE\x10\x04\x12\x18\n\x14PHASE_KIND_AFTER_RUN\x10\x05\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ddo.v1.sessions_pb2', globals())
@@ -24,12 +24,14 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _ATTACHREQUEST_SETTINGSENTRY._options = None
   _ATTACHREQUEST_SETTINGSENTRY._serialized_options = b'8\001'
+  _SETSCHEDULEREQUEST_WEIGHTROWSENTRY._options = None
+  _SETSCHEDULEREQUEST_WEIGHTROWSENTRY._serialized_options = b'8\001'
   _PLANEXPLANATION_GROUPOFFLOADARGSENTRY._options = None
   _PLANEXPLANATION_GROUPOFFLOADARGSENTRY._serialized_options = b'8\001'
   _EXPLAINPLANREQUEST_SETTINGSENTRY._options = None
   _EXPLAINPLANREQUEST_SETTINGSENTRY._serialized_options = b'8\001'
-  _PHASEKIND._serialized_start=2823
-  _PHASEKIND._serialized_end=2985
+  _PHASEKIND._serialized_start=2940
+  _PHASEKIND._serialized_end=3102
   _CONNECTREQUEST._serialized_start=77
   _CONNECTREQUEST._serialized_end=134
   _CONNECTED._serialized_start=136
@@ -52,30 +54,32 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _DETACHREQUEST._serialized_end=1356
   _DETACHRESPONSE._serialized_start=1358
   _DETACHRESPONSE._serialized_end=1374
-  _SETSCHEDULEREQUEST._serialized_start=1376
-  _SETSCHEDULEREQUEST._serialized_end=1436
-  _SETSCHEDULERESPONSE._serialized_start=1438
-  _SETSCHEDULERESPONSE._serialized_end=1483
-  _SESSIONINFO._serialized_start=1486
-  _SESSIONINFO._serialized_end=1810
-  _LEASEINFO._serialized_start=1812
-  _LEASEINFO._serialized_end=1909
-  _LISTSESSIONSREQUEST._serialized_start=1911
-  _LISTSESSIONSREQUEST._serialized_end=1932
-  _LISTSESSIONSRESPONSE._serialized_start=1934
-  _LISTSESSIONSRESPONSE._serialized_end=2030
-  _PLANDECISION._serialized_start=2032
-  _PLANDECISION._serialized_end=2090
-  _PLANEXPLANATION._serialized_start=2093
-  _PLANEXPLANATION._serialized_end=2366
-  _PLANEXPLANATION_GROUPOFFLOADARGSENTRY._serialized_start=2311
-  _PLANEXPLANATION_GROUPOFFLOADARGSENTRY._serialized_end=2366
-  _EXPLAINPLANREQUEST._serialized_start=2369
-  _EXPLAINPLANREQUEST._serialized_end=2575
+  _SETSCHEDULEREQUEST._serialized_start=1377
+  _SETSCHEDULEREQUEST._serialized_end=1553
+  _SETSCHEDULEREQUEST_WEIGHTROWSENTRY._serialized_start=1504
+  _SETSCHEDULEREQUEST_WEIGHTROWSENTRY._serialized_end=1553
+  _SETSCHEDULERESPONSE._serialized_start=1555
+  _SETSCHEDULERESPONSE._serialized_end=1600
+  _SESSIONINFO._serialized_start=1603
+  _SESSIONINFO._serialized_end=1927
+  _LEASEINFO._serialized_start=1929
+  _LEASEINFO._serialized_end=2026
+  _LISTSESSIONSREQUEST._serialized_start=2028
+  _LISTSESSIONSREQUEST._serialized_end=2049
+  _LISTSESSIONSRESPONSE._serialized_start=2051
+  _LISTSESSIONSRESPONSE._serialized_end=2147
+  _PLANDECISION._serialized_start=2149
+  _PLANDECISION._serialized_end=2207
+  _PLANEXPLANATION._serialized_start=2210
+  _PLANEXPLANATION._serialized_end=2483
+  _PLANEXPLANATION_GROUPOFFLOADARGSENTRY._serialized_start=2428
+  _PLANEXPLANATION_GROUPOFFLOADARGSENTRY._serialized_end=2483
+  _EXPLAINPLANREQUEST._serialized_start=2486
+  _EXPLAINPLANREQUEST._serialized_end=2692
   _EXPLAINPLANREQUEST_SETTINGSENTRY._serialized_start=498
   _EXPLAINPLANREQUEST_SETTINGSENTRY._serialized_end=545
-  _PHASEREQUEST._serialized_start=2577
-  _PHASEREQUEST._serialized_end=2700
-  _PHASERESPONSE._serialized_start=2702
-  _PHASERESPONSE._serialized_end=2820
+  _PHASEREQUEST._serialized_start=2694
+  _PHASEREQUEST._serialized_end=2817
+  _PHASERESPONSE._serialized_start=2819
+  _PHASERESPONSE._serialized_end=2937
 # @@protoc_insertion_point(module_scope)

@@ -61,6 +61,8 @@ _GIB = 2**30
 _STRATEGIES = ("functional", "swap")
 _POLICIES = ("off", "balanced")
 _SELECTIONS = ("first", "spread", "largest")
+# DDO adds auto (its default: compute once a forward was seen, else spread) and compute.
+_RESIDENT_SELECTIONS = ("auto", "compute") + _SELECTIONS
 _MODES = ("plan", "linear_runtime", "sdnq_runtime")
 
 
@@ -99,7 +101,8 @@ class DynamicOffloadHook(_HookBase):
         _check("linear_runtime_strategy", config.linear_runtime_strategy, _STRATEGIES)
         _check("auto_budget_policy", config.auto_budget_policy, _POLICIES)
         _check("pin_weight_selection", config.pin_weight_selection, _SELECTIONS)
-        _check("resident_module_selection", config.resident_module_selection, _SELECTIONS)
+        _check("resident_module_selection", config.resident_module_selection,
+               _RESIDENT_SELECTIONS)
         _check("execution_mode", config.execution_mode, _MODES)
         if config.execution_mode != "plan":
             refuse_swap(config.linear_runtime_strategy)

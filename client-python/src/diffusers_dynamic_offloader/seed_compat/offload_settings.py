@@ -54,7 +54,7 @@ class DynamicOffloadConfig:
     pin_weight_selection: str = "spread"
     resident_module_budget_gb: float = 0.0
     resident_module_patterns: Tuple[str, ...] = ()
-    resident_module_selection: str = "spread"
+    resident_module_selection: str = "auto"
     load_safetensors_backend: str = ""
     verbose: bool = False
     show_profile: bool = True
