@@ -106,7 +106,8 @@ void InstallByteCastFromPython(std::string ptx, py::object report) {
     reporter = [callable](const std::string& reason) {
       py::gil_scoped_acquire gil;
       try {
-        py::handle(callable)(reason);
+        const py::handle function(callable);
+        function(reason);
       } catch (const py::error_already_set&) {
         // A failing logger must not fail the forward: the cast falls back all the same.
       }
