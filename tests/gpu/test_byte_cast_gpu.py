@@ -82,8 +82,10 @@ def _inputs(source: torch.dtype):
 @pytest.mark.parametrize("path", ["extension", "ctypes"])
 @pytest.mark.parametrize("destination", DESTINATIONS, ids=str)
 @pytest.mark.parametrize("source_name", SOURCES)
-def test_the_kernel_is_torchs_cast_bitwise(path, destination, source_name, extension,
-                                           driver_caster):
+def test_the_kernel_is_torchs_cast_bitwise(path, destination, source_name, driver_caster,
+                                           request):
+    # The extension only where asked for: the ctypes half runs even if it cannot be built.
+    extension = request.getfixturevalue("extension") if path == "extension" else None
     source = getattr(torch, source_name)
     for label, tensor in _inputs(source):
         assert tensor.is_contiguous()
