@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "client-cpp/src/consumer/byte_cast.h"
 #include "client-cpp/src/consumer/device_stream.h"
 #include "client-cpp/src/consumer/ring_consumer.h"
 #include "client-cpp/src/consumer/ring_events.h"
@@ -93,6 +94,26 @@ at::ScalarType ScalarTypeOf(const py::handle& dtype) {
                 "a unit layout names a dtype that is not a torch.dtype");
   }
   return reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+}
+
+// byte_cast_install(ptx, report): the fp8 cast kernels' PTX (py/byte_cast.py reads it from
+// the package; "" turns them off) and a callable told once, with the reason, if they fail.
+void InstallByteCastFromPython(std::string ptx, py::object report) {
+  ByteCastReporter reporter;
+  if (!report.is_none()) {
+    // Kept for the life of the process: a cast may fail at any time.
+    PyObject* callable = report.release().ptr();
+    reporter = [callable](const std::string& reason) {
+      py::gil_scoped_acquire gil;
+      try {
+        const py::handle function(callable);
+        function(reason);
+      } catch (const py::error_already_set&) {
+        // A failing logger must not fail the forward: the cast falls back all the same.
+      }
+    };
+  }
+  InstallByteCast(std::move(ptx), std::move(reporter));
 }
 
 // layouts[unit]: (name, offset in the unit, byte size, torch.dtype, shape) of each tensor, as
@@ -362,6 +383,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("init_errors", &ddo::consumer::InitErrors, py::arg("ddo_error"),
              py::arg("streaming"), py::arg("graph_capture"), py::arg("session_closed"),
              py::arg("daemon_gone"));
+  module.def("byte_cast_install", &ddo::consumer::InstallByteCastFromPython, py::arg("ptx"),
+             py::arg("report"));
+  module.def(
+      "byte_cast",
+      [](const at::Tensor& tensor, const py::handle& dtype) {
+        return ddo::consumer::CastWeight(tensor, ddo::consumer::ScalarTypeOf(dtype));
+      },
+      py::arg("tensor"), py::arg("dtype"));
+  module.def(
+      "byte_cast_handles",
+      [](const at::Tensor& tensor, const py::handle& dtype) {
+        return ddo::consumer::ByteCastHandles(tensor, ddo::consumer::ScalarTypeOf(dtype));
+      },
+      py::arg("tensor"), py::arg("dtype"));
   py::class_<Consumer>(module, "Consumer")
       .def(py::init<uintptr_t, uint64_t, std::string, uintptr_t, uint64_t, std::string,
                     uint32_t, uint64_t, at::Tensor, const py::sequence&, std::vector<uint32_t>,

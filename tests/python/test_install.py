@@ -113,6 +113,8 @@ def test_each_part_is_its_own_package_of_one_version():
     assert not [name for name in files["ddod"] if re.search(r"\.so(\.|$)", name)], files["ddod"]
     assert [name for name in files["python3-diffusers-dynamic-offloader"]
             if name == "/usr/lib/python3/dist-packages/diffusers_dynamic_offloader/__init__.py"]
+    assert "/usr/lib/python3/dist-packages/diffusers_dynamic_offloader/kernels/byte_cast.ptx" \
+        in files["python3-diffusers-dynamic-offloader"], "the fp8 cast kernel is missing"
     assert [name for name in files["libddo-client-dev"] if name.endswith("/ddo/rpc.h")]
 
 
@@ -231,6 +233,8 @@ def test_the_packages_hold_what_a_machine_needs(unpacked):
     assert done.stdout.startswith(site), done.stdout
     assert not [name for name in os.listdir(os.path.join(site, "diffusers_dynamic_offloader"))
                 if name == "__pycache__"]
+    assert os.path.isfile(os.path.join(site, "diffusers_dynamic_offloader", "kernels",
+                                       "byte_cast.ptx")), "the fp8 cast kernel is missing"
     # The installed client finds the C++ consumer's sources in the package itself.
     done = subprocess.run(
         ["/usr/bin/python3", "-c",

@@ -26,6 +26,7 @@ def test_pip_installs_the_client_with_its_dependencies_declared(tmp_path):
     package = target / "diffusers_dynamic_offloader"
     assert (package / "py.typed").is_file()
     assert (package / "_proto" / "ddo_pb2_grpc.py").is_file(), "the protocol stubs are missing"
+    assert (package / "kernels" / "byte_cast.ptx").is_file(), "the fp8 cast kernel is missing"
     (metadata,) = target.glob("diffusers_dynamic_offloader-*.dist-info/METADATA")
     text = metadata.read_text()
     for requirement in ("Requires-Dist: grpcio", "Requires-Dist: protobuf", "Requires-Dist: torch",

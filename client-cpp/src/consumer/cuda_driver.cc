@@ -37,6 +37,13 @@ struct CudaDriver::Functions {
   CuResult (*cuEventRecord)(CuEvent, CuStream) = nullptr;
   CuResult (*cuEventDestroy)(CuEvent) = nullptr;
   CuResult (*cuStreamIsCapturing)(CuStream, int*) = nullptr;
+  // The byte-cast kernels (byte_cast.cc): PTX loaded and launched through the driver.
+  CuResult (*cuCtxGetDevice)(CuDevice*) = nullptr;
+  CuResult (*cuDeviceGetAttribute)(int*, int, CuDevice) = nullptr;
+  CuResult (*cuModuleLoadData)(CuModule*, const void*) = nullptr;
+  CuResult (*cuModuleGetFunction)(CuFunction*, CuModule, const char*) = nullptr;
+  CuResult (*cuLaunchKernel)(CuFunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, CuStream, void**, void**) = nullptr;
 };
 
 namespace {
@@ -44,6 +51,7 @@ namespace {
 constexpr const char* kLibrary = "libcuda.so.1";
 constexpr unsigned kLazyEnablePeerAccess = 1;  // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 constexpr int kCaptureStatusNone = 0;          // CU_STREAM_CAPTURE_STATUS_NONE
+constexpr int kMultiprocessorCountAttribute = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 
 CuIpcHandleAbi ToHandle(const IpcHandleBytes& bytes) {
   CuIpcHandleAbi handle;
@@ -95,6 +103,11 @@ std::shared_ptr<const CudaDriver> CudaDriver::Get() {
     Resolve(library, f.cuEventRecord, {"cuEventRecord"});
     Resolve(library, f.cuEventDestroy, {"cuEventDestroy_v2", "cuEventDestroy"});
     Resolve(library, f.cuStreamIsCapturing, {"cuStreamIsCapturing"});
+    Resolve(library, f.cuCtxGetDevice, {"cuCtxGetDevice"});
+    Resolve(library, f.cuDeviceGetAttribute, {"cuDeviceGetAttribute"});
+    Resolve(library, f.cuModuleLoadData, {"cuModuleLoadData"});
+    Resolve(library, f.cuModuleGetFunction, {"cuModuleGetFunction"});
+    Resolve(library, f.cuLaunchKernel, {"cuLaunchKernel"});
   } catch (...) {
     ::dlclose(library);
     throw;
@@ -147,6 +160,35 @@ bool CudaDriver::StreamIsCapturing(CuStream stream) const {
 
 void CudaDriver::RecordEvent(CuEvent event, CuStream stream) const {
   Check(functions_->cuEventRecord(event, stream), "cuEventRecord");
+}
+
+CuModule CudaDriver::LoadModule(const char* ptx) const {
+  CuModule module = nullptr;
+  Check(functions_->cuModuleLoadData(&module, ptx), "cuModuleLoadData");
+  return module;
+}
+
+CuFunction CudaDriver::ModuleFunction(CuModule module, const char* name) const {
+  CuFunction function = nullptr;
+  Check(functions_->cuModuleGetFunction(&function, module, name),
+        std::string("cuModuleGetFunction(") + name + ")");
+  return function;
+}
+
+void CudaDriver::Launch(CuFunction function, unsigned blocks, unsigned threads, CuStream stream,
+                        void** arguments) const {
+  Check(functions_->cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, arguments,
+                                   nullptr),
+        "cuLaunchKernel");
+}
+
+int CudaDriver::MultiprocessorCount() const {
+  CuDevice device = 0;
+  Check(functions_->cuCtxGetDevice(&device), "cuCtxGetDevice");
+  int count = 0;
+  Check(functions_->cuDeviceGetAttribute(&count, kMultiprocessorCountAttribute, device),
+        "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  return count;
 }
 
 IpcMemory::IpcMemory(const IpcHandleBytes& handle) : driver_(CudaDriver::Get()) {

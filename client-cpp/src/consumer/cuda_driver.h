@@ -26,6 +26,8 @@ using CuDevicePtr = unsigned long long;
 using CuContext = struct CuContextOpaque*;
 using CuEvent = struct CuEventOpaque*;
 using CuStream = struct CuStreamOpaque*;
+using CuModule = struct CuModuleOpaque*;
+using CuFunction = struct CuFunctionOpaque*;
 // CUipcMemHandle / CUipcEventHandle: 64 opaque bytes, passed by value.
 inline constexpr size_t kIpcHandleBytes = 64;
 using IpcHandleBytes = std::array<uint8_t, kIpcHandleBytes>;
@@ -52,6 +54,16 @@ class CudaDriver {
   bool StreamIsCapturing(CuStream stream) const;
   // Records `event` on `stream`.
   void RecordEvent(CuEvent event, CuStream stream) const;
+
+  // For kernels shipped as PTX (byte_cast.h), in the current context: the module loaded from
+  // the NUL-terminated `ptx`, one of its kernels, and a launch of it on `stream`
+  // (`arguments`: a pointer to each kernel parameter, in order).
+  CuModule LoadModule(const char* ptx) const;
+  CuFunction ModuleFunction(CuModule module, const char* name) const;
+  void Launch(CuFunction function, unsigned blocks, unsigned threads, CuStream stream,
+              void** arguments) const;
+  // The number of multiprocessors of the current context's device.
+  int MultiprocessorCount() const;
 
   struct Functions;
   const Functions& functions() const { return *functions_; }

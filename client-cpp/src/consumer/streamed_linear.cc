@@ -3,6 +3,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "client-cpp/src/consumer/byte_cast.h"
 #include "ddo/status.h"
 
 namespace ddo::consumer {
@@ -49,7 +50,9 @@ at::Tensor StreamedLinear(const at::Tensor& input, const at::Tensor& weight,
                           const at::Tensor& bias, const std::string& module_path,
                           LinearFunction linear, const char* remedy) {
   const at::ScalarType dtype = input.scalar_type();
-  const at::Tensor used_weight = weight.scalar_type() == dtype ? weight : weight.to(dtype);
+  // An fp8 weight goes through DDO's cast kernel when it is installed (byte_cast.h).
+  const at::Tensor used_weight =
+      weight.scalar_type() == dtype ? weight : CastWeight(weight, dtype);
   at::Tensor used_bias = bias;
   if (bias.defined() && bias.scalar_type() != dtype) used_bias = bias.to(dtype);
   if (input.requires_grad() && at::GradMode::is_enabled()) {

@@ -2,7 +2,8 @@
 //
 // The forward of a Linear whose weight streams (the port of py/streamed_linear.py without its
 // Python-only parts: fused LoRA, weight guards, torch.compile). The weight is the ring's view
-// of the unit that holds it; weight and bias are cast to the input's dtype when they differ.
+// of the unit that holds it; weight and bias are cast to the input's dtype when they differ
+// (an fp8 weight by byte_cast.h's kernel when it is installed).
 // In grad mode with an input that requires grad, the result carries an autograd node whose
 // backward raises: the ring slot holding the weight is reused long before a backward pass,
 // which would compute with another unit's bytes.

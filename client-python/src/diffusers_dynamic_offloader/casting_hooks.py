@@ -38,6 +38,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import torch
 from torch import nn
 
+from .byte_cast import cast
 from .shared_weights import is_guarded, plain
 
 __all__ = ["CASTING_HOOKS", "by_input_dtype", "casting_forward", "forward_kind", "hook_names",
@@ -116,7 +117,7 @@ def resident_linear_forward(module: nn.Module, dtype: torch.dtype) -> Callable[.
         bias = module.bias
         if bias is not None:
             bias = plain(bias).to(dtype)
-        return linear(input, weight.to(dtype), bias)
+        return linear(input, cast(weight, dtype), bias)  # fp8: DDO's kernel (byte_cast.py)
 
     return forward
 

@@ -46,6 +46,7 @@ SOURCES_ENV_VAR = "DDO_CLIENT_CPP_SOURCES"
 
 #: What the extension compiles, relative to the source root.
 SOURCES = (
+    "client-cpp/src/consumer/byte_cast.cc",
     "client-cpp/src/consumer/control_block.cc",
     "client-cpp/src/consumer/cuda_driver.cc",
     "client-cpp/src/consumer/daemon_liveness.cc",
@@ -58,6 +59,7 @@ SOURCES = (
 )
 #: The headers it includes (part of the source hash, so an edit makes a build stale).
 HEADERS = (
+    "client-cpp/src/consumer/byte_cast.h",
     "client-cpp/src/consumer/control_block.h",
     "client-cpp/src/consumer/cuda_driver.h",
     "client-cpp/src/consumer/daemon_liveness.h",

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from . import byte_cast
 from .consumer_build import (BUILD_LOG_NAME, SOURCE_FILES, SOURCES_ENV_VAR,
                              CppConsumerUnavailable, build_cached, cache_directory,
                              expected_metadata, failure_summary, install_build, load_build,
@@ -101,6 +102,7 @@ def find_built() -> ModuleType:
             continue
         module.init_errors(DdoError, StreamingError, GraphCaptureError, SessionClosedError,
                            DaemonGoneError)
+        byte_cast.install(module)  # the fp8 cast kernel of its streamed Linears
         return module
     raise CppConsumerUnavailable(
         f"no build of the C++ consumer matches torch {torch.__version__} and its sources in "

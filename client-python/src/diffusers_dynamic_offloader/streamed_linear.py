@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from torch import nn
 
+from .byte_cast import cast
 from .casting_hooks import plain_tensors_for_call, put_back
 from .compile_support import compiling, eager_only
 from .fused_on_arrival import ArrivalDeltas
@@ -53,7 +54,7 @@ def streamed_forward(
             weight = fused.fused(weight)
         dtype = input.dtype
         if weight.dtype != dtype:
-            weight = weight.to(dtype)
+            weight = cast(weight, dtype)  # an fp8 weight: DDO's kernel (byte_cast.py)
         used_bias = bias.to(dtype) if bias is not None and bias.dtype != dtype else bias
         if input.requires_grad and torch.is_grad_enabled():
             return _NoBackwardThroughStream.apply(input, weight, used_bias, module_path)
