@@ -120,10 +120,13 @@ def fresh(like: torch.Tensor, seed: int) -> torch.Tensor:
 def offload(model: nn.Module, client, key: str = BASE_KEY, fused_lora: str = "stored"):
     """The model on the DDO route on the host backend; the big Linears must stream. A LoRA
     fused into a streamed Linear is stored in ddod (``fused_lora``: DDO_FUSED_LORA; these tests
-    are about stored edits, test_fused_on_arrival.py about the default)."""
+    are about stored edits, test_fused_on_arrival.py about the default). Whole blocks fill the
+    resident budget (``spread``): a later session of the same key would otherwise keep single
+    weights that its first one learned compute little (test_learned_rows.py)."""
     result = ddo.enable_offload(model, route="dynamic_offload", execution_device="cpu",
                                 cache_key=key, client=client,
-                                environ={"DDO_FUSED_LORA": fused_lora},
+                                environ={"DDO_FUSED_LORA": fused_lora,
+                                         "DDO_RESIDENT_MODULE_SELECTION": "spread"},
                                 resident_module_budget_gb=0)
     assert result.route == "dynamic_offload" and result.hook is not None, result
     streamed = streamed_names(result)
