@@ -13,20 +13,6 @@
 #include "daemon/common/status_macros.h"
 
 namespace ddo {
-namespace {
-
-// The rows of `rows` that name a tensor of the component, so that what ddod keeps per
-// component is bounded by its table, whatever a runner sends.
-WeightRows KeepComponentRows(const std::vector<TensorEntry>& tensors, WeightRows rows) {
-  WeightRows kept;
-  for (const TensorEntry& tensor : tensors) {
-    auto it = rows.find(tensor.name);
-    if (it != rows.end()) kept.emplace(tensor.name, it->second);
-  }
-  return kept;
-}
-
-}  // namespace
 
 StreamSessions::StreamSessions(ComponentStore& store, SessionRegistry& registry, HostPool& pool,
                                GpuInventory gpus, StreamSessionsOptions options)
@@ -91,70 +77,79 @@ absl::Status StreamSessions::CheckDevice(const std::string& device) const {
   return ResolveDevice(device).status();
 }
 
-absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttachment attached,
-                                                  const std::string& requested_device,
-                                                  SessionPlan plan) {
-  DDO_ASSIGN_OR_RETURN(Device device, ResolveDevice(requested_device));
-  const std::string cache_key = attached.component.cache_key;
-  // Recipes and learned schedules are kept per uid, as the keys are (ComponentStore).
-  const std::string owned_key = absl::StrCat(attached.component.owner_uid, ":", cache_key);
-  if (device.ordinal >= 0 && !attached.bytes.AllPinned()) {
-    plan.decisions.push_back({"host_memory", "not pinned",
-                              "copies from pageable memory are staged by the driver (slower)"});
-  }
-
-  // A warm slab of the same component bytes and placement, or room for a new one: reserved
-  // under ddod's budget before anything is allocated. Warm slabs give way, least recently
-  // used first, when a session needs their room.
+absl::StatusOr<StreamSessions::DeviceRoom> StreamSessions::ReserveRoom(
+    const Device& device, const HostAttachment& attached, const SessionPlan& plan) {
   const std::string bytes_identity =
       SlabBytesIdentity(attached.component.component_id, attached.component.segment_name);
-  const std::string slab_key = WarmSlabCache::Key(device.label, bytes_identity,
-                                                  plan.slab_signature);
-  std::shared_ptr<ResidentSlab> slab;
-  DeviceBudget::Reservation reservation;  // the session's slab and ring
+  DeviceRoom room;
+  room.slab_key = WarmSlabCache::Key(device.label, bytes_identity, plan.slab_signature);
   {
     std::vector<std::shared_ptr<ResidentSlab>> dropped;  // freed outside the lock
     absl::MutexLock lock(&mu_);
     uint64_t needed = plan.ring_bytes();
-    if (std::optional<WarmSlab> warm = warm_.Take(slab_key)) {
-      slab = std::move(warm->slab);
-      reservation = std::move(warm->reservation);  // already reserved: now this session's
+    if (std::optional<WarmSlab> warm = warm_.Take(room.slab_key)) {
+      room.slab = std::move(warm->slab);
+      room.reservation = std::move(warm->reservation);  // already reserved: now this session's
     } else {
       needed += plan.slab_bytes;
     }
-    std::optional<DeviceBudget::Reservation> room;
-    while (!(room = budget_.TryReserve(device.label, device.budget_bytes, needed)) &&
+    std::optional<DeviceBudget::Reservation> reserved;
+    while (!(reserved = budget_.TryReserve(device.label, device.budget_bytes, needed)) &&
            DropWarmSlabLocked(device.label, /*spare_prefetched=*/false, &dropped)) {
     }
-    if (!room) {
+    if (!reserved) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "a session of '", cache_key, "' needs ", FormatBytes(plan.device_bytes()),
-          " on ", device.label, " (slab ", FormatBytes(plan.slab_bytes), " + ring ",
-          FormatBytes(plan.ring_bytes()), "); ddod's budget there is ",
-          FormatBytes(device.budget_bytes), " of which sessions hold ",
-          FormatBytes(budget_.reserved(device.label) - reservation.bytes())));
+          "a session of '", attached.component.cache_key, "' needs ",
+          FormatBytes(plan.device_bytes()), " on ", device.label, " (slab ",
+          FormatBytes(plan.slab_bytes), " + ring ", FormatBytes(plan.ring_bytes()),
+          "); ddod's budget there is ", FormatBytes(device.budget_bytes),
+          " of which sessions hold ",
+          FormatBytes(budget_.reserved(device.label) - room.reservation.bytes())));
     }
-    reservation.Merge(*std::move(room));
-    warm_.Remember(owned_key,
+    room.reservation.Merge(*std::move(reserved));
+    // Recipes are kept per uid, as the keys are (ComponentStore).
+    warm_.Remember(absl::StrCat(attached.component.owner_uid, ":", attached.component.cache_key),
                    SlabRecipe{device.label, device.ordinal, device.budget_bytes, bytes_identity,
                               plan.slab_signature, plan.resident, plan.slab_bytes});
   }
-  const bool slab_warm = slab != nullptr;
-  if (!slab_warm) {
+  room.slab_warm = room.slab != nullptr;
+  if (!room.slab_warm) {
     DDO_ASSIGN_OR_RETURN(std::unique_ptr<ResidentSlab> opened,
                          device.ordinal < 0 ? OpenHostSlab(NewSegmentName('s'), plan.slab_bytes)
                                             : OpenCudaSlab(device.ordinal, plan.slab_bytes));
-    slab = std::move(opened);
+    room.slab = std::move(opened);
   }
-  plan.decisions.push_back({"slab", slab_warm ? "warm" : "filled now",
-                            slab_warm ? "a closed session of the same component and plan left it "
-                                        "on the device (warm_process)"
-                                      : "no warm slab of this component and plan"});
+  return room;
+}
 
-  SessionDeviceSpec spec;
-  spec.ring_bytes = plan.ring_bytes();
-  spec.ring_slots = plan.ring_slots;
-  spec.ring_segment_name = NewSegmentName('r');
+void StreamSessions::Publish(std::shared_ptr<StreamSession> session, DeviceRoom room,
+                             uid_t owner_uid, StreamWorker* worker) {
+  {
+    absl::MutexLock lock(&mu_);
+    sessions_[session->id()] =
+        OpenSession{session, std::move(room.slab_key), std::move(room.reservation), owner_uid};
+    // The registry's record says where the session runs (SessionDirectory detaches by it).
+    (void)registry_.MarkStreaming(session->id(), session->device());
+  }
+  worker->Add(std::move(session));
+}
+
+absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttachment attached,
+                                                  const std::string& requested_device,
+                                                  SessionPlan plan) {
+  DDO_ASSIGN_OR_RETURN(Device device, ResolveDevice(requested_device));
+  const ComponentName name{attached.component.owner_uid, attached.component.cache_key,
+                           attached.component.base_cache_key};
+  if (device.ordinal >= 0 && !attached.bytes.AllPinned()) {
+    plan.decisions.push_back({"host_memory", "not pinned",
+                              "copies from pageable memory are staged by the driver (slower)"});
+  }
+  DDO_ASSIGN_OR_RETURN(DeviceRoom room, ReserveRoom(device, attached, plan));
+  plan.decisions.push_back({"slab", room.slab_warm ? "warm" : "filled now",
+                            room.slab_warm ? "a closed session of the same component and plan "
+                                             "left it on the device (warm_process)"
+                                           : "no warm slab of this component and plan"});
+  SessionDeviceSpec spec{plan.ring_bytes(), plan.ring_slots, NewSegmentName('r')};
   DDO_ASSIGN_OR_RETURN(std::unique_ptr<SessionDevice> memory,
                        device.ordinal < 0 ? OpenHostSessionDevice(spec)
                                           : OpenCudaSessionDevice(device.ordinal, spec));
@@ -162,35 +157,16 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
                        ControlBlock::Create(NewSegmentName('c'), plan.ring_slots,
                                             static_cast<uint32_t>(plan.units.size()),
                                             plan.arena_bytes));
-  DDO_ASSIGN_OR_RETURN(StreamWorker * device_worker, WorkerFor(device));
-
+  DDO_ASSIGN_OR_RETURN(StreamWorker * worker, WorkerFor(device));
   auto session = std::make_shared<StreamSession>(
-      attached.session_id, lease.id, cache_key, device.label,
-      attached.component.tensors, attached.bytes, std::move(plan), slab, slab_warm,
-      std::move(memory), std::move(control));
+      attached.session_id, lease.id, name.cache_key, device.label, attached.component.tensors,
+      attached.bytes, std::move(plan), room.slab, room.slab_warm, std::move(memory),
+      std::move(control));
   const absl::Time fill_start = absl::Now();
   DDO_RETURN_IF_ERROR(session->FillSlab());
   const double fill_seconds = absl::ToDoubleSeconds(absl::Now() - fill_start);
-
-  const std::string schedule_key = absl::StrCat(owned_key, "/", session->plan().signature);
-  std::vector<uint32_t> known;
-  bool known_from_base = false;
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto it = known_schedules_.find(schedule_key); it != known_schedules_.end()) {
-      known = it->second;
-    } else if (!attached.component.base_cache_key.empty()) {
-      // A derived version has its root base's units: the base's runners learned its order.
-      const std::string base_key = absl::StrCat(attached.component.owner_uid, ":",
-                                                attached.component.base_cache_key, "/",
-                                                session->plan().signature);
-      if (auto base = known_schedules_.find(base_key); base != known_schedules_.end()) {
-        known = base->second;
-        known_from_base = true;
-      }
-    }
-  }
-  if (!known.empty()) (void)session->SetSchedule(known);
+  const KnownSchedule known = memory_.Known(name, session->plan().signature);
+  if (!known.order.empty()) (void)session->SetSchedule(known.order);
 
   OpenedStream opened;
   DDO_RETURN_IF_ERROR(session->device_memory().Export(&opened.memory));
@@ -201,23 +177,17 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
   opened.plan = placed;
   opened.control_block_shm = session->control().name();
   opened.control_block_bytes = session->control().size();
-  opened.doorbell_shm = device_worker->doorbell_name();
-  opened.schedule = known;
-  {
-    absl::MutexLock lock(&mu_);
-    sessions_[session->id()] =
-        OpenSession{session, slab_key, std::move(reservation), attached.component.owner_uid};
-    // The registry's record says where the session runs (SessionDirectory detaches by it).
-    (void)registry_.MarkStreaming(session->id(), device.label);
-  }
-  device_worker->Add(session);
+  opened.doorbell_shm = worker->doorbell_name();
+  opened.schedule = known.order;
   Logger("stream")->info(
       "session {} of '{}' on {}: slab {} {} in {:.3f} s, {} units streamed through a {} "
       "arena (up to {} in flight) + a {} out-of-schedule slot{}",
-      session->id().substr(0, 8), cache_key, device.label, FormatBytes(placed.slab_bytes),
-      slab_warm ? "warm" : "filled", fill_seconds, placed.units.size(),
+      session->id().substr(0, 8), name.cache_key, device.label, FormatBytes(placed.slab_bytes),
+      room.slab_warm ? "warm" : "filled", fill_seconds, placed.units.size(),
       FormatBytes(placed.arena_bytes), placed.ring_slots, FormatBytes(placed.slot_bytes),
-      known.empty() ? "" : known_from_base ? ", schedule known from its base" : ", schedule known");
+      known.order.empty() ? "" : known.from_base ? ", schedule known from its base"
+                                                 : ", schedule known");
+  Publish(std::move(session), std::move(room), name.owner_uid, worker);
   opened.component = std::move(attached.component);
   return opened;
 }
@@ -241,28 +211,16 @@ absl::StatusOr<uint32_t> StreamSessions::SetSchedule(const std::string& session_
   const uint32_t length = static_cast<uint32_t>(schedule.size());
   std::vector<uint32_t> copy = schedule;
   DDO_RETURN_IF_ERROR(session->SetSchedule(std::move(schedule)));
-  WeightRows kept = KeepComponentRows(session->tensors(), std::move(rows));
-  {
-    absl::MutexLock lock(&mu_);
-    known_schedules_[absl::StrCat(owner_uid, ":", session->cache_key(), "/",
-                                  session->plan().signature)] = std::move(copy);
-    if (!kept.empty()) {
-      learned_rows_[absl::StrCat(owner_uid, ":", session->cache_key())] = std::move(kept);
-    }
-  }
+  const ComponentName name{owner_uid, session->cache_key(), ""};
+  memory_.RememberSchedule(name, session->plan().signature, std::move(copy));
+  memory_.RememberRows(name, session->tensors(), rows);
   worker->Ring();
   return length;
 }
 
 WeightRows StreamSessions::LearnedRows(uid_t owner_uid, const std::string& cache_key,
                                        const std::string& base_cache_key) const {
-  absl::MutexLock lock(&mu_);
-  for (const std::string* key : {&cache_key, &base_cache_key}) {
-    if (key->empty()) continue;
-    auto it = learned_rows_.find(absl::StrCat(owner_uid, ":", *key));
-    if (it != learned_rows_.end()) return it->second;
-  }
-  return {};
+  return memory_.LearnedRows(ComponentName{owner_uid, cache_key, base_cache_key});
 }
 
 absl::Status StreamSessions::Detach(const std::string& session_id) {

@@ -29,6 +29,7 @@
 #include "daemon/store/component_store.h"
 #include "daemon/stream/device_budget.h"
 #include "daemon/stream/device_export.h"
+#include "daemon/stream/schedule_memory.h"
 #include "daemon/stream/session_plan.h"
 #include "daemon/stream/stream_session.h"
 #include "daemon/stream/stream_worker.h"
@@ -159,7 +160,21 @@ class StreamSessions {
     DeviceBudget::Reservation reservation;  // its slab and ring in ddod's budget
     uid_t owner_uid = 0;                    // whose cache key it streams
   };
+  // Where a new session's slab comes from and the device bytes it holds under ddod's budget.
+  struct DeviceRoom {
+    std::shared_ptr<ResidentSlab> slab;
+    bool slab_warm = false;  // a closed session's slab, already filled
+    std::string slab_key;
+    DeviceBudget::Reservation reservation;  // slab + ring
+  };
   absl::StatusOr<Device> ResolveDevice(const std::string& requested) const;
+  // A warm slab of the same component bytes and placement, or room for a new one, reserved
+  // before anything is allocated; warm slabs give way, least recently used first.
+  absl::StatusOr<DeviceRoom> ReserveRoom(const Device& device, const HostAttachment& attached,
+                                         const SessionPlan& plan);
+  // Makes `session` visible (the map, the registry) and hands it to its worker.
+  void Publish(std::shared_ptr<StreamSession> session, DeviceRoom room, uid_t owner_uid,
+               StreamWorker* worker);
   absl::StatusOr<StreamWorker*> WorkerFor(const Device& device);
   // Closes and frees a session already removed from sessions_; keeps its slab warm when it may.
   void CloseSession(OpenSession open, SessionState state);
@@ -185,12 +200,8 @@ class StreamSessions {
   StreamTotals closed_totals_ ABSL_GUARDED_BY(mu_);
   StreamTotals last_totals_ ABSL_GUARDED_BY(mu_);  // what Totals() returned last
   std::map<std::string, std::unique_ptr<StreamWorker>> workers_ ABSL_GUARDED_BY(mu_);
-  // The last schedule per "<cache key>/<plan signature>". A derived version with none of its
-  // own takes its root base's (the same units): its first forward need not learn one.
-  std::map<std::string, std::vector<uint32_t>> known_schedules_ ABSL_GUARDED_BY(mu_);
-  // The rows of the last learning forward per "<uid>:<cache key>" (any plan: the planner
-  // uses them to choose the next plan).
-  std::map<std::string, WeightRows> learned_rows_ ABSL_GUARDED_BY(mu_);
+  // Schedules and rows learned per component (its own mutex).
+  ScheduleMemory memory_;
   WarmSlabCache warm_ ABSL_GUARDED_BY(mu_);
 };
 
