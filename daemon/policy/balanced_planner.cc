@@ -21,41 +21,20 @@ double VramHeadroomGib(double total_vram_gib, double model_to_vram_ratio) {
   return std::max(3.0, 0.15 * total_vram_gib);
 }
 
-BalancedPlan PlanBalanced(const BalancedInputs& in) {
-  BalancedPlan plan;
+namespace {
+
+void Decide(BalancedPlan& plan, std::string key, std::string value) {
+  plan.decisions.push_back({std::move(key), std::move(value)});
+}
+
+// The resident budget (the seed's rules, in its order): a quarter of the candidates to start,
+// raised toward the VRAM target when the model outgrows VRAM, capped by the target, a profile's
+// measured budget or DDO_MAX_RESIDENT_MODULE_BUDGET_GB; zero (or the profile's) on a full pin.
+void DecideResidentBudget(const BalancedInputs& in, double ratio, double usable_ram,
+                          std::optional<double> profile_budget, BalancedPlan& plan) {
   auto decide = [&plan](std::string key, std::string value) {
-    plan.decisions.push_back({std::move(key), std::move(value)});
+    Decide(plan, std::move(key), std::move(value));
   };
-  const double ratio =
-      in.total_vram_gib > 0 ? in.candidate_module_gib / in.total_vram_gib : 0.0;
-  const double usable_ram = std::max(0.0, in.available_ram_gib - in.system_ram_headroom_gib);
-  decide("auto_budget_policy", "balanced");
-  decide("candidate_weight_gb", FormatGib(in.candidate_weight_gib));
-  decide("candidate_resident_module_gb", FormatGib(in.candidate_module_gib));
-  decide("available_system_ram_gb", FormatGib(in.available_ram_gib));
-  decide("system_ram_headroom_gb", FormatGib(in.system_ram_headroom_gib));
-  decide("cuda_total_vram_gb", FormatGib(in.total_vram_gib));
-  decide("auto_model_to_vram_ratio", FormatGib(ratio));
-  decide("auto_usable_system_ram_gb", FormatGib(usable_ram));
-  decide("auto_full_pin_min_model_to_vram_ratio", FormatGib(in.full_pin_min_model_to_vram_ratio));
-  if (in.profile_budget_gib) {
-    decide("profile_resident_module_budget_requested_gb", FormatGib(*in.profile_budget_gib));
-  }
-
-  // The full-pin rule: pin everything, keep nothing resident, for models far larger than VRAM
-  // when RAM holds them.
-  plan.full_pin = in.pin_cpu_memory && in.pin_weight_budget_gib == 0 &&
-                  in.pin_weight_budget_ratio == 0 && in.resident_module_budget_gib == 0 &&
-                  in.max_pin_weight_budget_gib == 0 && in.available_ram_gib > 0 &&
-                  in.candidate_weight_gib > 0 && usable_ram >= in.candidate_weight_gib &&
-                  in.full_pin_min_model_to_vram_ratio > 0 &&
-                  ratio >= in.full_pin_min_model_to_vram_ratio;
-  std::optional<double> profile_budget;
-  if (in.profile_budget_gib) {
-    profile_budget = std::min(*in.profile_budget_gib, in.candidate_module_gib);
-  }
-
-  // The resident budget.
   if (in.resident_module_budget_gib == 0 && in.candidate_module_gib > 0) {
     if (!plan.full_pin) {
       double budget = kStartFraction * in.candidate_module_gib;
@@ -98,7 +77,14 @@ BalancedPlan PlanBalanced(const BalancedInputs& in) {
     decide("auto_resident_module_decision", plan.resident_decision);
   }
 
-  // The pin budget.
+}
+
+// The pin budget: the whole candidates on a full pin, else 100/85/75% by size; none when RAM
+// cannot hold the candidates and the residents beside the headroom.
+void DecidePinBudget(const BalancedInputs& in, double usable_ram, BalancedPlan& plan) {
+  auto decide = [&plan](std::string key, std::string value) {
+    Decide(plan, std::move(key), std::move(value));
+  };
   if (in.pin_weight_budget_gib == 0 && in.pin_weight_budget_ratio == 0 &&
       in.candidate_weight_gib > 0) {
     if (plan.full_pin) {
@@ -125,6 +111,46 @@ BalancedPlan PlanBalanced(const BalancedInputs& in) {
     decide("auto_pin_weight_budget_gb", FormatGib(budget));
     decide("auto_pin_weight_decision", plan.pin_decision);
   }
+}
+
+}  // namespace
+
+BalancedPlan PlanBalanced(const BalancedInputs& in) {
+  BalancedPlan plan;
+  auto decide = [&plan](std::string key, std::string value) {
+    Decide(plan, std::move(key), std::move(value));
+  };
+  const double ratio =
+      in.total_vram_gib > 0 ? in.candidate_module_gib / in.total_vram_gib : 0.0;
+  const double usable_ram = std::max(0.0, in.available_ram_gib - in.system_ram_headroom_gib);
+  decide("auto_budget_policy", "balanced");
+  decide("candidate_weight_gb", FormatGib(in.candidate_weight_gib));
+  decide("candidate_resident_module_gb", FormatGib(in.candidate_module_gib));
+  decide("available_system_ram_gb", FormatGib(in.available_ram_gib));
+  decide("system_ram_headroom_gb", FormatGib(in.system_ram_headroom_gib));
+  decide("cuda_total_vram_gb", FormatGib(in.total_vram_gib));
+  decide("auto_model_to_vram_ratio", FormatGib(ratio));
+  decide("auto_usable_system_ram_gb", FormatGib(usable_ram));
+  decide("auto_full_pin_min_model_to_vram_ratio", FormatGib(in.full_pin_min_model_to_vram_ratio));
+  if (in.profile_budget_gib) {
+    decide("profile_resident_module_budget_requested_gb", FormatGib(*in.profile_budget_gib));
+  }
+
+  // The full-pin rule: pin everything, keep nothing resident, for models far larger than VRAM
+  // when RAM holds them.
+  plan.full_pin = in.pin_cpu_memory && in.pin_weight_budget_gib == 0 &&
+                  in.pin_weight_budget_ratio == 0 && in.resident_module_budget_gib == 0 &&
+                  in.max_pin_weight_budget_gib == 0 && in.available_ram_gib > 0 &&
+                  in.candidate_weight_gib > 0 && usable_ram >= in.candidate_weight_gib &&
+                  in.full_pin_min_model_to_vram_ratio > 0 &&
+                  ratio >= in.full_pin_min_model_to_vram_ratio;
+  std::optional<double> profile_budget;
+  if (in.profile_budget_gib) {
+    profile_budget = std::min(*in.profile_budget_gib, in.candidate_module_gib);
+  }
+
+  DecideResidentBudget(in, ratio, usable_ram, profile_budget, plan);
+  DecidePinBudget(in, usable_ram, plan);
   return plan;
 }
 

@@ -29,44 +29,19 @@ std::string Text(const std::map<std::string, std::string>& values, const std::st
   return it == values.end() ? "" : it->second;
 }
 
-}  // namespace
-
-void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
-                         const std::set<std::string>& streamable,
-                         const std::map<std::string, std::string>& values,
-                         const MachineFacts& machine, StreamSettings* settings,
-                         std::vector<PlanDecisionEntry>* decisions) {
-  if (Text(values, "DDO_PROFILE_CALIBRATION") == "1") {
-    // The seed's calibration baseline: zero residents, so that the measured peak is what the
-    // run needs beside its streamed weights.
-    settings->resident_budget_bytes = 0;
-    settings->always_resident_patterns.clear();
-    decisions->push_back({"profile_calibration", "zero_resident",
-                          "build_profile: the baseline run keeps nothing resident that can stream"});
-    return;
-  }
-  const double explicit_budget = Number(values, "DDO_RESIDENT_MODULE_BUDGET_GB");
-  if (explicit_budget > 0) {
-    settings->resident_budget_bytes = GiBToBytes(explicit_budget);
-    decisions->push_back({"resident_budget_source", "explicit", "DDO_RESIDENT_MODULE_BUDGET_GB"});
-    return;
-  }
-  if (Text(values, "DDO_AUTO_BUDGET_POLICY") != "balanced") {
-    decisions->push_back({"resident_budget_source",
-                          settings->vram_budget_bytes ? "vram_budget" : "none",
-                          settings->vram_budget_bytes
-                              ? "what DDO_VRAM_BUDGET_GB leaves after the ring and the reserve"
-                              : "DDO_RESIDENT_MODULE_BUDGET_GB is 0 and DDO_AUTO_BUDGET_POLICY is off"});
-    return;
-  }
-  // Candidates as the seed counts them: streamable weights above the small threshold; the
-  // "model" of the VRAM ratio is everything inside repeated blocks.
+// The seed's balanced planner's inputs: candidates as the seed counts them (streamable weights
+// above the small threshold; the "model" of the VRAM ratio is everything inside repeated
+// blocks), the machine, and the DDO_* values that tune it.
+BalancedInputs GatherBalancedInputs(const std::vector<TensorEntry>& tensors,
+                                    const std::set<std::string>& streamable,
+                                    const std::map<std::string, std::string>& values,
+                                    const MachineFacts& machine, const StreamSettings& settings) {
   std::vector<std::string> paths;
   for (const TensorEntry& tensor : tensors) paths.push_back(tensor.module_path);
   const std::map<std::string, std::string> blocks = BlocksOf(paths);
   BalancedInputs in;
   for (const TensorEntry& tensor : tensors) {
-    if (streamable.count(tensor.name) && tensor.byte_size > settings->small_tensor_bytes) {
+    if (streamable.count(tensor.name) && tensor.byte_size > settings.small_tensor_bytes) {
       in.candidate_weight_gib += tensor.byte_size / kGiB;
     }
     if (!blocks.at(tensor.module_path).empty()) in.candidate_module_gib += tensor.byte_size / kGiB;
@@ -87,16 +62,18 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
   if (const double profile = Number(values, "DDO_PROFILE_RESIDENT_MODULE_BUDGET_GB"); profile > 0) {
     in.profile_budget_gib = profile;
   }
-  if (settings->vram_budget_bytes) {
+  if (settings.vram_budget_bytes) {
     // The session's own budget is the device it may use.
     in.total_vram_gib = in.total_vram_gib > 0
-                            ? std::min(in.total_vram_gib, *settings->vram_budget_bytes / kGiB)
-                            : *settings->vram_budget_bytes / kGiB;
+                            ? std::min(in.total_vram_gib, *settings.vram_budget_bytes / kGiB)
+                            : *settings.vram_budget_bytes / kGiB;
   }
-  const BalancedPlan balanced = PlanBalanced(in);
-  for (const PlannerDecision& decision : balanced.decisions) {
-    decisions->push_back({decision.key, decision.value, "the seed's balanced planner"});
-  }
+  return in;
+}
+
+// The seed's pin selection, reported beside ddod's whole-segment pinning.
+void ReportPinSelection(const BalancedPlan& balanced, const BalancedInputs& in,
+                        std::vector<PlanDecisionEntry>* decisions) {
   if (balanced.pin_budget_gib && balanced.pin_decision != "skip_insufficient_ram") {
     // The seed's selection of the weights to pin, among those its residents leave: reported
     // (ddod pins the whole segment, below).
@@ -119,6 +96,31 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
                           "ddod pins a component's pool segment whole; the seed's partial pin "
                           "budget is reported above for comparison"});
   }
+}
+
+// The seed's resident budget, and its step 4 for a full pin with zero residents.
+void UseSeedRule(const BalancedPlan& balanced, std::string reason, StreamSettings* settings,
+                 std::vector<PlanDecisionEntry>* decisions) {
+  if (balanced.resident_budget_gib) {
+    settings->resident_budget_bytes = GiBToBytes(*balanced.resident_budget_gib);
+  }
+  decisions->push_back({"resident_budget_rule", "seed", std::move(reason)});
+  if (balanced.pin_decision == "full_pin_zero_resident") {
+    // The seed's step 4: the default always-resident leaves would take the headroom this
+    // mode keeps for activations.
+    settings->always_resident_patterns.clear();
+    decisions->push_back({"auto_always_resident_decision", "offload_for_zero_resident",
+                          "full pin, zero resident: the always-resident patterns are cleared"});
+  }
+}
+
+// DDO_RESIDENT_BUDGET_RULE: the seed's budget, or the bandwidth rule when its plan copies less.
+void ApplyBudgetRule(const std::vector<TensorEntry>& tensors,
+                     const std::set<std::string>& streamable,
+                     const std::map<std::string, std::string>& values,
+                     const MachineFacts& machine, const BalancedInputs& in,
+                     const BalancedPlan& balanced, StreamSettings* settings,
+                     std::vector<PlanDecisionEntry>* decisions) {
   const double seed_budget_gib = balanced.resident_budget_gib.value_or(0);
   auto transfer = [&](double gib) {
     return machine.h2d_gbps > 0
@@ -127,17 +129,7 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
                : std::string();
   };
   auto use_seed = [&](std::string reason) {
-    if (balanced.resident_budget_gib) {
-      settings->resident_budget_bytes = GiBToBytes(*balanced.resident_budget_gib);
-    }
-    decisions->push_back({"resident_budget_rule", "seed", std::move(reason)});
-    if (balanced.pin_decision == "full_pin_zero_resident") {
-      // The seed's step 4: the default always-resident leaves would take the headroom this
-      // mode keeps for activations.
-      settings->always_resident_patterns.clear();
-      decisions->push_back({"auto_always_resident_decision", "offload_for_zero_resident",
-                            "full pin, zero resident: the always-resident patterns are cleared"});
-    }
+    UseSeedRule(balanced, std::move(reason), settings, decisions);
   };
   if (Text(values, "DDO_RESIDENT_BUDGET_RULE") == "seed") return use_seed("DDO_RESIDENT_BUDGET_RULE=seed");
   if (in.profile_budget_gib) {
@@ -190,6 +182,46 @@ void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
                        usable_gib, in.total_vram_gib, std::max(0.0, headroom - reserve_gib),
                        reserve_gib, streamed_gib, transfer(streamed_gib), against,
                        seed_budget_gib)});
+}
+
+
+}  // namespace
+
+void ApplyResidentPolicy(const std::vector<TensorEntry>& tensors,
+                         const std::set<std::string>& streamable,
+                         const std::map<std::string, std::string>& values,
+                         const MachineFacts& machine, StreamSettings* settings,
+                         std::vector<PlanDecisionEntry>* decisions) {
+  if (Text(values, "DDO_PROFILE_CALIBRATION") == "1") {
+    // The seed's calibration baseline: zero residents, so that the measured peak is what the
+    // run needs beside its streamed weights.
+    settings->resident_budget_bytes = 0;
+    settings->always_resident_patterns.clear();
+    decisions->push_back({"profile_calibration", "zero_resident",
+                          "build_profile: the baseline run keeps nothing resident that can stream"});
+    return;
+  }
+  const double explicit_budget = Number(values, "DDO_RESIDENT_MODULE_BUDGET_GB");
+  if (explicit_budget > 0) {
+    settings->resident_budget_bytes = GiBToBytes(explicit_budget);
+    decisions->push_back({"resident_budget_source", "explicit", "DDO_RESIDENT_MODULE_BUDGET_GB"});
+    return;
+  }
+  if (Text(values, "DDO_AUTO_BUDGET_POLICY") != "balanced") {
+    decisions->push_back({"resident_budget_source",
+                          settings->vram_budget_bytes ? "vram_budget" : "none",
+                          settings->vram_budget_bytes
+                              ? "what DDO_VRAM_BUDGET_GB leaves after the ring and the reserve"
+                              : "DDO_RESIDENT_MODULE_BUDGET_GB is 0 and DDO_AUTO_BUDGET_POLICY is off"});
+    return;
+  }
+  const BalancedInputs in = GatherBalancedInputs(tensors, streamable, values, machine, *settings);
+  const BalancedPlan balanced = PlanBalanced(in);
+  for (const PlannerDecision& decision : balanced.decisions) {
+    decisions->push_back({decision.key, decision.value, "the seed's balanced planner"});
+  }
+  ReportPinSelection(balanced, in, decisions);
+  ApplyBudgetRule(tensors, streamable, values, machine, in, balanced, settings, decisions);
 }
 
 }  // namespace ddo

@@ -144,18 +144,27 @@ bool StreamSession::LoadSchedule() {
 
 StreamSession::StepResult StreamSession::Step() {
   if (stopped_.load() || plan_.units.empty()) return StepResult::kIdle;
-  const uint32_t sync_slot = plan_.ring_slots;
-  bool worked = false;
-  bool waiting = false;
-
-  // Publish the copies that finished, in order: the runner never sees a slot before its bytes
-  // are all there, so its stream needs no wait on ddod's events.
   bool published = false;
+  bool waiting = false;
+  if (!PublishFinished(published, waiting)) return StepResult::kWorked;
+  if (published) {
+    if (control_.runner_waiting().load() != 0) runner_waits_.fetch_add(1);
+    control_.WakeRunner();
+  }
+  if (std::optional<StepResult> served = ServeSyncRequest()) return *served;
+  if (std::optional<StepResult> enqueued = EnqueueNextUse(waiting)) return *enqueued;
+  if (published) return StepResult::kWorked;
+  return waiting || !in_flight_.empty() ? StepResult::kWaitingOnDevice : StepResult::kIdle;
+}
+
+bool StreamSession::PublishFinished(bool& published, bool& waiting) {
+  // In order: the runner never sees a slot before its bytes are all there, so its stream
+  // needs no wait on ddod's events.
   while (!in_flight_.empty()) {
     absl::StatusOr<bool> done = device_memory_->ReadyDone(in_flight_.front().slot);
     if (!done.ok()) {
       Fail(done.status());
-      return StepResult::kWorked;
+      return false;
     }
     if (!*done) {
       waiting = true;
@@ -169,74 +178,70 @@ StreamSession::StepResult StreamSession::Step() {
     produced_.fetch_add(1);
     published = true;
   }
-  if (sync_in_flight_ != 0) {
-    absl::StatusOr<bool> done = device_memory_->ReadyDone(sync_slot);
-    if (!done.ok()) {
-      Fail(done.status());
-      return StepResult::kWorked;
-    }
-    if (*done) {
-      control_.slot_use(sync_slot).store(sync_in_flight_);
-      control_.sync_done().store(sync_in_flight_);
-      sync_uses_.fetch_add(1);
-      sync_in_flight_ = 0;
-      published = true;
-    } else {
-      waiting = true;
-    }
+  if (sync_in_flight_ == 0) return true;
+  const uint32_t sync_slot = plan_.ring_slots;
+  absl::StatusOr<bool> done = device_memory_->ReadyDone(sync_slot);
+  if (!done.ok()) {
+    Fail(done.status());
+    return false;
   }
-  if (published) {
-    if (control_.runner_waiting().load() != 0) runner_waits_.fetch_add(1);
-    control_.WakeRunner();
-    worked = true;
+  if (!*done) {
+    waiting = true;
+    return true;
   }
+  control_.slot_use(sync_slot).store(sync_in_flight_);
+  control_.sync_done().store(sync_in_flight_);
+  sync_uses_.fetch_add(1);
+  sync_in_flight_ = 0;
+  published = true;
+  return true;
+}
 
-  // An out-of-schedule request: the runner is waiting for it.
+std::optional<StreamSession::StepResult> StreamSession::ServeSyncRequest() {
   const uint64_t request = control_.sync_request().load();
-  if (request > sync_served_ && sync_in_flight_ == 0) {
-    const uint32_t unit = control_.sync_unit().load();
-    if (unit >= plan_.units.size()) {
-      Fail(absl::InvalidArgumentError(absl::StrCat("the runner asked for unit ", unit, " of ",
-                                                   plan_.units.size())));
-      return StepResult::kWorked;
-    }
-    absl::StatusOr<bool> free = device_memory_->ConsumedDone(sync_slot);
-    if (!free.ok()) {
-      Fail(free.status());
-      return StepResult::kWorked;
-    }
-    if (!*free) return StepResult::kWaitingOnDevice;
-    if (!CopyUnit(unit, sync_slot, plan_.arena_bytes)) return StepResult::kWorked;
-    sync_served_ = request;
-    sync_in_flight_ = request;
+  if (request <= sync_served_ || sync_in_flight_ != 0) return std::nullopt;
+  const uint32_t sync_slot = plan_.ring_slots;
+  const uint32_t unit = control_.sync_unit().load();
+  if (unit >= plan_.units.size()) {
+    Fail(absl::InvalidArgumentError(absl::StrCat("the runner asked for unit ", unit, " of ",
+                                                 plan_.units.size())));
     return StepResult::kWorked;
   }
-
-  // The next use of the schedule, unless the runner skipped past it.
-  if (LoadSchedule()) {
-    const uint64_t consumed = control_.consumed().load();
-    const uint64_t use = std::max(next_use_, consumed);
-    if (use < consumed + plan_.ring_slots) {
-      const uint32_t unit = worker_schedule_[use % worker_schedule_.size()];
-      absl::StatusOr<Room> room = MakeRoom(use, consumed);
-      if (!room.ok()) {
-        Fail(room.status());
-        return StepResult::kWorked;
-      }
-      if (room->state == Room::kFits) {
-        const uint32_t slot = static_cast<uint32_t>(use % plan_.ring_slots);
-        const uint64_t ring_offset = room->start % packing_.arena_bytes;
-        if (!CopyUnit(unit, slot, ring_offset)) return StepResult::kWorked;
-        placed_.push_back({use, slot, room->start});
-        in_flight_.push_back({use, slot, ring_offset});
-        next_use_ = use + 1;
-        return StepResult::kWorked;
-      }
-      if (room->state == Room::kWaitingOnDevice) waiting = true;
-    }
+  absl::StatusOr<bool> free = device_memory_->ConsumedDone(sync_slot);
+  if (!free.ok()) {
+    Fail(free.status());
+    return StepResult::kWorked;
   }
-  if (worked) return StepResult::kWorked;
-  return waiting || !in_flight_.empty() ? StepResult::kWaitingOnDevice : StepResult::kIdle;
+  if (!*free) return StepResult::kWaitingOnDevice;
+  if (!CopyUnit(unit, sync_slot, plan_.arena_bytes)) return StepResult::kWorked;
+  sync_served_ = request;
+  sync_in_flight_ = request;
+  return StepResult::kWorked;
+}
+
+std::optional<StreamSession::StepResult> StreamSession::EnqueueNextUse(bool& waiting) {
+  // The next use of the schedule, unless the runner skipped past it.
+  if (!LoadSchedule()) return std::nullopt;
+  const uint64_t consumed = control_.consumed().load();
+  const uint64_t use = std::max(next_use_, consumed);
+  if (use >= consumed + plan_.ring_slots) return std::nullopt;
+  const uint32_t unit = worker_schedule_[use % worker_schedule_.size()];
+  absl::StatusOr<Room> room = MakeRoom(use, consumed);
+  if (!room.ok()) {
+    Fail(room.status());
+    return StepResult::kWorked;
+  }
+  if (room->state != Room::kFits) {
+    if (room->state == Room::kWaitingOnDevice) waiting = true;
+    return std::nullopt;
+  }
+  const uint32_t slot = static_cast<uint32_t>(use % plan_.ring_slots);
+  const uint64_t ring_offset = room->start % packing_.arena_bytes;
+  if (!CopyUnit(unit, slot, ring_offset)) return StepResult::kWorked;
+  placed_.push_back({use, slot, room->start});
+  in_flight_.push_back({use, slot, ring_offset});
+  next_use_ = use + 1;
+  return StepResult::kWorked;
 }
 
 bool StreamSession::CopyUnit(uint32_t unit, uint32_t slot, uint64_t ring_offset) {

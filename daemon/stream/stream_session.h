@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,16 @@ class StreamSession {
   // Enqueues the copy of one unit to `ring_offset` and the "ready" record of `slot`; false (and
   // the session marked failed) on a device error.
   bool CopyUnit(uint32_t unit, uint32_t slot, uint64_t ring_offset);
+  // Step's parts. Publishes the copies that finished, in use order, and the out-of-schedule
+  // one; sets `published`, and `waiting` when a copy is still in flight; false when the
+  // session failed.
+  bool PublishFinished(bool& published, bool& waiting);
+  // Copies the unit of a pending out-of-schedule request into the extra slot once it is free;
+  // nullopt when there is no request to serve now.
+  std::optional<StepResult> ServeSyncRequest();
+  // Copies the schedule's next use where the ring has room; nullopt when nothing was enqueued
+  // (`waiting` set when its room waits on the device).
+  std::optional<StepResult> EnqueueNextUse(bool& waiting);
 
   // Room in the ring for use `use` of `span` bytes: its slot free and its bytes after the last
   // placement (no unit wraps around the arena's end). Retires the oldest placements the runner
