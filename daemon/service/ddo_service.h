@@ -141,6 +141,30 @@ class DdoService final : public ddo::v1::Ddo::Service {
     bool finished_ = false;
     std::optional<uid_t> counted_uid_;  // set once calls_ counted this call
   };
+  // Fills `load`'s files from `request`: by path (ddod's own user only) or by descriptor.
+  absl::Status OpenRequestedFiles(grpc::ServerContext* ctx,
+                                  const ddo::v1::LoadSafetensorsRequest& request,
+                                  const Caller& caller, SafetensorsRequest& load);
+  // One unary call: the caller is identified and counted (Call::Enter), the request checked
+  // against its limits (request_limits.h), then `body` runs with the caller and its status
+  // finishes the call (counters, latency, the gRPC status). Every handler but GetInfo (served
+  // to anyone, even while stopping) and Connect (the lease stream) goes through it.
+  template <typename Request, typename Body>
+  grpc::Status Handle(const char* method, grpc::ServerContext* ctx, const Request& request,
+                      Body&& body) {
+    Call call(*this, method);
+    absl::StatusOr<Caller> caller = call.Admit(ctx, request);
+    if (!caller.ok()) return call.Finish(caller.status());
+    return call.Finish(body(*caller));
+  }
+  // The same for a request with nothing to check.
+  template <typename Body>
+  grpc::Status HandleEntered(const char* method, grpc::ServerContext* ctx, Body&& body) {
+    Call call(*this, method);
+    absl::StatusOr<Caller> caller = call.Enter(ctx);
+    if (!caller.ok()) return call.Finish(caller.status());
+    return call.Finish(body(*caller));
+  }
   // After a call created something for `lease`: when the lease ended meanwhile (its client
   // died), releases what it owns and returns ABORTED.
   absl::Status ReleaseIfLeaseEnded(const Lease& lease);
