@@ -78,6 +78,41 @@ ConnectionLimits ConnectionLimitsOf(const DaemonOptions& options) {
   return limits;
 }
 
+// The start's first lines: version, preset, machine, RAM budget and every device.
+void LogMachine(const DaemonContext& context, const SystemInfo& system) {
+  auto log = Logger("server");
+  log->info("ddod {} preset {} (requested '{}'), {} on {} ({}), RAM budget {:.1f} GiB",
+            kVersion, context.options.preset->name, context.options.requested_preset,
+            OsFlavorName(system.os), system.hostname, system.os_release,
+            context.ram_budget_bytes / (1024.0 * 1024 * 1024));
+  log->info("backend: {}", context.gpus.detail);
+  for (const GpuDevice& gpu : context.gpus.devices) {
+    log->info("device {}: {} {} ({:.1f} GiB, sm {}, {})", gpu.ordinal, gpu.uuid, gpu.name,
+              gpu.total_bytes / (1024.0 * 1024 * 1024), gpu.compute_capability, gpu.pci_bus_id);
+  }
+}
+
+// The streaming engine's options from ddod's: the VRAM budget, host devices, and the RAM bound.
+StreamSessionsOptions StreamSessionsOptionsOf(const DaemonContext& context) {
+  StreamSessionsOptions streams;
+  streams.vram_budget_bytes =
+      context.options.vram_budget_gb ? GiBToBytes(*context.options.vram_budget_gb) : 0;
+  streams.host_devices = context.options.host_devices;
+  // Host-backend slabs and rings live in RAM beside the pool: bounded like it, so that no
+  // caller can fill the machine's memory with sessions (docs/security.md).
+  streams.host_budget_bytes = context.ram_budget_bytes;
+  // warm_process (DDO_CACHE_PINNED_WEIGHTS): slabs stay warm for the next runner.
+  const auto& env = context.options.setting_environment;
+  std::string warm = "0";
+  if (auto it = env.find("DDO_CACHE_PINNED_WEIGHTS"); it != env.end()) {
+    warm = it->second;
+  } else if (context.options.preset != nullptr) {
+    warm = context.options.preset->Find("DDO_CACHE_PINNED_WEIGHTS").value_or("0");
+  }
+  streams.keep_slabs_warm = ParseSeedBool(warm);
+  return streams;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions options) {
@@ -115,38 +150,12 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   context.gpus = ProbeGpus();
   context.wsl = system.os == OsFlavor::kWsl;
   context.windows = system.os == OsFlavor::kWindows;
-  auto log = Logger("server");
-  log->info("ddod {} preset {} (requested '{}'), {} on {} ({}), RAM budget {:.1f} GiB",
-            kVersion, context.options.preset->name, context.options.requested_preset,
-            OsFlavorName(system.os), system.hostname, system.os_release,
-            context.ram_budget_bytes / (1024.0 * 1024 * 1024));
-  log->info("backend: {}", context.gpus.detail);
-  for (const GpuDevice& gpu : context.gpus.devices) {
-    log->info("device {}: {} {} ({:.1f} GiB, sm {}, {})", gpu.ordinal, gpu.uuid, gpu.name,
-              gpu.total_bytes / (1024.0 * 1024 * 1024), gpu.compute_capability, gpu.pci_bus_id);
-  }
+  LogMachine(context, system);
 
   DDO_RETURN_IF_ERROR(daemon->OpenPool(system));
-  StreamSessionsOptions streams;
-  streams.vram_budget_bytes =
-      context.options.vram_budget_gb ? GiBToBytes(*context.options.vram_budget_gb) : 0;
-  streams.host_devices = context.options.host_devices;
-  // Host-backend slabs and rings live in RAM beside the pool: bounded like it, so that no
-  // caller can fill the machine's memory with sessions (docs/security.md).
-  streams.host_budget_bytes = context.ram_budget_bytes;
-  // warm_process (DDO_CACHE_PINNED_WEIGHTS): slabs stay warm for the next runner.
-  {
-    const auto& env = context.options.setting_environment;
-    std::string warm = "0";
-    if (auto it = env.find("DDO_CACHE_PINNED_WEIGHTS"); it != env.end()) {
-      warm = it->second;
-    } else if (context.options.preset != nullptr) {
-      warm = context.options.preset->Find("DDO_CACHE_PINNED_WEIGHTS").value_or("0");
-    }
-    streams.keep_slabs_warm = ParseSeedBool(warm);
-  }
   daemon->streams_ = std::make_unique<StreamSessions>(
-      *daemon->store_, *daemon->session_registry_, *daemon->pool_, context.gpus, streams);
+      *daemon->store_, *daemon->session_registry_, *daemon->pool_, context.gpus,
+      StreamSessionsOptionsOf(context));
   // Callers identify themselves before their first RPC: the identity socket comes first.
   IdentityServerOptions identity;
   identity.socket_path = IdentitySocketPath(socket_path);
