@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/ctl/formatting.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 namespace {
