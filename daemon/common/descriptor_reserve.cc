@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <utility>
 
-#include "daemon/common/posix_error.h"
-#include "daemon/common/unique_fd.h"
+#include "ddo/wire/posix_error.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "daemon/common/unique_fd.h"
+#include "ddo/wire/unique_fd.h"
 #include "gtest/gtest.h"
 
 namespace ddo {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/posix_error.h"
 #include "daemon/common/status_macros.h"
+#include "ddo/wire/posix_error.h"
 
 namespace ddo {
 namespace {

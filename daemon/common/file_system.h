@@ -8,7 +8,7 @@
 // FileSystem::Default() is the real one (PosixFileSystem), process-wide, never destroyed.
 // Components take a `FileSystem*` in their options; nullptr means Default().
 //
-// Every method reports a failure as PosixError(context, errno) (daemon/common/posix_error.h):
+// Every method reports a failure as PosixError(context, errno) (ddo/wire/posix_error.h):
 // the message names the operation, the file (`name`, for the methods that take a descriptor)
 // and the system's words for the errno. EINTR is retried inside, never returned.
 //
@@ -29,8 +29,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/common/unique_fd.h"
 #include "daemon/common/work_progress.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 

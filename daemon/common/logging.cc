@@ -4,8 +4,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/throttled_sink.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 namespace {

@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/common/logging.h"
-#include "daemon/common/posix_error.h"
 #include "daemon/common/status_macros.h"
 #include "ddo/wire/daemon_address.h"
+#include "ddo/wire/posix_error.h"
 
 namespace ddo {
 namespace {

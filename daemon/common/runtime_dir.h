@@ -4,6 +4,9 @@
 // and refused when they exist as a symbolic link, belong to someone else or are writable by
 // others, so that nobody can swap the socket under a client or redirect a file ddod writes
 // there (issue 31, finding 7: a squatted /tmp/ddo-<uid> made ddod truncate a victim's file).
+//
+// Thread-safety: free functions, callable from any thread; a PrivateDirectory is a value that
+// one thread owns (its descriptor may be used from any thread once opened).
 #ifndef DDO_DAEMON_COMMON_RUNTIME_DIR_H_
 #define DDO_DAEMON_COMMON_RUNTIME_DIR_H_
 
@@ -11,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "daemon/common/unique_fd.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 

@@ -10,9 +10,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "daemon/common/display_text.h"
-#include "daemon/common/posix_error.h"
-#include "daemon/common/unique_fd.h"
+#include "ddo/wire/display_text.h"
+#include "ddo/wire/posix_error.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 namespace {

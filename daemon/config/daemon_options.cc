@@ -11,12 +11,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/config/config_file.h"
 #include "daemon/config/paths.h"
 #include "daemon/config/values.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 namespace {

@@ -4,7 +4,7 @@
 #include <re2/re2.h>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/display_text.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 namespace {

@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "daemon/common/display_text.h"
 #include "daemon/config/module_patterns.h"
 #include "daemon/config/values.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 namespace {

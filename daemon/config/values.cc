@@ -6,7 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/common/display_text.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 

@@ -4,6 +4,9 @@
 // first that answers. When none does, the error lists every address tried and why. Then it
 // proves who it is on the daemon's identity socket (refusing a daemon run by an untrusted
 // user) and every call it prepares carries the token.
+//
+// Thread-safety: one thread uses a connection at a time (ddoctl's main thread); PassFile goes
+// through IdentityLink, which pairs each request with its answer under its own mutex.
 #ifndef DDO_DAEMON_CTL_CTL_CONNECTION_H_
 #define DDO_DAEMON_CTL_CTL_CONNECTION_H_
 

@@ -9,9 +9,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ddo/wire/display_text.h"
 #include "nlohmann/json.hpp"
 #include "absl/time/time.h"
-#include "daemon/common/display_text.h"
 
 namespace ddo {
 namespace {

@@ -1,6 +1,8 @@
 // File: daemon/ctl/formatting.h
 //
 // What ddoctl prints for people. Pure functions of the messages, so tests pin the output.
+//
+// Thread-safety: pure functions; callable from any thread.
 #ifndef DDO_DAEMON_CTL_FORMATTING_H_
 #define DDO_DAEMON_CTL_FORMATTING_H_
 

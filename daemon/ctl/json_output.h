@@ -5,6 +5,8 @@
 // names in lower case (`cuda` for BACKEND_CUDA, `ready` for COMPONENT_STATE_READY). Field
 // names are the proto's; every scalar and list is present, defaults included; an unset
 // message field or oneof member is left out; maps are objects; bytes are base64.
+//
+// Thread-safety: pure functions; callable from any thread.
 #ifndef DDO_DAEMON_CTL_JSON_OUTPUT_H_
 #define DDO_DAEMON_CTL_JSON_OUTPUT_H_
 

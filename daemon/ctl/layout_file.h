@@ -9,6 +9,8 @@
 //
 // dtype names are safetensors' (BF16, F16, F32, ...). The Python client writes such a file for
 // any torch module (diffusers_dynamic_offloader.layout).
+//
+// Thread-safety: a free function that reads one file; nothing shared.
 #ifndef DDO_DAEMON_CTL_LAYOUT_FILE_H_
 #define DDO_DAEMON_CTL_LAYOUT_FILE_H_
 

@@ -12,8 +12,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/common/display_text.h"
-#include "daemon/common/posix_error.h"
+#include "ddo/wire/display_text.h"
+#include "ddo/wire/posix_error.h"
 
 namespace ddo {
 namespace {

@@ -6,6 +6,8 @@
 // folder stands for every *.safetensors in it (sorted by name, dotfiles and non-files skipped)
 // plus its *.safetensors.index.json when it holds exactly one; a file reached twice is passed
 // once. FIFOs, devices and the like are refused before anything is read.
+//
+// Thread-safety: a free function; nothing shared (ddoctl calls it from its main thread).
 #ifndef DDO_DAEMON_CTL_LOAD_INPUTS_H_
 #define DDO_DAEMON_CTL_LOAD_INPUTS_H_
 
@@ -13,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "daemon/common/unique_fd.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 

@@ -61,89 +61,111 @@ class Exposition {
   std::string text_;
 };
 
-}  // namespace
+// ddod's version, protocol, preset and backend, uptime, leases and sessions.
+void AppendDaemonMetrics(const ddo::v1::DaemonInfo& info, const ddo::v1::Stats& stats,
+                         Exposition* out) {
+  out->Family("ddo_info", "gauge", "ddod's version, protocol, preset and backend (always 1).");
+  out->Sample("ddo_info",
+              absl::StrCat("version=\"", LabelValue(info.version()), "\",protocol=\"",
+                           LabelValue(info.api_version()), "\",preset=\"",
+                           LabelValue(info.effective_preset()), "\",backend=\"",
+                           LabelValue(ddo::v1::Backend_Name(info.backend())), "\""),
+              "1");
+  out->One("ddo_uptime_seconds", "gauge", "Seconds since ddod started.", stats.uptime_seconds());
+  out->One("ddo_leases", "gauge", "Connected clients (leases).", uint64_t{stats.leases()});
+  out->One("ddo_sessions", "gauge", "Open attach and streaming sessions.",
+           uint64_t{stats.sessions()});
+}
 
-std::string FormatMetrics(const ddo::v1::DaemonInfo& info, const ddo::v1::Stats& stats) {
-  Exposition out;
-  out.Family("ddo_info", "gauge", "ddod's version, protocol, preset and backend (always 1).");
-  out.Sample("ddo_info",
-             absl::StrCat("version=\"", LabelValue(info.version()), "\",protocol=\"",
-                          LabelValue(info.api_version()), "\",preset=\"",
-                          LabelValue(info.effective_preset()), "\",backend=\"",
-                          LabelValue(ddo::v1::Backend_Name(info.backend())), "\""),
-             "1");
-  out.One("ddo_uptime_seconds", "gauge", "Seconds since ddod started.", stats.uptime_seconds());
-  out.One("ddo_leases", "gauge", "Connected clients (leases).", uint64_t{stats.leases()});
-  out.One("ddo_sessions", "gauge", "Open attach and streaming sessions.",
-          uint64_t{stats.sessions()});
+// The host pool: budget, reservations, pinning, contents, evictions.
+void AppendPoolMetrics(const ddo::v1::PoolStats& pool, Exposition* out) {
+  out->One("ddo_pool_budget_bytes", "gauge", "RAM budget of the host pool.", pool.budget_bytes());
+  out->One("ddo_pool_reserved_bytes", "gauge",
+           "Bytes of the pool's shared-memory segments (2 MiB granules), uploads included.",
+           pool.reserved_bytes());
+  out->One("ddo_pool_pinned_bytes", "gauge", "Bytes of the pool page-locked for DMA.",
+           pool.pinned_bytes());
+  out->One("ddo_pool_used_bytes", "gauge", "Tensor bytes of the ready components.",
+           pool.used_bytes());
+  out->One("ddo_pool_components", "gauge", "Ready components in the pool.",
+           uint64_t{pool.components()});
+  out->One("ddo_pool_segments", "gauge", "Shared-memory segments of the pool.",
+           uint64_t{pool.segments()});
+  out->One("ddo_pool_adopted_components", "gauge",
+           "Components adopted at start from the previous ddod's pool (warm restart).",
+           uint64_t{pool.adopted()});
+  out->One("ddo_pool_evictions_total", "counter",
+           "Components evicted since start: to make room in the pool, or unused past their "
+           "keep-alive.",
+           pool.evictions());
+}
 
-  const ddo::v1::PoolStats& pool = stats.pool();
-  out.One("ddo_pool_budget_bytes", "gauge", "RAM budget of the host pool.", pool.budget_bytes());
-  out.One("ddo_pool_reserved_bytes", "gauge",
-          "Bytes of the pool's shared-memory segments (2 MiB granules), uploads included.",
-          pool.reserved_bytes());
-  out.One("ddo_pool_pinned_bytes", "gauge", "Bytes of the pool page-locked for DMA.",
-          pool.pinned_bytes());
-  out.One("ddo_pool_used_bytes", "gauge", "Tensor bytes of the ready components.",
-          pool.used_bytes());
-  out.One("ddo_pool_components", "gauge", "Ready components in the pool.",
-          uint64_t{pool.components()});
-  out.One("ddo_pool_segments", "gauge", "Shared-memory segments of the pool.",
-          uint64_t{pool.segments()});
-  out.One("ddo_pool_adopted_components", "gauge",
-          "Components adopted at start from the previous ddod's pool (warm restart).",
-          uint64_t{pool.adopted()});
-  out.One("ddo_pool_evictions_total", "counter",
-          "Components evicted since start: to make room in the pool, or unused past their "
-          "keep-alive.", pool.evictions());
+// The streaming totals since start.
+void AppendStreamMetrics(const ddo::v1::StreamTotals& stream, Exposition* out) {
+  out->One("ddo_stream_sessions_opened_total", "counter", "Streaming sessions opened.",
+           stream.sessions_opened());
+  out->One("ddo_stream_bytes_total", "counter",
+           "Bytes copied into streaming rings (H2D on a GPU); rate() of it is the achieved "
+           "bandwidth.",
+           stream.bytes_streamed());
+  out->One("ddo_stream_units_total", "counter", "Units copied into streaming rings.",
+           stream.units_streamed());
+  out->One("ddo_stream_slab_fill_bytes_total", "counter",
+           "Bytes copied into resident slabs (a warm slab is not filled again).",
+           stream.slab_bytes_filled());
+  out->One("ddo_stream_warm_slab_hits_total", "counter",
+           "Sessions that found their resident slab warm.", stream.warm_slab_hits());
+  out->One("ddo_stream_warm_slab_misses_total", "counter",
+           "Sessions whose resident slab had to be filled.", stream.warm_slab_misses());
+  out->One("ddo_stream_runner_waits_total", "counter",
+           "Units published while the runner was blocked waiting for one (stalls).",
+           stream.runner_waits());
+}
 
-  const ddo::v1::StreamTotals& stream = stats.stream();
-  out.One("ddo_stream_sessions_opened_total", "counter", "Streaming sessions opened.",
-          stream.sessions_opened());
-  out.One("ddo_stream_bytes_total", "counter",
-          "Bytes copied into streaming rings (H2D on a GPU); rate() of it is the achieved "
-          "bandwidth.",
-          stream.bytes_streamed());
-  out.One("ddo_stream_units_total", "counter", "Units copied into streaming rings.",
-          stream.units_streamed());
-  out.One("ddo_stream_slab_fill_bytes_total", "counter",
-          "Bytes copied into resident slabs (a warm slab is not filled again).",
-          stream.slab_bytes_filled());
-  out.One("ddo_stream_warm_slab_hits_total", "counter",
-          "Sessions that found their resident slab warm.", stream.warm_slab_hits());
-  out.One("ddo_stream_warm_slab_misses_total", "counter",
-          "Sessions whose resident slab had to be filled.", stream.warm_slab_misses());
-  out.One("ddo_stream_runner_waits_total", "counter",
-          "Units published while the runner was blocked waiting for one (stalls).",
-          stream.runner_waits());
-
-  out.Family("ddo_rpc_requests_total", "counter", "Answered RPCs by method and result.");
+// Answered RPCs by method and result.
+void AppendRpcCounts(const ddo::v1::Stats& stats, Exposition* out) {
+  out->Family("ddo_rpc_requests_total", "counter", "Answered RPCs by method and result.");
   for (const ddo::v1::RpcCount& rpc : stats.rpcs()) {
     const std::string method = LabelValue(rpc.method());
-    out.Sample("ddo_rpc_requests_total", absl::StrCat("method=\"", method, "\",result=\"ok\""),
-               Number(rpc.ok()));
-    out.Sample("ddo_rpc_requests_total",
-               absl::StrCat("method=\"", method, "\",result=\"failed\""), Number(rpc.failed()));
+    out->Sample("ddo_rpc_requests_total", absl::StrCat("method=\"", method, "\",result=\"ok\""),
+                Number(rpc.ok()));
+    out->Sample("ddo_rpc_requests_total", absl::StrCat("method=\"", method, "\",result=\"failed\""),
+                Number(rpc.failed()));
   }
-  out.Family("ddo_rpc_duration_seconds", "histogram",
-             "Seconds from a call's arrival to its answer, by method (the lease stream is not "
-             "timed).");
+}
+
+// The RPC latency histogram by method (buckets as ddod counts them).
+void AppendRpcLatencies(const ddo::v1::Stats& stats, Exposition* out) {
+  out->Family("ddo_rpc_duration_seconds", "histogram",
+              "Seconds from a call's arrival to its answer, by method (the lease stream is not "
+              "timed).");
   for (const ddo::v1::RpcCount& rpc : stats.rpcs()) {
     if (rpc.timed() == 0) continue;
     const std::string method = LabelValue(rpc.method());
     for (int i = 0; i < rpc.at_most_size() && i < stats.latency_bucket_seconds_size(); ++i) {
-      out.Sample("ddo_rpc_duration_seconds_bucket",
-                 absl::StrCat("method=\"", method, "\",le=\"",
-                              PrometheusFloat(stats.latency_bucket_seconds(i)), "\""),
-                 Number(rpc.at_most(i)));
+      out->Sample("ddo_rpc_duration_seconds_bucket",
+                  absl::StrCat("method=\"", method, "\",le=\"",
+                               PrometheusFloat(stats.latency_bucket_seconds(i)), "\""),
+                  Number(rpc.at_most(i)));
     }
-    out.Sample("ddo_rpc_duration_seconds_bucket",
-               absl::StrCat("method=\"", method, "\",le=\"+Inf\""), Number(rpc.timed()));
-    out.Sample("ddo_rpc_duration_seconds_sum", absl::StrCat("method=\"", method, "\""),
-               Number(rpc.seconds_sum()));
-    out.Sample("ddo_rpc_duration_seconds_count", absl::StrCat("method=\"", method, "\""),
-               Number(rpc.timed()));
+    out->Sample("ddo_rpc_duration_seconds_bucket",
+                absl::StrCat("method=\"", method, "\",le=\"+Inf\""), Number(rpc.timed()));
+    out->Sample("ddo_rpc_duration_seconds_sum", absl::StrCat("method=\"", method, "\""),
+                Number(rpc.seconds_sum()));
+    out->Sample("ddo_rpc_duration_seconds_count", absl::StrCat("method=\"", method, "\""),
+                Number(rpc.timed()));
   }
+}
+
+}  // namespace
+
+std::string FormatMetrics(const ddo::v1::DaemonInfo& info, const ddo::v1::Stats& stats) {
+  Exposition out;
+  AppendDaemonMetrics(info, stats, &out);
+  AppendPoolMetrics(stats.pool(), &out);
+  AppendStreamMetrics(stats.stream(), &out);
+  AppendRpcCounts(stats, &out);
+  AppendRpcLatencies(stats, &out);
   return std::move(out).text();
 }
 

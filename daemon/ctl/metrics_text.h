@@ -5,6 +5,8 @@
 // or any scraper that runs a command. Every name starts with `ddo_`; counters end in `_total`;
 // RPC latencies are one histogram per method (`ddo_rpc_duration_seconds`). Values and `le`
 // bounds are written in their shortest round-trip form (2.258249402, not 2.2582494020000001).
+//
+// Thread-safety: pure functions; callable from any thread.
 #ifndef DDO_DAEMON_CTL_METRICS_TEXT_H_
 #define DDO_DAEMON_CTL_METRICS_TEXT_H_
 

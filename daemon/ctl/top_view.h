@@ -4,7 +4,10 @@
 // streaming totals with the rates since the last screen (bytes streamed per second: the
 // achieved host-to-device bandwidth; runner stalls per second), one row per streaming session
 // with its own rate, and one row per component of the pool (largest first) with its bytes,
-// sessions and keep-alive, and the pool per user (the owners ddod shows the caller). Rates need two snapshots: the first screen shows totals only.
+// sessions and keep-alive, and the pool per user (the owners ddod shows the caller). Rates
+// need two snapshots: the first screen shows totals only.
+//
+// Thread-safety: a pure function of its snapshots; callable from any thread.
 #ifndef DDO_DAEMON_CTL_TOP_VIEW_H_
 #define DDO_DAEMON_CTL_TOP_VIEW_H_
 

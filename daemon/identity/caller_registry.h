@@ -20,8 +20,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/common/unique_fd.h"
 #include "daemon/identity/caller.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 

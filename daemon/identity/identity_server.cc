@@ -17,12 +17,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
-#include "daemon/common/posix_error.h"
 #include "daemon/common/runtime_dir.h"
 #include "daemon/common/status_macros.h"
+#include "ddo/wire/display_text.h"
 #include "ddo/wire/identity_protocol.h"
+#include "ddo/wire/posix_error.h"
 #include "ddo/wire/seqpacket.h"
 
 namespace ddo {

@@ -32,9 +32,9 @@
 #include "daemon/common/connection_table.h"
 #include "daemon/common/descriptor_reserve.h"
 #include "daemon/common/log_throttle.h"
-#include "daemon/common/unique_fd.h"
 #include "daemon/identity/caller.h"
 #include "daemon/identity/caller_registry.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 

@@ -8,12 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/xxh3_hasher.h"
 #include "daemon/config/module_patterns.h"
 #include "daemon/policy/module_blocks.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 namespace {

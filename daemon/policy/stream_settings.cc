@@ -5,11 +5,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/config/module_patterns.h"
 #include "daemon/config/setting_catalog.h"
 #include "daemon/config/values.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 namespace {

@@ -16,11 +16,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
-#include "daemon/common/posix_error.h"
 #include "daemon/common/random_id.h"
 #include "daemon/common/status_macros.h"
+#include "ddo/wire/display_text.h"
+#include "ddo/wire/posix_error.h"
 #include "nlohmann/json.hpp"
 
 namespace ddo {

@@ -20,8 +20,8 @@
 #include "daemon/common/descriptor_reserve.h"
 #include "daemon/common/log_throttle.h"
 #include "daemon/common/logging.h"
-#include "daemon/common/posix_error.h"
 #include "daemon/identity/caller.h"
+#include "ddo/wire/posix_error.h"
 #include "ddo/wire/seqpacket.h"
 
 namespace ddo {

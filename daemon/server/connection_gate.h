@@ -33,7 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/common/connection_table.h"
-#include "daemon/common/unique_fd.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 

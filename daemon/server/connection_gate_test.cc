@@ -16,8 +16,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/common/temp_dir_for_test.h"
-#include "daemon/common/unique_fd.h"
 #include "daemon/server/tcp_listener.h"
+#include "ddo/wire/unique_fd.h"
 #include "gtest/gtest.h"
 
 namespace ddo {

@@ -22,7 +22,6 @@
 #include "daemon/common/descriptor_reserve.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
-#include "daemon/common/posix_error.h"
 #include "daemon/common/runtime_dir.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/common/version.h"
@@ -35,6 +34,7 @@
 #include "daemon/server/tcp_listener.h"
 #include "daemon/server/socket_activation.h"
 #include "ddo/wire/identity_protocol.h"
+#include "ddo/wire/posix_error.h"
 
 namespace ddo {
 namespace {

@@ -11,8 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "daemon/common/posix_error.h"
 #include "daemon/common/status_macros.h"
+#include "ddo/wire/posix_error.h"
 
 namespace ddo {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/common/runtime_dir.h"
-#include "daemon/common/unique_fd.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 

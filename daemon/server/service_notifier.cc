@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
+#include "ddo/wire/display_text.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace ddo {

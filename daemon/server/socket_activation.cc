@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/posix_error.h"
 #include "ddo/wire/identity_protocol.h"
+#include "ddo/wire/posix_error.h"
 
 namespace ddo {
 namespace {

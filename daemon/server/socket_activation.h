@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "daemon/common/unique_fd.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 

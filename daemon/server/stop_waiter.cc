@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/posix_error.h"
+#include "ddo/wire/posix_error.h"
 
 namespace ddo {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "daemon/common/unique_fd.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 

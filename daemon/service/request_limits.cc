@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/display_text.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 namespace {

@@ -6,9 +6,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/random_id.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 namespace {

@@ -2,8 +2,8 @@
 #include "daemon/session/session_registry.h"
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/random_id.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 

@@ -19,17 +19,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
-#include "daemon/common/posix_error.h"
 #include "daemon/common/random_id.h"
 #include "daemon/common/status_macros.h"
-#include "daemon/common/unique_fd.h"
 #include "daemon/store/manifest.h"
 #include "daemon/store/parallel_reader.h"
 #include "daemon/store/safetensors.h"
 #include "daemon/store/safetensors_hash.h"
+#include "ddo/wire/display_text.h"
+#include "ddo/wire/posix_error.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <cerrno>
 
-#include "daemon/common/posix_error.h"
+#include "ddo/wire/posix_error.h"
 
 namespace ddo {
 

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/common/status_macros.h"
-#include "daemon/common/unique_fd.h"
 #include "daemon/common/runtime_dir.h"
+#include "ddo/wire/unique_fd.h"
 #include "nlohmann/json.hpp"
 
 namespace ddo {

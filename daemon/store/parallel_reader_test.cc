@@ -13,7 +13,7 @@
 
 #include "daemon/common/file_system.h"
 #include "daemon/common/temp_dir_for_test.h"
-#include "daemon/common/unique_fd.h"
+#include "ddo/wire/unique_fd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -17,9 +17,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "daemon/common/posix_error.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/store/parallel_reader.h"
+#include "ddo/wire/posix_error.h"
 #include "nlohmann/json.hpp"
 
 namespace ddo {

@@ -38,8 +38,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "daemon/common/file_system.h"
-#include "daemon/common/unique_fd.h"
 #include "daemon/store/dtype.h"
+#include "ddo/wire/unique_fd.h"
 
 namespace ddo {
 

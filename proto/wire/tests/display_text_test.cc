@@ -1,4 +1,4 @@
-// File: daemon/common/display_text_test.cc
+// File: proto/wire/tests/display_text_test.cc
 #include "ddo/wire/display_text.h"
 
 #include <string>
