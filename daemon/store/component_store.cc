@@ -376,6 +376,23 @@ absl::StatusOr<RegisterResult> ComponentStore::AllocateUpload(const std::string&
   return RegisterResult{SnapshotLocked(it->second), /*warm_hit=*/false, upload_id};
 }
 
+void ComponentStore::AddPlaceholderLocked(const Lease& lease, const std::string& upload_id,
+                                          uint64_t span, bool client_written,
+                                          Component placeholder) {
+  ComponentSnapshot& info = placeholder.info;
+  info.component_id = ComponentId(info.cache_key, info.structure_hash);
+  info.state = ComponentState::kUploading;
+  info.last_used = absl::Now();
+  info.uploader_pid = lease.client_pid;
+  info.owner_uid = lease.caller.uid;
+  info.segment_size = HostPool::Footprint(span);
+  placeholder.client_written = client_written;
+  placeholder.upload_id = upload_id;
+  placeholder.owner_lease = lease.id;
+  const std::string key = KeyOf(lease.caller.uid, info.cache_key);
+  components_.emplace(key, std::move(placeholder));
+}
+
 absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     const Lease& lease, const std::string& cache_key, std::vector<TensorEntry> tensors,
     const std::string& content_hash, const std::vector<FileIdentity>& sources,
@@ -409,25 +426,16 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, span, {}, tensors));
     DDO_RETURN_IF_ERROR(MakeRoomLocked(KeyOf(caller.uid, cache_key), span));
     Component placeholder;
-    placeholder.info.component_id = ComponentId(cache_key, structure_hash);
     placeholder.info.cache_key = cache_key;
     placeholder.info.structure_hash = structure_hash;
     placeholder.info.content_hash = content_hash;
-    placeholder.info.state = ComponentState::kUploading;
     placeholder.info.total_bytes = TotalTensorBytes(tensors);
     placeholder.info.own_bytes = placeholder.info.total_bytes;
     placeholder.info.unit_count = CountUnits(tensors);
-    placeholder.info.last_used = absl::Now();
-    placeholder.info.uploader_pid = lease.client_pid;
-    placeholder.info.owner_uid = caller.uid;
-    placeholder.info.segment_size = HostPool::Footprint(span);
-    placeholder.sources = sources;
-    placeholder.client_written = client_written;
     placeholder.info.tensors = std::move(tensors);
+    placeholder.sources = sources;
     placeholder.segments = {nullptr};
-    placeholder.upload_id = upload_id;
-    placeholder.owner_lease = lease.id;
-    components_.emplace(KeyOf(caller.uid, cache_key), std::move(placeholder));
+    AddPlaceholderLocked(lease, upload_id, span, client_written, std::move(placeholder));
   }
   return AllocateUpload(upload_id, cache_key, span, caller, progress);
 }
@@ -569,27 +577,18 @@ absl::StatusOr<RegisterResult> ComponentStore::RegisterDerived(const Lease& leas
                                        {KeyOf(caller.uid, request.base_cache_key)}));
     // ClearKeyLocked and MakeRoomLocked left the base (another key, spared) where it was.
     Component placeholder;
-    placeholder.info.structure_hash = parent.info.structure_hash;
-    placeholder.info.component_id = ComponentId(request.cache_key, placeholder.info.structure_hash);
     placeholder.info.cache_key = request.cache_key;
+    placeholder.info.structure_hash = parent.info.structure_hash;
     placeholder.info.content_hash = request.content_hash;
-    placeholder.info.state = ComponentState::kUploading;
     placeholder.info.total_bytes = parent.info.total_bytes;
     placeholder.info.unit_count = parent.info.unit_count;
     placeholder.info.base_cache_key = root_key;
     placeholder.info.base_component_id = root_id;
     placeholder.info.changed_tensors = static_cast<uint32_t>(fresh.size());
     placeholder.info.own_bytes = TotalTensorBytes(fresh);
-    placeholder.info.last_used = absl::Now();
-    placeholder.info.uploader_pid = lease.client_pid;
-    placeholder.info.owner_uid = caller.uid;
-    placeholder.info.segment_size = HostPool::Footprint(span);
-    placeholder.client_written = true;
     placeholder.info.tensors = std::move(tensors);
     placeholder.segments = std::move(segments);
-    placeholder.upload_id = upload_id;
-    placeholder.owner_lease = lease.id;
-    components_.emplace(KeyOf(caller.uid, request.cache_key), std::move(placeholder));
+    AddPlaceholderLocked(lease, upload_id, span, /*client_written=*/true, std::move(placeholder));
   }
   return AllocateUpload(upload_id, request.cache_key, span, caller, progress);
 }

@@ -338,6 +338,13 @@ class ComponentStore {
   absl::StatusOr<std::optional<ComponentSnapshot>> ClearKeyLocked(
       const Caller& caller, const std::string& cache_key,
       const std::function<bool(const Component&)>& same) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inserts the upload `upload_id` of the lease under its caller's key (placeholder.info's
+  // cache_key), UPLOADING: `placeholder` comes with its key, hashes, sizes, table and
+  // segments (the own one, first, still null); this adds what every upload has (its id,
+  // owner, lease, time and the footprint of its own segment of `span` bytes).
+  void AddPlaceholderLocked(const Lease& lease, const std::string& upload_id, uint64_t span,
+                            bool client_written, Component placeholder)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocates the placeholder's own segment of `span` bytes outside the lock and answers the
   // upload (ABORTED when the lease ended meanwhile, CANCELLED when `progress` was).
   absl::StatusOr<RegisterResult> AllocateUpload(const std::string& upload_id,
