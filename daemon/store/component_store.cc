@@ -106,7 +106,8 @@ ComponentStore::ComponentStore(HostPool& pool, SessionRegistry& sessions, StoreO
     : pool_(pool),
       sessions_(sessions),
       options_(std::move(options)),
-      fs_(options_.file_system != nullptr ? *options_.file_system : pool_.file_system()) {}
+      fs_(options_.file_system != nullptr ? *options_.file_system : pool_.file_system()),
+      clock_(options_.clock != nullptr ? options_.clock : [] { return absl::Now(); }) {}
 
 ComponentStore::~ComponentStore() { Close(/*discard=*/false); }
 
@@ -253,7 +254,7 @@ absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ClearKeyLocked(
   // The same uid may hit its own entry by structure (and content hash): it can only poison
   // itself (docs/security.md).
   if (same(existing)) {
-    existing.info.last_used = absl::Now();
+    existing.info.last_used = Now();
     return std::optional<ComponentSnapshot>(SnapshotLocked(existing));
   }
   if (existing.info.sessions > 0) {
@@ -311,7 +312,7 @@ void ComponentStore::AddPlaceholderLocked(const Lease& lease, const std::string&
   ComponentSnapshot& info = placeholder.info;
   info.component_id = ComponentId(info.cache_key, info.structure_hash);
   info.state = ComponentState::kUploading;
-  info.last_used = absl::Now();
+  info.last_used = Now();
   info.uploader_pid = lease.client_pid;
   info.owner_uid = lease.caller.uid;
   info.segment_size = HostPool::Footprint(span);
@@ -545,7 +546,7 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
   }
   Component& component = it->second;
   component.info.state = ComponentState::kReady;
-  component.info.last_used = absl::Now();
+  component.info.last_used = Now();
   component.upload_id.clear();
   component.owner_lease.clear();
   Logger("store")->info("'{}' ready: {} in {}{}", EscapeForDisplay(component.info.cache_key),
@@ -719,7 +720,7 @@ absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
   }
   DDO_ASSIGN_OR_RETURN(const std::string session_id, sessions_.Add(lease, cache_key));
   it->second.info.sessions += 1;
-  it->second.info.last_used = absl::Now();
+  it->second.info.last_used = Now();
   return HostAttachment{session_id, SnapshotLocked(it->second),
                         ComponentBytes(it->second.segments)};
 }
@@ -727,7 +728,7 @@ absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
 void ComponentStore::UnpinLocked(uid_t uid, const std::string& cache_key) {
   if (auto it = components_.find(KeyOf(uid, cache_key)); it != components_.end()) {
     it->second.info.sessions -= 1;
-    it->second.info.last_used = absl::Now();
+    it->second.info.last_used = Now();
   }
 }
 

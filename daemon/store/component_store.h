@@ -149,6 +149,10 @@ struct StoreOptions {
   // The manifest's writes, the safetensors reads and the removal of leftover segments go
   // through it (nullptr: the pool's, HostPool::file_system()); it must outlive the store.
   FileSystem* file_system = nullptr;
+  // The time the store stamps on components (their last use, from which keep-alives and the
+  // LRU count; durations it logs stay on the real clock), called from any thread, with the
+  // store's mutex held: nullptr for absl::Now. A test passes one it moves by hand.
+  std::function<absl::Time()> clock = nullptr;
 };
 
 class ComponentStore {
@@ -400,11 +404,14 @@ class ComponentStore {
   void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ComponentSnapshot SnapshotLocked(const Component& component) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The store's time now (StoreOptions::clock).
+  absl::Time Now() const { return clock_(); }
 
   HostPool& pool_;
   SessionRegistry& sessions_;
   const StoreOptions options_;
   FileSystem& fs_;
+  const std::function<absl::Time()> clock_;  // StoreOptions::clock, or absl::Now
 
   mutable absl::Mutex mu_;
   std::map<std::string, Component> components_ ABSL_GUARDED_BY(mu_);  // by KeyOf

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "daemon/common/display_text.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
@@ -89,8 +89,8 @@ absl::StatusOr<std::vector<std::shared_ptr<PoolSegment>>> AdoptSegments(
   return segments;
 }
 
-// The READY component's info `entry` describes; takes its table and base keys.
-ComponentSnapshot InfoOfManifestEntry(ManifestComponent& entry) {
+// The READY component's info `entry` describes, last used `now`; takes its table and base keys.
+ComponentSnapshot InfoOfManifestEntry(ManifestComponent& entry, absl::Time now) {
   const bool derived = !entry.base_cache_key.empty();
   ComponentSnapshot info;
   info.component_id = entry.component_id;
@@ -100,7 +100,7 @@ ComponentSnapshot InfoOfManifestEntry(ManifestComponent& entry) {
   info.state = ComponentState::kReady;
   info.total_bytes = TotalTensorBytes(entry.tensors);
   info.unit_count = CountUnits(entry.tensors);
-  info.last_used = absl::Now();
+  info.last_used = now;
   for (const TensorEntry& tensor : entry.tensors) {
     if (tensor.segment != 0) continue;
     info.own_bytes += tensor.byte_size;
@@ -167,7 +167,7 @@ absl::Status ComponentStore::AdoptEntryLocked(
                        AdoptSegments(pool_, entry, adopted));
   const bool derived = !entry.base_cache_key.empty();
   Component component;
-  component.info = InfoOfManifestEntry(entry);
+  component.info = InfoOfManifestEntry(entry, Now());
   component.client_written = entry.client_written;
   if (!derived) component.sources = std::move(entry.sources);
   if (!entry.readers.empty()) {

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
@@ -154,7 +153,7 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::AddSharedEntry(
   entry.info.cache_key = cache_key;
   if (entry.info.content_hash.empty()) entry.info.content_hash = content_hash;
   entry.info.sessions = 0;
-  entry.info.last_used = absl::Now();
+  entry.info.last_used = Now();
   entry.info.keep_alive = absl::ZeroDuration();
   entry.info.uploader_pid = lease.client_pid;
   entry.info.owner_uid = caller.uid;
