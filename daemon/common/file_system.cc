@@ -314,18 +314,19 @@ absl::StatusOr<char*> FaultInjectingFileSystem::Map(int fd, uint64_t size,
 
 void FaultInjectingFileSystem::Unmap(char* data, uint64_t size) { base_->Unmap(data, size); }
 
+size_t FaultInjectingFileSystem::ClampToReadLimit(uint64_t offset, size_t bytes) const {
+  absl::MutexLock lock(&mu_);
+  if (offset >= read_limit_) return 0;
+  return static_cast<size_t>(std::min<uint64_t>(bytes, read_limit_ - offset));
+}
+
 absl::StatusOr<size_t> FaultInjectingFileSystem::Read(int fd, uint64_t offset, char* destination,
                                                       size_t bytes, absl::string_view name) {
   if (int error = Enter(FileOp::kRead)) {
     return PosixError(absl::StrCat("read ", name, " at offset ", offset), error);
   }
-  uint64_t limit;
-  {
-    absl::MutexLock lock(&mu_);
-    limit = read_limit_;
-  }
-  if (offset >= limit) return 0;
-  bytes = static_cast<size_t>(std::min<uint64_t>(bytes, limit - offset));
+  bytes = ClampToReadLimit(offset, bytes);
+  if (bytes == 0) return 0;
   return base_->Read(fd, offset, destination, bytes, name);
 }
 
@@ -335,13 +336,8 @@ absl::StatusOr<size_t> FaultInjectingFileSystem::CopyRange(int from, int to, uin
   if (int error = Enter(FileOp::kRead)) {
     return PosixError(absl::StrCat("copy ", name, " at offset ", offset), error);
   }
-  uint64_t limit;
-  {
-    absl::MutexLock lock(&mu_);
-    limit = read_limit_;
-  }
-  if (offset >= limit) return 0;
-  bytes = static_cast<size_t>(std::min<uint64_t>(bytes, limit - offset));
+  bytes = ClampToReadLimit(offset, bytes);
+  if (bytes == 0) return 0;
   return base_->CopyRange(from, to, offset, bytes, name);
 }
 

@@ -169,6 +169,8 @@ class FaultInjectingFileSystem : public FileSystem {
   };
   // Counts the call; the errno to fail it with, or 0 to forward it.
   int Enter(FileOp op);
+  // `bytes` from `offset` cut at the read limit (TruncateReadsAt): 0 at or beyond it.
+  size_t ClampToReadLimit(uint64_t offset, size_t bytes) const;
 
   FileSystem* const base_;
   mutable absl::Mutex mu_;

@@ -9,11 +9,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <future>
 #include <set>
 #include <string>
 #include <thread>
-#include <tuple>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -38,11 +36,6 @@ namespace {
 int64_t KeepAliveToSeconds(absl::Duration keep_alive) {
   if (keep_alive == absl::InfiniteDuration()) return -1;
   return std::max<int64_t>(0, absl::ToInt64Seconds(keep_alive));
-}
-
-absl::Duration KeepAliveFromSeconds(int64_t seconds) {
-  if (seconds < 0) return absl::InfiniteDuration();
-  return absl::Seconds(seconds);
 }
 
 // The table of a safetensors set: file order, then offset order; module path from the name.
@@ -75,22 +68,24 @@ absl::StatusOr<std::vector<TensorEntry>> TableOfSafetensors(
   return tensors;
 }
 
-bool IsContentHash(absl::string_view text) {
-  constexpr absl::string_view kPrefix = "xxh3-64:";
-  if (text.size() != kPrefix.size() + 16 || text.substr(0, kPrefix.size()) != kPrefix) {
-    return false;
-  }
-  for (char c : text.substr(kPrefix.size())) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 std::string ComponentId(const std::string& cache_key, const std::string& structure_hash) {
   const std::string text = absl::StrCat(cache_key, "\n", structure_hash);
   return absl::StrFormat("%016x", XXH3_64bits(text.data(), text.size()));
+}
+
+absl::Status CheckContentHashForm(const std::string& content_hash) {
+  constexpr absl::string_view kPrefix = "xxh3-64:";
+  const absl::string_view text = content_hash;
+  bool valid = text.size() == kPrefix.size() + 16 && text.substr(0, kPrefix.size()) == kPrefix;
+  for (char c : valid ? text.substr(kPrefix.size()) : absl::string_view()) {
+    valid = valid && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+  }
+  if (valid) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("content_hash '", EscapeForDisplay(content_hash, 32),
+                   "' is not of the form xxh3-64:<16 lowercase hex digits>"));
 }
 
 uint64_t TableHeapEstimate(const std::vector<TensorEntry>& tensors) {
@@ -111,7 +106,8 @@ ComponentStore::ComponentStore(HostPool& pool, SessionRegistry& sessions, StoreO
     : pool_(pool),
       sessions_(sessions),
       options_(std::move(options)),
-      fs_(options_.file_system != nullptr ? *options_.file_system : pool_.file_system()) {}
+      fs_(options_.file_system != nullptr ? *options_.file_system : pool_.file_system()),
+      clock_(options_.clock != nullptr ? options_.clock : [] { return absl::Now(); }) {}
 
 ComponentStore::~ComponentStore() { Close(/*discard=*/false); }
 
@@ -183,21 +179,6 @@ ComponentSnapshot ComponentStore::SnapshotLocked(const Component& component) con
   return snapshot;
 }
 
-uint64_t ComponentStore::ReleasableBytesLocked(const Component& component) const {
-  uint64_t bytes = 0;
-  for (const auto& segment : component.segments) {
-    if (segment == nullptr) continue;
-    bool shared = false;
-    for (const auto& [key, other] : components_) {
-      if (&other == &component) continue;
-      shared = shared || std::find(other.segments.begin(), other.segments.end(), segment) !=
-                             other.segments.end();
-    }
-    if (!shared) bytes += segment->size();
-  }
-  return bytes;
-}
-
 uint64_t ComponentStore::DiscardLocked(std::map<std::string, Component>::iterator it) {
   std::vector<std::shared_ptr<PoolSegment>> segments = std::move(it->second.segments);
   components_.erase(it);
@@ -257,57 +238,6 @@ void ComponentStore::PersistLocked() {
   }
 }
 
-absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t bytes,
-                                            const std::set<std::string>& spared) {
-  auto log = Logger("store");
-  // The caller's name for it, without the uid the map's key starts with.
-  const std::string shown_key = for_key.substr(for_key.find(':') + 1);
-  if (HostPool::Footprint(bytes) > pool_.options().budget_bytes) {
-    // Evicting would empty the cache for nothing.
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "component '", EscapeForDisplay(shown_key), "' needs ", FormatBytes(HostPool::Footprint(bytes)),
-        " of host pool, more than the whole budget of ",
-        FormatBytes(pool_.options().budget_bytes), "; raise --ram-budget-gb"));
-  }
-  // Each round evicts one component that releases bytes (its segments no other component
-  // uses): a base whose bytes a derived version shares releases nothing until that one goes,
-  // so it waits for it. Every round removes a component, so the loop ends.
-  while (!pool_.Fits(bytes)) {
-    auto victim = components_.end();
-    uint64_t victim_releases = 0;
-    for (auto it = components_.begin(); it != components_.end(); ++it) {
-      const ComponentSnapshot& info = it->second.info;
-      if (info.state != ComponentState::kReady || info.sessions > 0 || it->first == for_key ||
-          spared.count(it->first) != 0) {
-        continue;
-      }
-      if (victim != components_.end() && info.last_used >= victim->second.info.last_used) {
-        continue;
-      }
-      const uint64_t releases = ReleasableBytesLocked(it->second);
-      if (releases == 0) continue;
-      victim = it;
-      victim_releases = releases;
-    }
-    if (victim == components_.end()) {
-      const PoolUsage usage = pool_.Usage();
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "component '", EscapeForDisplay(shown_key), "' needs ", FormatBytes(HostPool::Footprint(bytes)),
-          " of host pool, but the budget is ", FormatBytes(usage.budget_bytes), " and ",
-          FormatBytes(usage.reserved_bytes),
-          " is held by components in use or being uploaded (nothing left to evict); raise "
-          "--ram-budget-gb or detach other runners"));
-    }
-    log->info("evicting '{}' of uid {} ({} released, unused since {}) to make room for '{}'",
-              EscapeForDisplay(victim->second.info.cache_key), victim->second.info.owner_uid, FormatBytes(victim_releases),
-              absl::FormatTime("%H:%M:%S", victim->second.info.last_used, absl::LocalTimeZone()),
-              EscapeForDisplay(shown_key));
-    DiscardLocked(victim);
-    ++evictions_;
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ClearKeyLocked(
     const Caller& caller, const std::string& cache_key,
     const std::function<bool(const Component&)>& same) {
@@ -324,7 +254,7 @@ absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ClearKeyLocked(
   // The same uid may hit its own entry by structure (and content hash): it can only poison
   // itself (docs/security.md).
   if (same(existing)) {
-    existing.info.last_used = absl::Now();
+    existing.info.last_used = Now();
     return std::optional<ComponentSnapshot>(SnapshotLocked(existing));
   }
   if (existing.info.sessions > 0) {
@@ -376,6 +306,23 @@ absl::StatusOr<RegisterResult> ComponentStore::AllocateUpload(const std::string&
   return RegisterResult{SnapshotLocked(it->second), /*warm_hit=*/false, upload_id};
 }
 
+void ComponentStore::AddPlaceholderLocked(const Lease& lease, const std::string& upload_id,
+                                          uint64_t span, bool client_written,
+                                          Component placeholder) {
+  ComponentSnapshot& info = placeholder.info;
+  info.component_id = ComponentId(info.cache_key, info.structure_hash);
+  info.state = ComponentState::kUploading;
+  info.last_used = Now();
+  info.uploader_pid = lease.client_pid;
+  info.owner_uid = lease.caller.uid;
+  info.segment_size = HostPool::Footprint(span);
+  placeholder.client_written = client_written;
+  placeholder.upload_id = upload_id;
+  placeholder.owner_lease = lease.id;
+  const std::string key = KeyOf(lease.caller.uid, info.cache_key);
+  components_.emplace(key, std::move(placeholder));
+}
+
 absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     const Lease& lease, const std::string& cache_key, std::vector<TensorEntry> tensors,
     const std::string& content_hash, const std::vector<FileIdentity>& sources,
@@ -384,11 +331,7 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
   if (cache_key.empty()) {
     return absl::InvalidArgumentError("cache_key is empty");
   }
-  if (!content_hash.empty() && !IsContentHash(content_hash)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("content_hash '", EscapeForDisplay(content_hash, 32),
-                     "' is not of the form xxh3-64:<16 lowercase hex digits>"));
-  }
+  if (!content_hash.empty()) DDO_RETURN_IF_ERROR(CheckContentHashForm(content_hash));
   for (TensorEntry& tensor : tensors) tensor.segment = 0;
   const uint64_t span = LayOut(tensors);
   const std::string structure_hash = StructureHash(tensors);
@@ -409,25 +352,16 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, span, {}, tensors));
     DDO_RETURN_IF_ERROR(MakeRoomLocked(KeyOf(caller.uid, cache_key), span));
     Component placeholder;
-    placeholder.info.component_id = ComponentId(cache_key, structure_hash);
     placeholder.info.cache_key = cache_key;
     placeholder.info.structure_hash = structure_hash;
     placeholder.info.content_hash = content_hash;
-    placeholder.info.state = ComponentState::kUploading;
     placeholder.info.total_bytes = TotalTensorBytes(tensors);
     placeholder.info.own_bytes = placeholder.info.total_bytes;
     placeholder.info.unit_count = CountUnits(tensors);
-    placeholder.info.last_used = absl::Now();
-    placeholder.info.uploader_pid = lease.client_pid;
-    placeholder.info.owner_uid = caller.uid;
-    placeholder.info.segment_size = HostPool::Footprint(span);
-    placeholder.sources = sources;
-    placeholder.client_written = client_written;
     placeholder.info.tensors = std::move(tensors);
+    placeholder.sources = sources;
     placeholder.segments = {nullptr};
-    placeholder.upload_id = upload_id;
-    placeholder.owner_lease = lease.id;
-    components_.emplace(KeyOf(caller.uid, cache_key), std::move(placeholder));
+    AddPlaceholderLocked(lease, upload_id, span, client_written, std::move(placeholder));
   }
   return AllocateUpload(upload_id, cache_key, span, caller, progress);
 }
@@ -439,159 +373,6 @@ absl::StatusOr<RegisterResult> ComponentStore::Register(const Lease& lease,
                                                         WorkProgress* progress) {
   return BeginUpload(lease, cache_key, std::move(tensors), content_hash, {}, progress,
                      /*client_written=*/true);
-}
-
-absl::StatusOr<RegisterResult> ComponentStore::RegisterDerived(const Lease& lease,
-                                                               const DerivedRequest& request,
-                                                               WorkProgress* progress) {
-  const Caller& caller = lease.caller;
-  const std::string key = EscapeForDisplay(request.cache_key);
-  const std::string base_key = EscapeForDisplay(request.base_cache_key);
-  if (request.cache_key.empty()) {
-    return absl::InvalidArgumentError("cache_key is empty");
-  }
-  if (request.cache_key == request.base_cache_key) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", key, "' cannot be derived from itself: give the derived version a key "
-                     "of its own"));
-  }
-  if (request.content_hash.empty()) {
-    return absl::InvalidArgumentError(
-        "a derived version needs content_hash: the xxh3-64 of its changed tensors' bytes in "
-        "table order");
-  }
-  if (!IsContentHash(request.content_hash)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("content_hash '", EscapeForDisplay(request.content_hash, 32),
-                     "' is not of the form xxh3-64:<16 lowercase hex digits>"));
-  }
-  if (request.changed_tensors.empty()) {
-    return absl::InvalidArgumentError(
-        "changed_tensors is empty: a derived version stores at least one tensor anew (with "
-        "none changed, use the base itself)");
-  }
-  const std::string upload_id = RandomId();
-  uint64_t span = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    if (closed_) return absl::UnavailableError("ddod is shutting down");
-    auto base = components_.find(KeyOf(caller.uid, request.base_cache_key));
-    if (base == components_.end() || base->second.info.state != ComponentState::kReady) {
-      return absl::NotFoundError(absl::StrCat("no component '", base_key,
-                                              "' in the pool to derive '", key, "' from"));
-    }
-    const Component& parent = base->second;
-    const bool parent_derived = !parent.info.base_cache_key.empty();
-    const std::string root_key =
-        parent_derived ? parent.info.base_cache_key : request.base_cache_key;
-    const std::string root_id =
-        parent_derived ? parent.info.base_component_id : parent.info.component_id;
-    if (root_key == request.cache_key) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", base_key, "' is derived from '", key,
-          "': a component cannot be derived from a version of itself; use another key"));
-    }
-
-    // Which tensors are stored anew.
-    std::map<std::string, size_t> index_of;
-    for (size_t i = 0; i < parent.info.tensors.size(); ++i) {
-      index_of.emplace(parent.info.tensors[i].name, i);
-    }
-    std::vector<bool> changed(parent.info.tensors.size(), false);
-    for (size_t i = 0; i < request.changed_tensors.size(); ++i) {
-      const std::string& name = request.changed_tensors[i];
-      auto found = index_of.find(name);
-      if (found == index_of.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("changed_tensors[", i, "]: '", EscapeForDisplay(name, 64),
-                         "' is not a tensor of '", base_key, "'"));
-      }
-      if (changed[found->second]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "changed_tensors[", i, "]: '", EscapeForDisplay(name, 64), "' is named twice"));
-      }
-      changed[found->second] = true;
-    }
-
-    // The base's table: the changed tensors laid out anew in segment 0 (this version's own),
-    // every other tensor where the base has it, in the segments shared with it.
-    std::vector<TensorEntry> tensors = parent.info.tensors;
-    std::vector<std::shared_ptr<PoolSegment>> segments{nullptr};
-    std::vector<uint32_t> shared_index(parent.segments.size(), UINT32_MAX);
-    std::vector<TensorEntry> fresh;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      if (changed[i]) {
-        fresh.push_back(tensors[i]);
-        continue;
-      }
-      uint32_t& index = shared_index[tensors[i].segment];
-      if (index == UINT32_MAX) {
-        index = static_cast<uint32_t>(segments.size());
-        segments.push_back(parent.segments[tensors[i].segment]);
-      }
-      tensors[i].segment = index;
-    }
-    span = std::max<uint64_t>(LayOut(fresh), 1);
-    for (size_t i = 0, next = 0; i < tensors.size(); ++i) {
-      if (!changed[i]) continue;
-      tensors[i].offset = fresh[next++].offset;
-      tensors[i].segment = 0;
-    }
-
-    // The same version: same root, the same tensors stored anew with the same bytes, and the
-    // others the very bytes the base shares (same segment, same place).
-    auto same = [&](const Component& existing) {
-      if (existing.info.base_cache_key != root_key ||
-          existing.info.base_component_id != root_id ||
-          existing.info.structure_hash != parent.info.structure_hash ||
-          existing.info.content_hash != request.content_hash ||
-          existing.info.tensors.size() != tensors.size()) {
-        return false;
-      }
-      for (size_t i = 0; i < tensors.size(); ++i) {
-        const TensorEntry& theirs = existing.info.tensors[i];
-        const TensorEntry& wanted = tensors[i];
-        if ((theirs.segment == 0) != (wanted.segment == 0)) return false;
-        if (wanted.segment != 0 &&
-            (theirs.offset != wanted.offset ||
-             existing.segments[theirs.segment] != segments[wanted.segment])) {
-          return false;
-        }
-      }
-      return true;
-    };
-    DDO_ASSIGN_OR_RETURN(std::optional<ComponentSnapshot> warm,
-                         ClearKeyLocked(caller, request.cache_key, same));
-    if (warm.has_value()) return RegisterResult{*std::move(warm), /*warm_hit=*/true, ""};
-    DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, span, segments, tensors));
-    // The base stays: evicting it would release nothing while this version shares its bytes.
-    DDO_RETURN_IF_ERROR(MakeRoomLocked(KeyOf(caller.uid, request.cache_key), span,
-                                       {KeyOf(caller.uid, request.base_cache_key)}));
-    // ClearKeyLocked and MakeRoomLocked left the base (another key, spared) where it was.
-    Component placeholder;
-    placeholder.info.structure_hash = parent.info.structure_hash;
-    placeholder.info.component_id = ComponentId(request.cache_key, placeholder.info.structure_hash);
-    placeholder.info.cache_key = request.cache_key;
-    placeholder.info.content_hash = request.content_hash;
-    placeholder.info.state = ComponentState::kUploading;
-    placeholder.info.total_bytes = parent.info.total_bytes;
-    placeholder.info.unit_count = parent.info.unit_count;
-    placeholder.info.base_cache_key = root_key;
-    placeholder.info.base_component_id = root_id;
-    placeholder.info.changed_tensors = static_cast<uint32_t>(fresh.size());
-    placeholder.info.own_bytes = TotalTensorBytes(fresh);
-    placeholder.info.last_used = absl::Now();
-    placeholder.info.uploader_pid = lease.client_pid;
-    placeholder.info.owner_uid = caller.uid;
-    placeholder.info.segment_size = HostPool::Footprint(span);
-    placeholder.client_written = true;
-    placeholder.info.tensors = std::move(tensors);
-    placeholder.segments = std::move(segments);
-    placeholder.upload_id = upload_id;
-    placeholder.owner_lease = lease.id;
-    components_.emplace(KeyOf(caller.uid, request.cache_key), std::move(placeholder));
-  }
-  return AllocateUpload(upload_id, request.cache_key, span, caller, progress);
 }
 
 absl::StatusOr<ComponentBytes> ComponentStore::BytesOfUpload(const std::string& lease_id,
@@ -681,6 +462,36 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> ComponentStore::CopyUpload(
   return copy;
 }
 
+absl::Status ComponentStore::CopyClientUpload(const std::string& lease_id,
+                                              const std::string& upload_id,
+                                              ComponentBytes& bytes, WorkProgress* progress) {
+  // What the client wrote is copied into the segment served: its writable mapping stays
+  // on the upload segment, which is gone after the copy (docs/security.md §3).
+  const absl::Time copying = absl::Now();
+  // The client's bar counts the copy (the hash of the copy that follows is an XXH3 pass).
+  if (progress != nullptr) progress->SetTotal(bytes.own()->size());
+  absl::StatusOr<std::shared_ptr<PoolSegment>> copy = CopyUpload(*bytes.own(), progress);
+  if (!copy.ok()) {
+    (void)Abort(lease_id, upload_id);
+    return copy.status();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = FindUploadLocked(upload_id);
+    if (it == components_.end()) {
+      (*copy)->MarkDiscarded();
+      return absl::AbortedError(absl::StrCat("upload ", upload_id, " was abandoned meanwhile"));
+    }
+    it->second.segments.front()->MarkDiscarded();
+    it->second.segments.front() = *copy;
+    bytes = ComponentBytes(it->second.segments);
+  }
+  Logger("store")->info("upload {} copied into {}: {} in {:.2f} s", upload_id.substr(0, 8),
+                        (*copy)->name(), FormatBytes((*copy)->size()),
+                        absl::ToDoubleSeconds(absl::Now() - copying));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& lease_id,
                                                          const std::string& upload_id,
                                                          WorkProgress* progress) {
@@ -696,30 +507,7 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
     }
   }
   if (client_written) {
-    // What the client wrote is copied into the segment served: its writable mapping stays
-    // on the upload segment, which is gone after the copy (docs/security.md §3).
-    const absl::Time copying = absl::Now();
-    // The client's bar counts the copy (the hash of the copy that follows is an XXH3 pass).
-    if (progress != nullptr) progress->SetTotal(bytes.own()->size());
-    absl::StatusOr<std::shared_ptr<PoolSegment>> copy = CopyUpload(*bytes.own(), progress);
-    if (!copy.ok()) {
-      (void)Abort(lease_id, upload_id);
-      return copy.status();
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = FindUploadLocked(upload_id);
-      if (it == components_.end()) {
-        (*copy)->MarkDiscarded();
-        return absl::AbortedError(absl::StrCat("upload ", upload_id, " was abandoned meanwhile"));
-      }
-      it->second.segments.front()->MarkDiscarded();
-      it->second.segments.front() = *copy;
-      bytes = ComponentBytes(it->second.segments);
-    }
-    Logger("store")->info("upload {} copied into {}: {} in {:.2f} s", upload_id.substr(0, 8),
-                          (*copy)->name(), FormatBytes((*copy)->size()),
-                          absl::ToDoubleSeconds(absl::Now() - copying));
+    DDO_RETURN_IF_ERROR(CopyClientUpload(lease_id, upload_id, bytes, progress));
   } else if (progress != nullptr) {
     progress->SetTotal(to_hash);
   }
@@ -758,7 +546,7 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
   }
   Component& component = it->second;
   component.info.state = ComponentState::kReady;
-  component.info.last_used = absl::Now();
+  component.info.last_used = Now();
   component.upload_id.clear();
   component.owner_lease.clear();
   Logger("store")->info("'{}' ready: {} in {}{}", EscapeForDisplay(component.info.cache_key),
@@ -863,52 +651,6 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   return LoadResult{std::move(ready), false, seconds};
 }
 
-absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ShareByProof(
-    const Lease& lease, const std::string& cache_key, const SafetensorsSet& set,
-    const std::vector<FileIdentity>& sources, const std::string& announced_hash,
-    std::vector<ProofTarget>& targets, const std::function<bool()>& cancelled) {
-  // The first candidate's digest, when no proof computed it yet, alongside the files'.
-  std::atomic<bool> files_failed{false};
-  const std::function<bool()> stop = [&] { return files_failed.load() || cancelled(); };
-  ProofTarget& first = targets.front();
-  std::future<absl::StatusOr<std::string>> first_digest;
-  if (first.proof_digest.empty()) {
-    first_digest = std::async(std::launch::async, [&first, &stop] {
-      return ProofDigest(first.tensors, first.bytes, stop);
-    });
-  }
-  absl::StatusOr<SafetensorsHashes> files = HashSafetensors(set, cancelled, &fs_);
-  files_failed = !files.ok();
-  if (first_digest.valid()) {
-    absl::StatusOr<std::string> digest = first_digest.get();
-    if (!digest.ok() && files.ok()) return digest.status();  // cancelled
-    if (digest.ok()) {
-      first.proof_digest = *digest;
-      RememberProofDigest(first.key, first.bytes.own()->name(), *digest);
-    }
-  }
-  if (!files.ok()) return files.status();
-  // A client that announced a content hash gets the bytes it announced or nothing.
-  if (!announced_hash.empty() && announced_hash != files->content_hash) return std::nullopt;
-  for (ProofTarget& target : targets) {
-    // The XXH3 content hash only skips a candidate that surely differs; SHA-256 decides.
-    if (!target.content_hash.empty() && target.content_hash != files->content_hash) continue;
-    if (target.proof_digest.empty()) {
-      DDO_ASSIGN_OR_RETURN(target.proof_digest,
-                           ProofDigest(target.tensors, target.bytes, cancelled));
-      RememberProofDigest(target.key, target.bytes.own()->name(), target.proof_digest);
-    }
-    if (files->proof_digest != target.proof_digest) continue;
-    absl::StatusOr<ComponentSnapshot> shared =
-        AddSharedEntry(lease, cache_key, target.key, target.bytes.own()->name(),
-                       files->content_hash, target.proof_digest, sources);
-    if (absl::IsNotFound(shared.status())) continue;  // it went meanwhile
-    if (!shared.ok()) return shared.status();
-    return std::optional<ComponentSnapshot>(*std::move(shared));
-  }
-  return std::nullopt;
-}
-
 absl::StatusOr<ComponentSnapshot> ComponentStore::Get(const std::string& cache_key,
                                                       const Caller& caller) const {
   absl::MutexLock lock(&mu_);
@@ -947,107 +689,6 @@ void ComponentStore::DiscardUnused(uid_t owner, const std::string& cache_key,
   PersistLocked();
 }
 
-std::vector<ComponentStore::ProofTarget> ComponentStore::FindProofTargets(
-    const std::string& cache_key, const Caller& caller, const std::string& structure_hash,
-    const std::vector<FileIdentity>& sources) const {
-  absl::MutexLock lock(&mu_);
-  if (auto own = components_.find(KeyOf(caller.uid, cache_key));
-      own != components_.end() && own->second.info.state == ComponentState::kReady &&
-      own->second.info.structure_hash == structure_hash) {
-    return {};  // the caller's own entry: its warm hit or its replacement
-  }
-  // (rank, last use, key): the candidates the hint names, best first.
-  std::vector<std::tuple<int, absl::Time, std::string>> ranked;
-  for (auto it = components_.begin(); it != components_.end(); ++it) {
-    const Component& other = it->second;
-    // Never shared by proof: an upload from memory (ddod did not read it from files, and
-    // docs/security.md promises it stays its owner's) and a derived version (its owner's edit
-    // of a model).
-    if (other.info.owner_uid == caller.uid || other.info.state != ComponentState::kReady ||
-        other.info.structure_hash != structure_hash || other.client_written ||
-        other.sources.empty() || !other.info.base_cache_key.empty() ||
-        other.segments.empty() || other.segments.front() == nullptr) {
-      continue;
-    }
-    // The hint: the same files first, then the same key; the proof decides either way.
-    const int rank = other.sources == sources ? 2 : other.info.cache_key == cache_key ? 1 : 0;
-    if (rank > 0) ranked.emplace_back(rank, other.info.last_used, it->first);
-  }
-  std::sort(ranked.begin(), ranked.end(), std::greater<>());
-  // Each candidate costs a pass over its bytes the first time: a few, so that another user's
-  // entry under the same key cannot hide the one the caller's files match.
-  constexpr size_t kMaxCandidates = 4;
-  std::vector<ProofTarget> targets;
-  for (const auto& [rank, used, key] : ranked) {
-    if (targets.size() == kMaxCandidates) break;
-    const Component& other = components_.at(key);
-    targets.push_back(ProofTarget{key, ComponentBytes(other.segments), other.info.tensors,
-                                  other.proof_digest, other.info.content_hash});
-  }
-  return targets;
-}
-
-void ComponentStore::RememberProofDigest(const std::string& key,
-                                         const std::string& segment_name,
-                                         const std::string& proof_digest) {
-  absl::MutexLock lock(&mu_);
-  auto it = components_.find(key);
-  if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
-      it->second.segments.empty() || it->second.segments.front() == nullptr ||
-      it->second.segments.front()->name() != segment_name) {
-    return;  // replaced or evicted meanwhile
-  }
-  it->second.proof_digest = proof_digest;
-}
-
-absl::StatusOr<ComponentSnapshot> ComponentStore::AddSharedEntry(
-    const Lease& lease, const std::string& cache_key, const std::string& target_key,
-    const std::string& segment_name, const std::string& content_hash,
-    const std::string& proof_digest, const std::vector<FileIdentity>& sources) {
-  const Caller& caller = lease.caller;
-  absl::MutexLock lock(&mu_);
-  if (closed_) return absl::UnavailableError("ddod is shutting down");
-  auto target = components_.find(target_key);
-  if (target == components_.end() || target->second.info.state != ComponentState::kReady ||
-      target->second.segments.empty() || target->second.segments.front() == nullptr ||
-      target->second.segments.front()->name() != segment_name) {
-    return absl::NotFoundError(
-        absl::StrCat("'", EscapeForDisplay(cache_key), "' changed while its bytes were compared"));
-  }
-  const Component& proved = target->second;
-  const std::string structure_hash = proved.info.structure_hash;
-  auto same = [&](const Component& existing) {
-    return existing.info.base_cache_key.empty() &&
-           existing.info.structure_hash == structure_hash &&
-           existing.info.content_hash == content_hash;
-  };
-  DDO_ASSIGN_OR_RETURN(std::optional<ComponentSnapshot> warm,
-                       ClearKeyLocked(caller, cache_key, same));
-  if (warm.has_value()) return *std::move(warm);
-  // ClearKeyLocked removed only the caller's own entry: the target is another uid's.
-  DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, 0, proved.segments, proved.info.tensors,
-                                              /*upload=*/false));
-  Component entry;
-  entry.info = proved.info;
-  entry.info.component_id = ComponentId(cache_key, structure_hash);
-  entry.info.cache_key = cache_key;
-  if (entry.info.content_hash.empty()) entry.info.content_hash = content_hash;
-  entry.info.sessions = 0;
-  entry.info.last_used = absl::Now();
-  entry.info.keep_alive = absl::ZeroDuration();
-  entry.info.uploader_pid = lease.client_pid;
-  entry.info.owner_uid = caller.uid;
-  entry.segments = proved.segments;  // refcounted: either entry may go first
-  entry.sources = sources;
-  entry.proof_digest = proof_digest;
-  Logger("store")->info("'{}' of {} shares the copy of '{}': its files hold the same bytes ({})",
-                        EscapeForDisplay(cache_key), caller.Describe(),
-                        EscapeForDisplay(target_key), content_hash);
-  auto [it, inserted] = components_.emplace(KeyOf(caller.uid, cache_key), std::move(entry));
-  PersistLocked();
-  return SnapshotLocked(it->second);
-}
-
 bool ComponentStore::MayRead(const std::string& cache_key, const Caller& caller) const {
   absl::MutexLock lock(&mu_);
   return components_.count(KeyOf(caller.uid, cache_key)) != 0;
@@ -1069,70 +710,6 @@ ComponentStore::FindOwnedLocked(const std::string& cache_key, const Caller& call
   return it;
 }
 
-absl::StatusOr<uint64_t> ComponentStore::Evict(const std::string& cache_key,
-                                               const Caller& caller, std::optional<uid_t> owner) {
-  absl::MutexLock lock(&mu_);
-  DDO_ASSIGN_OR_RETURN(auto it, FindOwnedLocked(cache_key, caller, owner));
-  if (it->second.info.state == ComponentState::kUploading) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("'", EscapeForDisplay(cache_key), "' is being uploaded"));
-  }
-  if (it->second.info.sessions > 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "'", cache_key, "' is in use by ", it->second.info.sessions, " session(s)"));
-  }
-  const uint64_t freed = DiscardLocked(it);
-  Logger("store")->info("evicted '{}' at the request of {} ({} released)",
-                        EscapeForDisplay(cache_key), caller.Describe(), FormatBytes(freed));
-  PersistLocked();
-  return freed;
-}
-
-absl::Status ComponentStore::SetKeepAlive(const std::string& cache_key, const Caller& caller,
-                                          absl::Duration keep_alive) {
-  absl::MutexLock lock(&mu_);
-  DDO_ASSIGN_OR_RETURN(auto it, FindOwnedLocked(cache_key, caller));
-  if (it->second.info.state != ComponentState::kReady) {
-    return absl::NotFoundError(
-        absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
-  }
-  it->second.info.keep_alive = keep_alive;
-  PersistLocked();  // a restarted ddod keeps it
-  return absl::OkStatus();
-}
-
-std::vector<std::string> ComponentStore::EvictIdle(absl::Time now, absl::Duration fallback) {
-  std::vector<std::string> evicted;
-  absl::MutexLock lock(&mu_);
-  // Rounds until none is due: a base whose bytes a derived version shares is due only after
-  // that one went (it releases nothing before).
-  for (bool again = true; again;) {
-    again = false;
-    for (auto it = components_.begin(); it != components_.end(); ++it) {
-      const ComponentSnapshot& info = it->second.info;
-      const absl::Duration keep =
-          info.keep_alive == absl::ZeroDuration() ? fallback : info.keep_alive;
-      if (info.state != ComponentState::kReady || info.sessions > 0 ||
-          keep == absl::InfiniteDuration() || keep <= absl::ZeroDuration() ||
-          now - info.last_used < keep || ReleasableBytesLocked(it->second) == 0) {
-        continue;
-      }
-      const std::string key = info.cache_key;  // the owner's name for it
-      const absl::Duration unused = now - info.last_used;
-      const uint64_t freed = DiscardLocked(it);  // `info` is gone from here on
-      ++evictions_;
-      Logger("store")->info("evicted '{}' after {} unused (keep-alive {}; {} released)",
-                            EscapeForDisplay(key), absl::FormatDuration(unused),
-                            absl::FormatDuration(keep), FormatBytes(freed));
-      evicted.push_back(key);
-      again = true;
-      break;  // the map changed
-    }
-  }
-  if (!evicted.empty()) PersistLocked();
-  return evicted;
-}
-
 absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
                                                           const std::string& cache_key) {
   absl::MutexLock lock(&mu_);
@@ -1143,7 +720,7 @@ absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
   }
   DDO_ASSIGN_OR_RETURN(const std::string session_id, sessions_.Add(lease, cache_key));
   it->second.info.sessions += 1;
-  it->second.info.last_used = absl::Now();
+  it->second.info.last_used = Now();
   return HostAttachment{session_id, SnapshotLocked(it->second),
                         ComponentBytes(it->second.segments)};
 }
@@ -1151,7 +728,7 @@ absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
 void ComponentStore::UnpinLocked(uid_t uid, const std::string& cache_key) {
   if (auto it = components_.find(KeyOf(uid, cache_key)); it != components_.end()) {
     it->second.info.sessions -= 1;
-    it->second.info.last_used = absl::Now();
+    it->second.info.last_used = Now();
   }
 }
 
@@ -1200,138 +777,6 @@ StoreStats ComponentStore::Stats() const {
   stats.evictions = evictions_;
   stats.adopted = adopted_;
   return stats;
-}
-
-void ComponentStore::AdoptPrevious() {
-  auto log = Logger("store");
-  std::set<std::string> kept;
-  auto manifest = ReadManifest(options_.manifest_path);
-  if (!manifest.ok() && !absl::IsNotFound(manifest.status())) {
-    log->error("discarding the previous pool: {}", manifest.status().message());
-  }
-  // Each segment is adopted (counted, pinned) once, however many components use it: a base
-  // and the derived versions that share its bytes.
-  std::map<std::string, std::shared_ptr<PoolSegment>> adopted_segments;
-  absl::MutexLock lock(&mu_);
-  for (ManifestComponent& entry : manifest.ok() ? *manifest : std::vector<ManifestComponent>{}) {
-    const std::string own_name = entry.segments.empty() ? "" : entry.segments.front().name;
-    auto reject = [&](absl::string_view why) {
-      log->warn("not adopting '{}' ({}): {}", EscapeForDisplay(entry.cache_key), own_name, why);
-    };
-    const bool derived = !entry.base_cache_key.empty();
-    if (entry.segments.empty() || (!derived && entry.segments.size() != 1)) {
-      reject("the manifest gives it no segment, or several without a base");
-      continue;
-    }
-    bool ours = true;
-    for (const ManifestSegment& segment : entry.segments) {
-      ours = ours && segment.name.rfind(pool_.name_prefix(), 0) == 0;
-    }
-    if (!ours) {
-      reject("the segment is not this pool's");
-      continue;
-    }
-    const std::string key = KeyOf(entry.owner_uid, entry.cache_key);
-    if (components_.count(key) != 0) {
-      reject("the manifest lists the key twice");
-      continue;
-    }
-    if (StructureHash(entry.tensors) != entry.structure_hash ||
-        ComponentId(entry.cache_key, entry.structure_hash) != entry.component_id) {
-      reject("its tensor table does not match its structure hash");
-      continue;
-    }
-    bool in_bounds = true;
-    for (const TensorEntry& tensor : entry.tensors) {
-      auto bytes = TensorByteSize(tensor.dtype, tensor.shape);
-      in_bounds = in_bounds && bytes.ok() && *bytes == tensor.byte_size &&
-                  tensor.segment < entry.segments.size() &&
-                  tensor.offset + tensor.byte_size <= entry.segments[tensor.segment].size;
-    }
-    if (!in_bounds) {
-      reject("a tensor lies outside its segment");
-      continue;
-    }
-    std::vector<std::shared_ptr<PoolSegment>> segments;
-    std::string missing;
-    for (size_t i = 0; i < entry.segments.size() && missing.empty(); ++i) {
-      const ManifestSegment& wanted = entry.segments[i];
-      std::shared_ptr<PoolSegment>& segment = adopted_segments[wanted.name];
-      if (segment == nullptr) {
-        auto opened = pool_.Adopt(wanted.name);
-        if (!opened.ok()) {
-          missing = i == 0 ? std::string(opened.status().message())
-                           : absl::StrCat("a segment it shares with its base is gone (",
-                                          opened.status().message(), ")");
-          continue;
-        }
-        segment = *std::move(opened);
-        if (absl::Status pinned = segment->Pin(); !pinned.ok()) {
-          log->warn("serving {} unpinned: {}", wanted.name, pinned.message());
-        }
-      }
-      if (segment->size() != wanted.size) {
-        missing = absl::StrCat("the segment ", wanted.name, " has ", segment->size(),
-                               " bytes, the manifest says ", wanted.size, " (truncated?)");
-        continue;
-      }
-      segments.push_back(segment);
-    }
-    if (!missing.empty()) {
-      reject(missing);
-      continue;
-    }
-    Component component;
-    component.info.component_id = entry.component_id;
-    component.info.cache_key = entry.cache_key;
-    component.info.structure_hash = entry.structure_hash;
-    component.info.content_hash = entry.content_hash;
-    component.info.state = ComponentState::kReady;
-    component.info.total_bytes = TotalTensorBytes(entry.tensors);
-    component.info.unit_count = CountUnits(entry.tensors);
-    component.info.last_used = absl::Now();
-    for (const TensorEntry& tensor : entry.tensors) {
-      if (tensor.segment != 0) continue;
-      component.info.own_bytes += tensor.byte_size;
-      component.info.changed_tensors += derived ? 1 : 0;
-    }
-    component.info.base_cache_key = std::move(entry.base_cache_key);
-    component.info.base_component_id = std::move(entry.base_component_id);
-    component.info.tensors = std::move(entry.tensors);
-    component.info.owner_uid = entry.owner_uid;
-    component.info.keep_alive = KeepAliveFromSeconds(entry.keep_alive_seconds);
-    component.client_written = entry.client_written;
-    if (!derived) component.sources = std::move(entry.sources);
-    if (!entry.readers.empty()) {
-      // A manifest of a ddod before keys were per uid: the component stays its owner's; its
-      // readers share it again by proof on their next load.
-      log->info("'{}' of uid {}: dropping the {} other user(s) it was shared with; they share "
-                "it again by proof on their next load",
-                EscapeForDisplay(entry.cache_key), entry.owner_uid, entry.readers.size());
-    }
-    component.segments = std::move(segments);
-    for (const ManifestSegment& segment : entry.segments) kept.insert(segment.name);
-    log->info("adopted '{}' ({}{}) from the previous ddod", EscapeForDisplay(entry.cache_key),
-              FormatBytes(component.info.own_bytes),
-              derived ? absl::StrCat(" own, derived from '",
-                                     EscapeForDisplay(component.info.base_cache_key), "'")
-                      : "");
-    components_[key] = std::move(component);
-    ++adopted_;
-  }
-  // Segments adopted only for components that were then refused go back to the budget here
-  // (and leave /dev/shm just below).
-  adopted_segments.clear();
-  // Whatever else carries this pool's prefix is an unfinished upload or a rejected component.
-  for (const std::string& name : pool_.ListSegmentNames()) {
-    if (kept.count(name) == 0) {
-      log->info("removing leftover segment {}", name);
-      if (absl::Status removed = fs_.ShmUnlink(name); !removed.ok()) {
-        log->warn("{}", removed.message());
-      }
-    }
-  }
-  PersistLocked();
 }
 
 void ComponentStore::Close(bool discard) {

@@ -14,9 +14,16 @@
 // a new one needs room. The manifest is rewritten
 // after every change, so a ddod started after a crash adopts what this one had (AdoptPrevious).
 //
+// The store owns mu_ and the table; its concerns live in files of their own, each defining
+// ComponentStore members: component_store.cc (uploads, commits, loads, sessions, limits),
+// component_store_derived.cc (RegisterDerived), component_store_sharing.cc (the sharing
+// proof), component_store_eviction.cc (making room, Evict, keep-alives) and
+// component_store_adoption.cc (AdoptPrevious).
+//
 // Thread-safety: all methods may be called from any thread. mu_ guards the maps; slow work
 // (allocating, reading files, hashing, pinning) runs outside it, on components marked
-// UPLOADING so that nobody else can use or replace them meanwhile.
+// UPLOADING so that nobody else can use or replace them meanwhile. The ...Locked members
+// are called with mu_ held (Abseil's annotations say so).
 #ifndef DDO_DAEMON_STORE_COMPONENT_STORE_H_
 #define DDO_DAEMON_STORE_COMPONENT_STORE_H_
 
@@ -43,6 +50,8 @@
 #include "daemon/store/tensor_table.h"
 
 namespace ddo {
+
+struct ManifestComponent;
 
 enum class ComponentState { kUploading, kReady };
 
@@ -140,6 +149,10 @@ struct StoreOptions {
   // The manifest's writes, the safetensors reads and the removal of leftover segments go
   // through it (nullptr: the pool's, HostPool::file_system()); it must outlive the store.
   FileSystem* file_system = nullptr;
+  // The time the store stamps on components (their last use, from which keep-alives and the
+  // LRU count; durations it logs stay on the real clock), called from any thread, with the
+  // store's mutex held: nullptr for absl::Now. A test passes one it moves by hand.
+  std::function<absl::Time()> clock = nullptr;
 };
 
 class ComponentStore {
@@ -338,6 +351,28 @@ class ComponentStore {
   absl::StatusOr<std::optional<ComponentSnapshot>> ClearKeyLocked(
       const Caller& caller, const std::string& cache_key,
       const std::function<bool(const Component&)>& same) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inserts the upload `upload_id` of the lease under its caller's key (placeholder.info's
+  // cache_key), UPLOADING: `placeholder` comes with its key, hashes, sizes, table and
+  // segments (the own one, first, still null); this adds what every upload has (its id,
+  // owner, lease, time and the footprint of its own segment of `span` bytes).
+  void AddPlaceholderLocked(const Lease& lease, const std::string& upload_id, uint64_t span,
+                            bool client_written, Component placeholder)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RegisterDerived's steps under the lock: plans the version of the caller's base, then
+  // answers the warm hit (its snapshot) or inserts the placeholder `upload_id` (nothing),
+  // its own segment of `*span` bytes still to allocate.
+  absl::StatusOr<std::optional<ComponentSnapshot>> BeginDerivedLocked(
+      const Lease& lease, const DerivedRequest& request, const std::string& upload_id,
+      uint64_t* span) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AdoptPrevious's step for one manifest entry: checks it, adopts its segments (each once:
+  // `adopted` has those adopted already) and inserts it; otherwise an error saying why not.
+  absl::Status AdoptEntryLocked(ManifestComponent& entry,
+                                std::map<std::string, std::shared_ptr<PoolSegment>>& adopted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commit's copy of a client-written upload (CopyUpload) into the upload's own segment;
+  // `bytes` then has the copy. The upload is aborted when the copy fails.
+  absl::Status CopyClientUpload(const std::string& lease_id, const std::string& upload_id,
+                                ComponentBytes& bytes, WorkProgress* progress);
   // Allocates the placeholder's own segment of `span` bytes outside the lock and answers the
   // upload (ABORTED when the lease ended meanwhile, CANCELLED when `progress` was).
   absl::StatusOr<RegisterResult> AllocateUpload(const std::string& upload_id,
@@ -369,11 +404,14 @@ class ComponentStore {
   void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ComponentSnapshot SnapshotLocked(const Component& component) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The store's time now (StoreOptions::clock).
+  absl::Time Now() const { return clock_(); }
 
   HostPool& pool_;
   SessionRegistry& sessions_;
   const StoreOptions options_;
   FileSystem& fs_;
+  const std::function<absl::Time()> clock_;  // StoreOptions::clock, or absl::Now
 
   mutable absl::Mutex mu_;
   std::map<std::string, Component> components_ ABSL_GUARDED_BY(mu_);  // by KeyOf
@@ -384,6 +422,9 @@ class ComponentStore {
 
 // 16 hex digits naming a component: a hash of its key and structure.
 std::string ComponentId(const std::string& cache_key, const std::string& structure_hash);
+
+// INVALID_ARGUMENT unless `content_hash` is of the form xxh3-64:<16 lowercase hex digits>.
+absl::Status CheckContentHashForm(const std::string& content_hash);
 
 // What a tensor table costs ddod's heap: its entries (measured at about 4 KiB per tensor
 // through the service, with the copies its snapshots make) and their strings.

@@ -1,6 +1,7 @@
 #include "daemon/store/component_store.h"
 
 #include <map>
+#include <memory>
 
 #include <fcntl.h>
 
@@ -200,6 +201,28 @@ TEST_F(ComponentStoreTest, KeepAliveEvictsOnlyWhatIsUnusedForLong) {
   std::vector<std::string> keys;
   for (const auto& component : store_->List(lease_.caller)) keys.push_back(component.cache_key);
   EXPECT_EQ(keys, (std::vector<std::string>{"kept", "used"}));
+}
+
+TEST_F(ComponentStoreTest, KeepAliveCountsFromTheLastUseOnTheStoresClock) {
+  // The store's clock, moved by hand: no sleeping.
+  auto now = std::make_shared<absl::Time>(absl::FromUnixSeconds(1700000000));
+  store_->Close(/*discard=*/true);
+  pool_ = std::make_unique<HostPool>(pool_options_);
+  StoreOptions options{dir_.Join("manifest.json"), 2};
+  options.clock = [now] { return *now; };
+  store_ = std::make_unique<ComponentStore>(*pool_, *registry_, options);
+  Upload("detached");
+  Upload("idle");
+  auto session = store_->AttachHost(lease_, "detached");
+  ASSERT_TRUE(session.ok()) << session.status();
+  *now += absl::Minutes(10);
+  // A detach is a use: "detached" was last used now, "idle" ten minutes ago.
+  ASSERT_TRUE(store_->Detach(session->session_id, DaemonCaller()).ok());
+  EXPECT_EQ(store_->EvictIdle(*now + absl::Seconds(30), absl::Minutes(1)),
+            std::vector<std::string>{"idle"});
+  EXPECT_TRUE(store_->Get("detached", DaemonCaller()).ok());
+  *now += absl::Minutes(2);
+  EXPECT_EQ(store_->EvictIdle(*now, absl::Minutes(1)), std::vector<std::string>{"detached"});
 }
 
 TEST_F(ComponentStoreTest, AComponentsKeepAliveOutlivesARestart) {

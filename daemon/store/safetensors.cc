@@ -376,15 +376,9 @@ absl::StatusOr<DType> EntryDType(absl::string_view dtype_name) {
                    valid == absl::string_view::npos ? "" : message.substr(valid)));
 }
 
-absl::StatusOr<SafetensorsTensor> ParseTensorEntry(const std::string& source_name, std::string name,
-                                                   const Json& entry, uint64_t data_start,
-                                                   uint64_t file_size) {
-  if (!entry.is_object()) {
-    return TensorError(source_name, name,
-                       absl::StrCat("entry is ", KindOf(entry), ", not an object"));
-  }
-  SafetensorsTensor tensor;
-
+// The entry's "dtype".
+absl::StatusOr<DType> ParseEntryDType(const std::string& source_name, const std::string& name,
+                                      const Json& entry) {
   const auto dtype = entry.find("dtype");
   if (dtype == entry.end()) {
     return TensorError(source_name, name, "\"dtype\" is missing");
@@ -397,8 +391,12 @@ absl::StatusOr<SafetensorsTensor> ParseTensorEntry(const std::string& source_nam
   if (!parsed_dtype.ok()) {
     return TensorError(source_name, name, parsed_dtype.status().message());
   }
-  tensor.dtype = *parsed_dtype;
+  return *parsed_dtype;
+}
 
+// The entry's "shape": dimensions that fit an int64_t.
+absl::StatusOr<std::vector<int64_t>> ParseEntryShape(const std::string& source_name,
+                                                     const std::string& name, const Json& entry) {
   const auto shape = entry.find("shape");
   if (shape == entry.end()) {
     return TensorError(source_name, name, "\"shape\" is missing");
@@ -407,7 +405,8 @@ absl::StatusOr<SafetensorsTensor> ParseTensorEntry(const std::string& source_nam
     return TensorError(source_name, name,
                        absl::StrCat("\"shape\" is ", KindOf(*shape), ", not an array"));
   }
-  tensor.shape.reserve(shape->size());
+  std::vector<int64_t> dims;
+  dims.reserve(shape->size());
   for (size_t i = 0; i < shape->size(); ++i) {
     auto dim = NonNegativeInteger((*shape)[i], absl::StrCat("shape[", i, "]"));
     if (!dim.ok()) {
@@ -417,9 +416,15 @@ absl::StatusOr<SafetensorsTensor> ParseTensorEntry(const std::string& source_nam
       return TensorError(source_name, name,
                          absl::StrCat("shape[", i, "] is too large (over 2^63 - 1)"));
     }
-    tensor.shape.push_back(static_cast<int64_t>(*dim));
+    dims.push_back(static_cast<int64_t>(*dim));
   }
+  return dims;
+}
 
+// The entry's "data_offsets": [begin, end], begin <= end.
+absl::StatusOr<std::pair<uint64_t, uint64_t>> ParseEntryOffsets(const std::string& source_name,
+                                                                const std::string& name,
+                                                                const Json& entry) {
   const auto offsets = entry.find("data_offsets");
   if (offsets == entry.end()) {
     return TensorError(source_name, name, "\"data_offsets\" is missing");
@@ -438,29 +443,45 @@ absl::StatusOr<SafetensorsTensor> ParseTensorEntry(const std::string& source_nam
   if (!end.ok()) {
     return TensorError(source_name, name, end.status().message());
   }
-  const std::string offsets_text = absl::StrCat("data_offsets [", *begin, ", ", *end, "]");
   if (*begin > *end) {
-    return TensorError(source_name, name, absl::StrCat(offsets_text, " end before they begin"));
+    return TensorError(source_name, name,
+                       absl::StrCat("data_offsets [", *begin, ", ", *end,
+                                    "] end before they begin"));
   }
+  return std::make_pair(*begin, *end);
+}
 
+absl::StatusOr<SafetensorsTensor> ParseTensorEntry(const std::string& source_name, std::string name,
+                                                   const Json& entry, uint64_t data_start,
+                                                   uint64_t file_size) {
+  if (!entry.is_object()) {
+    return TensorError(source_name, name,
+                       absl::StrCat("entry is ", KindOf(entry), ", not an object"));
+  }
+  SafetensorsTensor tensor;
+  DDO_ASSIGN_OR_RETURN(tensor.dtype, ParseEntryDType(source_name, name, entry));
+  DDO_ASSIGN_OR_RETURN(tensor.shape, ParseEntryShape(source_name, name, entry));
+  DDO_ASSIGN_OR_RETURN(const auto offsets, ParseEntryOffsets(source_name, name, entry));
+  const auto [begin, end] = offsets;
+  const std::string offsets_text = absl::StrCat("data_offsets [", begin, ", ", end, "]");
   auto byte_size = TensorByteSize(tensor.dtype, tensor.shape);
   if (!byte_size.ok()) {
     return TensorError(source_name, name, byte_size.status().message());
   }
-  if (*byte_size != *end - *begin) {
+  if (*byte_size != end - begin) {
     return TensorError(
         source_name, name,
         absl::StrCat(SafetensorsDTypeName(tensor.dtype), " ", ShapeText(tensor.shape), " needs ",
-                     *byte_size, " bytes but ", offsets_text, " span ", *end - *begin));
+                     *byte_size, " bytes but ", offsets_text, " span ", end - begin));
   }
   const uint64_t data_bytes = file_size - data_start;  // the caller checked data_start
-  if (*end > data_bytes) {
+  if (end > data_bytes) {
     return TensorError(source_name, name,
                        absl::StrCat(offsets_text, " run past the end of the file (", data_bytes,
                                     " bytes of data)"));
   }
   tensor.name = std::move(name);
-  tensor.file_offset = data_start + *begin;
+  tensor.file_offset = data_start + begin;
   tensor.byte_size = *byte_size;
   return tensor;
 }
