@@ -12,12 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/store/component_store.h"
 #include "daemon/store/manifest.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 namespace {

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/random_id.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/store/component_store.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 namespace {

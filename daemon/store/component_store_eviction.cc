@@ -10,11 +10,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/store/component_store.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/display_text.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/store/component_store.h"
 #include "daemon/store/safetensors_hash.h"
+#include "ddo/wire/display_text.h"
 
 namespace ddo {
 
