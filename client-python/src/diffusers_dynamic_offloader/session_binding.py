@@ -45,7 +45,6 @@ from .module_tensors import (
     module_tensors,
 )
 from .quantized import dense_linear_weight, quantized_backend_of
-from .ring_consumer import RingEvents
 from .shared_weights import guard, is_guarded, plain
 from .streamed_linear import cpp_streamed_forward, own_streamed_forward, streamed_forward
 from .weight_watch import move_runner_owned, place_adapters_around, structure_version
@@ -223,25 +222,6 @@ class SessionBinding:
              for p in layout.tensors]
             for layout in resources.units
         ]
-
-    def _open_events(self, resources: sessions_pb2.DeviceResources) -> RingEvents:
-        count = resources.ring_slots + 1
-        if (len(resources.ready_event_handles) != count
-                or len(resources.consumed_event_handles) != count):
-            raise DdoError(
-                f"ddod sent {len(resources.ready_event_handles)} ready and "
-                f"{len(resources.consumed_event_handles)} consumed event handles for "
-                f"{count} slots"
-            )
-
-        def open_event(handle: bytes) -> "torch.cuda.Event":
-            return torch.cuda.Event.from_ipc_handle(self.device, handle)
-
-        return RingEvents(
-            self.device,
-            [open_event(handle) for handle in resources.ready_event_handles],
-            [open_event(handle) for handle in resources.consumed_event_handles],
-        )
 
     def _bind(
         self, groups: List[Tuple[str, List[ModuleTensor]]], resident: Mapping[str, torch.Tensor]

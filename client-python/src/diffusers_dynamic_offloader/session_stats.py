@@ -22,7 +22,7 @@ from .runner_log import log_pass
 class SessionStats:
     """The session's statistics (the module docstring). A mixin of StreamingSession: reads
     ``_response``, ``_consumer``, ``schedule``, ``session_id``, ``device``, ``module``,
-    ``fused_lora``, ``consumer_kind``, ``state``, ``_edit_syncs``, ``_uploaded_edit_bytes``;
+    ``fused_lora``, ``consumer_kind``, ``state``, ``log_name``, ``_edit_syncs``, ``_uploaded_edit_bytes``;
     owns ``_passes`` and ``_pass_began`` (declared in ``StreamingSession.__init__``)."""
 
     def _log_pass(self) -> None:

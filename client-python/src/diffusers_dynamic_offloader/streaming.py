@@ -390,6 +390,25 @@ class StreamingSession(Closeable, SessionBinding, SessionEdits, SessionStats):
         )
         self.consumer_kind = "python"
 
+    def _open_events(self, resources: sessions_pb2.DeviceResources) -> RingEvents:
+        count = resources.ring_slots + 1
+        if (len(resources.ready_event_handles) != count
+                or len(resources.consumed_event_handles) != count):
+            raise DdoError(
+                f"ddod sent {len(resources.ready_event_handles)} ready and "
+                f"{len(resources.consumed_event_handles)} consumed event handles for "
+                f"{count} slots"
+            )
+
+        def open_event(handle: bytes) -> "torch.cuda.Event":
+            return torch.cuda.Event.from_ipc_handle(self.device, handle)
+
+        return RingEvents(
+            self.device,
+            [open_event(handle) for handle in resources.ready_event_handles],
+            [open_event(handle) for handle in resources.consumed_event_handles],
+        )
+
     def _send_schedule(self, order: List[int]) -> int:
         rows = self._row_counter.take() if self._row_counter is not None else {}
         self._row_counter = None
