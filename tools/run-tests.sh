@@ -12,6 +12,7 @@ tools/build.sh "$@"
 
 echo "== protocol stubs"
 tools/gen_python_stubs.sh --check
+python3 tools/gen_control_layout.py --check
 
 echo "== C++ unit tests"
 ctest --test-dir "$build" --output-on-failure -j "${DDO_JOBS:-$(nproc)}"

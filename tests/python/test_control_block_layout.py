@@ -1,74 +1,84 @@
-"""The control block and the doorbell are laid out twice by hand: in C++ for ddod and the C++
-client (proto/wire/include/ddo/wire/control_layout.h) and in Python for the runner
-(diffusers_dynamic_offloader/control_block.py). This test reads the C++ header and holds the
-Python constants to it, field by field, so that neither side can move or add a field alone
-(issue 17, item 5)."""
+"""The control block and the doorbell have one layout, the C++ header's
+(proto/wire/include/ddo/wire/control_layout.h). The Python client's constants are generated
+from it (tools/gen_control_layout.py -> diffusers_dynamic_offloader/_control_layout.py,
+committed); this test regenerates the module and holds the committed file to it, and holds
+control_block's names to the generated values, so that neither side can move or add a field
+alone (issue 17 item 5, issue 32 item 3)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import subprocess
+import sys
 
-from diffusers_dynamic_offloader import control_block
+from diffusers_dynamic_offloader import _control_layout, control_block
 from support import SOURCE_ROOT
 
-HEADER = os.path.join(os.path.dirname(os.path.dirname(SOURCE_ROOT)), "proto", "wire", "include",
-                      "ddo", "wire", "control_layout.h")
-
-#: C++ name in control_layout -> the Python module's name for the same field.
-CONTROL = {
-    "kMagic": "CONTROL_MAGIC", "kVersion": "CONTROL_VERSION",
-    "kMagicOffset": "_MAGIC", "kVersionOffset": "_VERSION", "kSlotsOffset": "_SLOTS",
-    "kUnitsOffset": "_UNITS", "kDaemonPidOffset": "_DAEMON_PID",
-    "kScheduleLengthOffset": "_SCHEDULE_LENGTH", "kArenaBytesOffset": "_ARENA_BYTES",
-    "kReadyOffset": "_READY", "kConsumedOffset": "_CONSUMED", "kStateOffset": "_STATE",
-    "kRunnerWaitingOffset": "_RUNNER_WAITING", "kSyncRequestOffset": "_SYNC_REQUEST",
-    "kSyncUnitOffset": "_SYNC_UNIT", "kSyncDoneOffset": "_SYNC_DONE",
-    "kSkippedUsesOffset": "_STAT_SKIPPED", "kSyncUsesOffset": "_STAT_SYNC",
-    "kConsumedUsesOffset": "_STAT_STREAMED", "kSlotUseOffset": "_SLOT_USE",
-}
-#: Values of the C++ layout that the runner never reads.
-CONTROL_DAEMON_ONLY = {"kNoUse"}
-DOORBELL = {"kMagic": "DOORBELL_MAGIC", "kSeqOffset": "_BELL_SEQ",
-            "kDaemonSleepingOffset": "_BELL_SLEEPING", "kBytes": "DOORBELL_BYTES"}
-STATES = {"kOpen": "STATE_OPEN", "kClosed": "STATE_CLOSED", "kFailed": "STATE_FAILED"}
+REPO = os.path.dirname(os.path.dirname(SOURCE_ROOT))
+GENERATOR = os.path.join(REPO, "tools", "gen_control_layout.py")
+HEADER = os.path.join(REPO, "proto", "wire", "include", "ddo", "wire", "control_layout.h")
 
 
-def _namespace(text: str, name: str) -> dict:
-    body = re.search(rf"namespace {name} {{(.*?)}}  // namespace {name}", text, re.S)
-    assert body, f"no namespace {name} in {HEADER}"
-    values = {}
-    for constant, value in re.findall(
-            r"inline constexpr \w+ (k\w+) = (0x[0-9A-Fa-f]+|~0ull|\d+)", body.group(1)):
-        values[constant] = int(value, 0) if value != "~0ull" else (1 << 64) - 1
-    return values
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_control_layout", GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _header() -> str:
-    with open(HEADER) as file:
-        return file.read()
+def test_regenerating_gives_the_committed_module():
+    with open(HEADER, encoding="utf-8") as header:
+        expected = _generator().render(header.read())
+    with open(_control_layout.__file__, encoding="utf-8") as committed:
+        assert committed.read() == expected, "run tools/gen_control_layout.py"
+    done = subprocess.run([sys.executable, GENERATOR, "--check"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
-def _assert_same(cpp: dict, names: dict, daemon_only=frozenset()) -> None:
-    assert set(cpp) - set(daemon_only) == set(names), (
-        f"fields on one side only: C++ {sorted(set(cpp) - set(names) - set(daemon_only))}, "
-        f"Python {sorted(set(names) - set(cpp))}")
-    for constant, python_name in names.items():
-        assert getattr(control_block, python_name) == cpp[constant], (
-            f"{constant} = {cpp[constant]} in C++, {python_name} = "
-            f"{getattr(control_block, python_name)} in Python")
+def test_every_field_of_the_header_is_generated():
+    names = {name for name in vars(_control_layout) if name.isupper()}
+    assert {"CONTROL_MAGIC", "CONTROL_VERSION", "CONTROL_READY_OFFSET", "CONTROL_SLOT_USE_OFFSET",
+            "CONTROL_CONSUMED_USES_OFFSET", "CONTROL_NO_USE", "DOORBELL_MAGIC",
+            "DOORBELL_SEQ_OFFSET", "DOORBELL_DAEMON_SLEEPING_OFFSET", "DOORBELL_BYTES",
+            "SESSION_STATE_OPEN", "SESSION_STATE_CLOSED", "SESSION_STATE_FAILED"} <= names
+    with open(HEADER, encoding="utf-8") as header:
+        text = header.read()
+    # As many constants as the header's two layout namespaces and SessionState hold.
+    assert len(names) == len(re.findall(r"inline constexpr uint\w+ k\w+ =", text)) + 3
 
 
-def test_the_control_block_layout_is_the_same_on_both_sides():
-    _assert_same(_namespace(_header(), "control_layout"), CONTROL, CONTROL_DAEMON_ONLY)
+def test_a_changed_header_changes_the_module():
+    with open(HEADER, encoding="utf-8") as header:
+        text = header.read()
+    moved = text.replace("kReadyOffset = 64;", "kReadyOffset = 72;")
+    assert moved != text
+    assert "CONTROL_READY_OFFSET = 72" in _generator().render(moved)
 
 
-def test_the_doorbell_layout_is_the_same_on_both_sides():
-    _assert_same(_namespace(_header(), "doorbell_layout"), DOORBELL)
-
-
-def test_the_session_states_are_the_same_on_both_sides():
-    states = re.search(r"enum class SessionState : uint32_t \{([^}]*)\}", _header())
-    assert states
-    cpp = {name: int(value) for name, value in re.findall(r"(k\w+) = (\d+)", states.group(1))}
-    _assert_same(cpp, STATES)
+def test_the_control_block_reads_the_generated_layout():
+    layout = _control_layout
+    assert (control_block.CONTROL_MAGIC, control_block.CONTROL_VERSION) == (
+        layout.CONTROL_MAGIC, layout.CONTROL_VERSION)
+    assert (control_block.DOORBELL_MAGIC, control_block.DOORBELL_BYTES) == (
+        layout.DOORBELL_MAGIC, layout.DOORBELL_BYTES)
+    assert (control_block.STATE_OPEN, control_block.STATE_CLOSED, control_block.STATE_FAILED) == (
+        layout.SESSION_STATE_OPEN, layout.SESSION_STATE_CLOSED, layout.SESSION_STATE_FAILED)
+    pairs = {
+        "_MAGIC": "CONTROL_MAGIC_OFFSET", "_VERSION": "CONTROL_VERSION_OFFSET",
+        "_SLOTS": "CONTROL_SLOTS_OFFSET", "_UNITS": "CONTROL_UNITS_OFFSET",
+        "_DAEMON_PID": "CONTROL_DAEMON_PID_OFFSET",
+        "_SCHEDULE_LENGTH": "CONTROL_SCHEDULE_LENGTH_OFFSET",
+        "_ARENA_BYTES": "CONTROL_ARENA_BYTES_OFFSET", "_READY": "CONTROL_READY_OFFSET",
+        "_CONSUMED": "CONTROL_CONSUMED_OFFSET", "_STATE": "CONTROL_STATE_OFFSET",
+        "_RUNNER_WAITING": "CONTROL_RUNNER_WAITING_OFFSET",
+        "_SYNC_REQUEST": "CONTROL_SYNC_REQUEST_OFFSET", "_SYNC_UNIT": "CONTROL_SYNC_UNIT_OFFSET",
+        "_SYNC_DONE": "CONTROL_SYNC_DONE_OFFSET", "_STAT_SKIPPED": "CONTROL_SKIPPED_USES_OFFSET",
+        "_STAT_SYNC": "CONTROL_SYNC_USES_OFFSET", "_STAT_STREAMED": "CONTROL_CONSUMED_USES_OFFSET",
+        "_SLOT_USE": "CONTROL_SLOT_USE_OFFSET", "_BELL_SEQ": "DOORBELL_SEQ_OFFSET",
+        "_BELL_SLEEPING": "DOORBELL_DAEMON_SLEEPING_OFFSET",
+    }
+    for mine, generated in pairs.items():
+        assert getattr(control_block, mine) == getattr(layout, generated), mine

@@ -199,7 +199,7 @@ def check_adapter_methods_place_adapters_while_streaming(client) -> Dict[str, An
     the adapters on the execution device before a fuse runs while the module streams,
     so that every delta is computed where the adapters live from then on
     (weight_watch.place_adapters_around); released, the module has its own method again."""
-    import diffusers_dynamic_offloader.streaming as streaming
+    import diffusers_dynamic_offloader.session_binding as streaming  # where _place_adapters lives
     from diffusers_dynamic_offloader.weight_watch import structure_version
 
     model = make_model()

@@ -217,6 +217,24 @@ def test_4_plan_mode_installs_a_plan_only_hook(runner_daemon):
     assert loaded.should_move_to_execution_device
 
 
+def test_4_initialize_hook_routes_its_module(runner_daemon):
+    """The seed's registration step: the hook routes its module itself (route.py's steps,
+    handed the hook's class) and answers for the session that opened."""
+    config = ddo.DynamicOffloadConfig(execution_device="cpu", execution_mode="linear_runtime",
+                                      small_tensor_threshold_bytes=0)
+    model = _model()
+    hook = ddo.DynamicOffloadHook(config)
+    assert hook.initialize_hook(model) is model
+    try:
+        assert hook.session is not None and not hook.closed
+        assert hook.state is ddo.get_dynamic_offload_state(model)
+        with torch.no_grad():
+            model(torch.randn(2, 512))
+        assert len(hook.resources.units) == 2
+    finally:
+        ddo.remove_dynamic_offload(model)
+    assert hook.closed
+
 def test_4_5_the_hook_of_a_streamed_module_answers_for_its_session(runner_daemon):
     config = ddo.DynamicOffloadConfig(execution_device="cpu", execution_mode="linear_runtime",
                                       small_tensor_threshold_bytes=0)

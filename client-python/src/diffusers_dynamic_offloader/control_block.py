@@ -16,6 +16,15 @@ and it gives up when ddod makes no progress for ``stall_timeout`` seconds.
 The counters are read and written with plain loads and stores; the order that x86-64 keeps
 between them is what the protocol needs. On weaker machines a stale ``slot_use`` is re-read
 before it is reported (see :meth:`ControlBlock.check_slot`).
+
+The layout has one source, the C++ header proto/wire/include/ddo/wire/control_layout.h that
+ddod, the C++ client and the C++ consumer compile. The offsets here come from
+``_control_layout``, a module generated from that header by tools/gen_control_layout.py and
+committed, as the protobuf stubs are; tests/python/test_control_block_layout.py regenerates it
+and fails when the committed file differs. Generated rather than loaded from the C++ consumer
+at run time: the consumer is optional (built only where a C++ compiler is, and the pure-Python
+ring is the fallback), while every runner maps the control block, and an installed client has
+no header to read.
 """
 
 from __future__ import annotations
@@ -30,23 +39,38 @@ from ._closeable import Closeable
 from .errors import DaemonGoneError, DdoError, SessionClosedError, StreamingError
 from .shm import SegmentMapping, SegmentOpener
 
-CONTROL_MAGIC = 0x434F4444  # "DDOC"
-CONTROL_VERSION = 2
-DOORBELL_MAGIC = 0x424F4444  # "DDOB"
-DOORBELL_BYTES = 4096
+from ._control_layout import (  # generated from the C++ header: see the module docstring
+    CONTROL_ARENA_BYTES_OFFSET as _ARENA_BYTES,
+    CONTROL_CONSUMED_OFFSET as _CONSUMED,
+    CONTROL_CONSUMED_USES_OFFSET as _STAT_STREAMED,
+    CONTROL_DAEMON_PID_OFFSET as _DAEMON_PID,
+    CONTROL_MAGIC,
+    CONTROL_MAGIC_OFFSET as _MAGIC,
+    CONTROL_READY_OFFSET as _READY,
+    CONTROL_RUNNER_WAITING_OFFSET as _RUNNER_WAITING,
+    CONTROL_SCHEDULE_LENGTH_OFFSET as _SCHEDULE_LENGTH,
+    CONTROL_SKIPPED_USES_OFFSET as _STAT_SKIPPED,
+    CONTROL_SLOT_USE_OFFSET as _SLOT_USE,  # u64[K + 1], then slot_offset u64[K + 1]
+    CONTROL_SLOTS_OFFSET as _SLOTS,
+    CONTROL_STATE_OFFSET as _STATE,
+    CONTROL_SYNC_DONE_OFFSET as _SYNC_DONE,
+    CONTROL_SYNC_REQUEST_OFFSET as _SYNC_REQUEST,
+    CONTROL_SYNC_UNIT_OFFSET as _SYNC_UNIT,
+    CONTROL_SYNC_USES_OFFSET as _STAT_SYNC,
+    CONTROL_UNITS_OFFSET as _UNITS,
+    CONTROL_VERSION,
+    CONTROL_VERSION_OFFSET as _VERSION,
+    DOORBELL_BYTES,
+    DOORBELL_DAEMON_SLEEPING_OFFSET as _BELL_SLEEPING,
+    DOORBELL_MAGIC,
+    DOORBELL_SEQ_OFFSET as _BELL_SEQ,
+    SESSION_STATE_CLOSED as STATE_CLOSED,
+    SESSION_STATE_FAILED as STATE_FAILED,
+    SESSION_STATE_OPEN as STATE_OPEN,
+)
 
-#: Offsets of the control block's fields (docs/streaming.md, section 3).
-_MAGIC, _VERSION, _SLOTS, _UNITS, _DAEMON_PID, _SCHEDULE_LENGTH, _ARENA_BYTES = 0, 4, 8, 12, 16, 24, 32
-_READY, _CONSUMED, _STATE, _RUNNER_WAITING = 64, 128, 192, 196
-_SYNC_REQUEST, _SYNC_UNIT, _SYNC_DONE = 256, 264, 320
-_STAT_SKIPPED, _STAT_SYNC, _STAT_STREAMED = 384, 392, 400
-_SLOT_USE = 1024  # u64[K + 1], then slot_offset u64[K + 1]
-
-#: The doorbell's fields.
-_BELL_MAGIC, _BELL_SEQ, _BELL_SLEEPING = 0, 64, 128
-
-#: Values of ``state``.
-STATE_OPEN, STATE_CLOSED, STATE_FAILED = 0, 1, 2
+#: The doorbell's magic is its first word (DoorbellView::magic reads the mapping's base).
+_BELL_MAGIC = 0
 
 #: How long a wait polls before it sleeps on the futex.
 SPIN_NS = 20_000

@@ -29,14 +29,17 @@ Code outside PyTorch that writes through a raw pointer (ctypes, a C extension on
 ``data_ptr()``) is not seen: host views are private copy-on-write mappings, so such a write
 cannot crash the runner or reach ddod, but it does not reach what streams either. ``numpy()``
 of a guarded weight is a read-only array.
+
+This module holds the guards (what is a write, what is refused, whom to tell); the memory a
+write moves a weight to (private host copies, re-pointed views, in-place arithmetic computed
+out of place) is :mod:`.weight_relocation`'s.
 """
 
 from __future__ import annotations
 
-import mmap
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Dict, List, Optional, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +47,16 @@ from torch import nn
 
 from .edit_lineage import Edit, Lineage, recognize
 from .errors import WeightEditError
+from .weight_relocation import (
+    DISABLED,
+    HOST,
+    NOT_HANDLED,
+    OUT_OF_PLACE,
+    covers,
+    make_private,
+    on_device,
+    write_out_of_place,
+)
 
 __all__ = [
     "EditListener",
@@ -56,8 +69,6 @@ __all__ = [
     "plain",
 ]
 
-# Inside the handler, operations run on the plain tensors (no recursion into the handler).
-_DISABLED = getattr(torch._C, "DisableTorchFunctionSubclass", None) or torch._C.DisableTorchFunction
 
 #: In-place operators whose names do not end with a single underscore.
 _INPLACE_DUNDERS = frozenset({
@@ -67,13 +78,6 @@ _INPLACE_DUNDERS = frozenset({
 })
 #: In-place methods that change no data.
 _NOT_WRITES = frozenset({"detach_", "retain_grad_", "requires_grad_"})
-#: In-place arithmetic computed out of place into the weight's new memory.
-_OUT_OF_PLACE: Dict[str, Callable[..., torch.Tensor]] = {
-    "add_": torch.add, "__iadd__": torch.add,
-    "sub_": torch.sub, "__isub__": torch.sub,
-    "mul_": torch.mul, "__imul__": torch.mul,
-    "div_": torch.div, "__itruediv__": torch.div,
-}
 #: Functions whose result is always a new tensor (the hot path of a forward): no alias check.
 _FRESH_RESULT = frozenset(
     function for function in (
@@ -87,13 +91,6 @@ _FRESH_RESULT = frozenset(
     )
     if function is not None
 )
-# The result of a handled write that the operation itself would have returned.
-_NOT_HANDLED = object()
-#: Where private copies of edited weights live (see the module documentation).
-_HOST = torch.device("cpu")
-#: From this size on, private copies use huge pages and device operands come through pinned
-#: memory.
-_HUGE = 2 << 20
 # Seconds spent handling writes in this process, by step (for benchmarks: edit_seconds()).
 _SECONDS: Dict[str, float] = {"operands": 0.0, "out_of_place": 0.0, "private_copy": 0.0,
                               "in_place": 0.0, "reused": 0.0}
@@ -181,7 +178,7 @@ class WeightGuard:
         bytes of the state it moves to: it views ddod's memory again, so the next write
         copies first."""
         parameter = self.tensor
-        with _DISABLED():
+        with DISABLED():
             for tensor in (parameter, target):
                 if tensor is not None:
                     torch.Tensor.data.__set__(tensor, view)
@@ -222,7 +219,7 @@ def _guarded_torch_function(cls, func, types, args=(), kwargs=None):
     if kwargs is None:
         kwargs = {}
     if func in _FRESH_RESULT and "out" not in kwargs:
-        with _DISABLED():
+        with DISABLED():
             return func(*args, **kwargs)
     name = getattr(func, "__name__", "")
     written = _written(func, name, args, kwargs)
@@ -232,23 +229,23 @@ def _guarded_torch_function(cls, func, types, args=(), kwargs=None):
         if edit is not None and _reuse(written[0], edit):
             return written[0]
         started = time.perf_counter()
-        if name in _OUT_OF_PLACE and len(args) >= 2 and written[0] is args[0]:
+        if name in OUT_OF_PLACE and len(args) >= 2 and written[0] is args[0]:
             # A LoRA delta computed on the GPU for a weight whose copy is on the host.
-            args = (args[0], *(_on_device(arg, args[0].device) for arg in args[1:]))
+            args = (args[0], *(on_device(arg, args[0].device) for arg in args[1:]))
         _SECONDS["operands"] += time.perf_counter() - started
         handled = _before_write(written, name, args, kwargs)
-        if handled is not _NOT_HANDLED:
+        if handled is not NOT_HANDLED:
             if edit is not None:
                 written[0]._ddo_guard.lineage.moved(edit, state)
             return handled
         # The written weight may have moved to the host: its operands go there too.
         started = time.perf_counter()
         target = written[0]
-        args = tuple(arg if arg is target else _on_device(arg, target.device, scalars=True)
+        args = tuple(arg if arg is target else on_device(arg, target.device, scalars=True)
                      for arg in args)
         _SECONDS["operands"] += time.perf_counter() - started
         started = time.perf_counter()
-    with _DISABLED():
+    with DISABLED():
         result = func(*args, **kwargs)
     if written:
         _SECONDS["in_place"] += time.perf_counter() - started
@@ -296,9 +293,9 @@ def _name_edit(written: List[torch.Tensor], name: str, args: Sequence[Any],
     if len(written) == 1 and name != "__set__" and args and written[0] is args[0]:
         target = written[0]
         guard_ = target._ddo_guard
-        with _DISABLED():
+        with DISABLED():
             edit = recognize(name, args, kwargs)
-        if edit is not None and _covers(target, guard_.tensor):
+        if edit is not None and covers(target, guard_.tensor):
             return edit, guard_.lineage.named(edit)
     for target in written:
         target._ddo_guard.lineage.unknown()
@@ -337,21 +334,21 @@ def _training_refusal(tensor: torch.Tensor) -> WeightEditError:
 def _before_write(written: List[torch.Tensor], name: str, args: Sequence[Any],
                   kwargs: Dict[str, Any]) -> Any:
     """Gives every written weight private memory; performs the write itself when it can do it
-    in one pass (returning what the operation returns), else returns _NOT_HANDLED."""
+    in one pass (returning what the operation returns), else returns NOT_HANDLED."""
     if name == "__set__":
         return _assign_data(written[0], args[1])
     if len(written) == 1 and written[0] is args[0]:
         started = time.perf_counter()
-        done = _write_out_of_place(written[0], name, args, kwargs)
-        if done is not _NOT_HANDLED:
+        done = write_out_of_place(written[0], name, args, kwargs)
+        if done is not NOT_HANDLED:
             _SECONDS["out_of_place"] += time.perf_counter() - started
             written[0]._ddo_guard.written()
             return done
     started = time.perf_counter()
     for target in written:
-        _make_private(target)
+        make_private(target)
     _SECONDS["private_copy"] += time.perf_counter() - started
-    return _NOT_HANDLED
+    return NOT_HANDLED
 
 
 def _assign_data(target: torch.Tensor, value: Any) -> None:
@@ -360,10 +357,10 @@ def _assign_data(target: torch.Tensor, value: Any) -> None:
     guard_ = target._ddo_guard
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{guard_.where}: .data must be a tensor, not {type(value).__name__}")
-    with _DISABLED():
+    with DISABLED():
         if _same_memory(target, value):
             return None
-        if value.dtype != target.dtype or value.device not in (target.device, _HOST):
+        if value.dtype != target.dtype or value.device not in (target.device, HOST):
             raise guard_.refusal(
                 f"converting it from {_describe(target)} to {_describe(value)} is not "
                 f"supported while the module is on the DDO route",
@@ -378,8 +375,8 @@ def _assign_data(target: torch.Tensor, value: Any) -> None:
                 "ddod serves the component's shapes; call remove_dynamic_offload() first to "
                 "change the architecture, then enable_offload again.",
             )
-        if value.device != _HOST or (is_guarded(value) and value._ddo_guard.views_shared(value)):
-            value = value.detach().to(_HOST, copy=True)  # private, on the host, never ddod's
+        if value.device != HOST or (is_guarded(value) and value._ddo_guard.views_shared(value)):
+            value = value.detach().to(HOST, copy=True)  # private, on the host, never ddod's
         torch.Tensor.data.__set__(target, value)
     guard_.written()
     return None
@@ -388,132 +385,10 @@ def _assign_data(target: torch.Tensor, value: Any) -> None:
 def _same_memory(target: torch.Tensor, value: Any) -> bool:
     """Whether ``value`` is ``target``'s memory as it is (``w.data += d`` assigns the result
     back to ``.data``)."""
-    with _DISABLED():
+    with DISABLED():
         return (isinstance(value, torch.Tensor) and value.data_ptr() == target.data_ptr()
                 and value.shape == target.shape and value.dtype == target.dtype
                 and value.device == target.device and value.stride() == target.stride())
-
-
-def _write_out_of_place(target: torch.Tensor, name: str, args: Sequence[Any],
-                        kwargs: Dict[str, Any]) -> Any:
-    """``weight.add_(delta)`` and the like on a weight that still views ddod's memory,
-    computed as ``add(weight, delta)`` into new memory (one pass, no copy first)."""
-    guard_ = target._ddo_guard
-    parameter = guard_.tensor
-    if not guard_.shared or not _covers(target, parameter):
-        return _NOT_HANDLED
-    with _DISABLED(), torch.no_grad():
-        if name == "copy_" and len(args) >= 2 and isinstance(args[1], torch.Tensor):
-            result = _host_empty(target.shape, target.dtype)
-            result.copy_(args[1], **kwargs)
-        elif name in _OUT_OF_PLACE and len(args) >= 2:
-            operation = _OUT_OF_PLACE[name]
-            if target.device == _HOST and not kwargs:
-                # Straight into huge-page host memory (the result's dtype is checked first).
-                probe = operation(target.reshape(-1)[:1], *_first_elements(args[1:]))
-                if probe.dtype != target.dtype:
-                    return _NOT_HANDLED
-                result = _host_empty(target.shape, target.dtype)
-                operation(target, *args[1:], out=result)
-            else:
-                result = operation(target, *args[1:], **kwargs)
-            if result.dtype != target.dtype:
-                return _NOT_HANDLED  # the in-place op would cast (or refuse): let it
-        else:
-            return _NOT_HANDLED
-        if result.shape != target.shape:
-            return _NOT_HANDLED
-        if result.device != _HOST:
-            result = result.to(_HOST)
-        torch.Tensor.data.__set__(parameter, result)
-        if target is not parameter:
-            torch.Tensor.data.__set__(target, result)
-    return target
-
-
-def _make_private(target: torch.Tensor) -> None:
-    """Re-points the guarded weight (and ``target``, a view of it) to a private host copy of
-    its memory, unless that was done already."""
-    guard_ = target._ddo_guard
-    parameter = guard_.tensor
-    with _DISABLED(), torch.no_grad():
-        if guard_.shared and parameter is not None and guard_.views_shared(parameter):
-            torch.Tensor.data.__set__(parameter, _host_copy(parameter.detach()))
-        if guard_.views_shared(target):
-            if parameter is None or guard_.views_shared(parameter):
-                # An orphaned view: it gets its own copy.
-                torch.Tensor.data.__set__(target, _host_copy(target.detach()))
-            else:
-                _relocate(target, guard_, parameter)
-
-
-def _relocate(target: torch.Tensor, guard_: WeightGuard, parameter: torch.Tensor) -> None:
-    """Points ``target``, a view into the weight's old ddod memory, at the same place of the
-    weight's private memory."""
-    offset = target.data_ptr() - guard_._start
-    size = target.element_size()
-    if offset % size or target.dtype != parameter.dtype:
-        raise guard_.refusal(
-            "writing through a view of another dtype or alignment",
-            "write through the parameter itself (or a same-dtype view of it).",
-        )
-    view = parameter.as_strided(target.size(), target.stride(),
-                                parameter.storage_offset() + offset // size)
-    torch.Tensor.data.__set__(target, view)
-
-
-def _first_elements(operands: Sequence[Any]) -> List[Any]:
-    """The operands of a binary op cut to what a one-element probe of the result needs."""
-    return [operand.reshape(-1)[:1] if isinstance(operand, torch.Tensor) and operand.dim() > 0
-            else operand for operand in operands]
-
-
-def _covers(target: torch.Tensor, parameter: Optional[torch.Tensor]) -> bool:
-    """Whether ``target`` is the whole (contiguous) weight."""
-    if parameter is None:
-        return False
-    with _DISABLED():
-        return (target.data_ptr() == parameter.data_ptr() and target.shape == parameter.shape
-                and target.dtype == parameter.dtype and target.is_contiguous()
-                and parameter.is_contiguous())
-
-
-def _on_device(value: Any, device: torch.device, scalars: bool = False) -> Any:
-    if (isinstance(value, torch.Tensor) and value.device != device
-            and (scalars or value.dim() > 0)):
-        if device == _HOST and value.is_cuda and value.numel() * value.element_size() >= _HUGE:
-            # Through page-locked memory: a DMA at full speed, where a copy to pageable
-            # memory is staged by the driver (a LoRA fuse brings gigabytes of deltas over).
-            staging = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
-            staging.copy_(value)
-            return staging
-        return value.to(device)
-    return value
-
-
-def _host_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-    """New host memory for a private copy: large ones from an anonymous mapping advised to use
-    huge pages (a fused LoRA writes gigabytes of fresh memory: 2 MiB faults, not 4 KiB ones)."""
-    count = 1
-    for dim in shape:
-        count *= int(dim)
-    size = count * torch.empty((), dtype=dtype).element_size()
-    if size < _HUGE:
-        return torch.empty(tuple(shape), dtype=dtype)
-    mapping = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    advise = getattr(mapping, "madvise", None)
-    if advise is not None and hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
-            advise(mmap.MADV_HUGEPAGE)
-        except OSError:
-            pass  # no transparent huge pages here: 4 KiB pages then
-    return torch.frombuffer(mapping, dtype=torch.uint8).view(dtype).reshape(tuple(shape))
-
-
-def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
-    copy = _host_empty(tensor.shape, tensor.dtype)
-    copy.copy_(tensor)
-    return copy
 
 
 def _guard_aliases(result: Any, args: Sequence[Any]) -> Any:
@@ -542,7 +417,7 @@ def _guard_alias(tensor: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
 
 
 def _storage_pointer(tensor: torch.Tensor) -> int:
-    with _DISABLED():
+    with DISABLED():
         if hasattr(tensor, "untyped_storage"):
             return tensor.untyped_storage().data_ptr()
         return tensor.storage().data_ptr()
@@ -553,7 +428,7 @@ def _describe(tensor: torch.Tensor) -> str:
 
 
 def _plain_copy(tensor: torch.Tensor) -> torch.Tensor:
-    with _DISABLED():
+    with DISABLED():
         return tensor.detach().clone()
 
 

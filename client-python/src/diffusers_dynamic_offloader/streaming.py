@@ -33,6 +33,12 @@ component that is already in ddod's pool (``register_module`` or ``load_safetens
 gives the module back with ordinary writable tensors on the CPU (copy-on-write views of ddod's
 copy, or the runner's edits), then releases the mappings and detaches.
 
+The session's parts: this module keeps the life cycle (Attach, mapping what ddod returned,
+the consumer, the schedule, moving to a derived version, closing); binding and hooking the
+module are :mod:`.session_binding`'s, storing weight edits :mod:`.session_edits`'s, and the
+statistics :mod:`.session_stats`'s (mixins of :class:`StreamingSession`, none of which imports
+this module).
+
 Streamed weights cannot be trained through (a backward pass raises). One forward at a time: a
 session is not thread-safe, and two threads running the module at once would interleave their
 uses of the ring.
@@ -40,61 +46,34 @@ uses of the ring.
 
 from __future__ import annotations
 
-import re
 import time
 import weakref
 
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    List,
-    Mapping,
-    NamedTuple,
-    Optional,
-    Sequence,
-    Tuple,
-    Union,
-)
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
 from ._closeable import Closeable
 from ._proto import components_pb2, sessions_pb2
-from . import cpp_consumer, dtypes
+from . import cpp_consumer
 from .device_memory import DeviceMemory
-from .casting_hooks import (CASTING_HOOK_FORWARD, CLASS_FORWARD, by_input_dtype,
-                            casting_forward, describe_forward, forward_kind,
-                            linear_compute_dtype)
-from .compile_support import eager_only, refuse_capture
+from .compile_support import refuse_capture
 from .control_block import DEFAULT_STALL_TIMEOUT_S, ControlBlock, Doorbell
 from .detach import detach_session
-from .errors import BindError, ConfigurationError, DaemonError, DdoError, describe_names
-from .edit_lineage import root_state
-from .edit_sync import EditSync, same_bytes, store_edits
+from .errors import ConfigurationError, DdoError, describe_names
 from .edit_versions import EditVersions
 from .learned_rows import RowCounter
-from .fused_on_arrival import (FUSED_MODES, arrival_deltas, streamed_deltas, take_over_merges,
-                               write_back_fused)
-from .module_tensors import (
-    ModuleTensor,
-    alias_groups,
-    assign,
-    bind_group,
-    match_module,
-    module_tensors,
-)
+from .fused_on_arrival import FUSED_MODES, write_back_fused
+from .module_tensors import ModuleTensor
 from .pool_views import map_component
-from .quantized import dense_linear_weight, quantized_backend_of
 from .ring_consumer import RingConsumer, RingEvents, RingViews
 from .rpc_channel import RpcChannel
-from .runner_log import log_pass
-from .shared_weights import EditListener, WeightGuard, guard, is_guarded, plain
+from .session_binding import SessionBinding, _dtype, streamable_weights
+from .session_edits import SessionEdits
+from .session_stats import SessionStats
 from .shm import SegmentMapping
-from .streamed_linear import cpp_streamed_forward, own_streamed_forward, streamed_forward
-from .weight_watch import (WeightWatch, move_runner_owned, place_adapters_around,
-                           structure_version)
+from .weight_watch import WeightWatch, structure_version
 
 __all__ = ["StreamingSession", "stream", "streamable_weights"]
 
@@ -102,45 +81,6 @@ DeviceArgument = Union[str, int, torch.device]
 
 #: The device_uuid of the host backend.
 HOST_DEVICE = "cpu"
-
-
-def streamable_weights(module: nn.Module, keep_resident: Sequence[str] = ()) -> List[str]:
-    """The names of the weights a streaming session can stream: the ``weight`` of every
-    ``nn.Linear`` (subclasses too) with nothing quantized or packed, plain 2-D floating
-    (float8 included) of shape ``(out_features, in_features)``, under the name a component
-    stores it by (the first of its names); a weight tied to
-    anything else than another Linear's weight is left out, and so is one whose module path
-    matches a ``keep_resident`` regex.
-
-    Raises:
-        ConfigurationError: a ``keep_resident`` pattern is not a valid regex.
-    """
-    try:
-        patterns = [re.compile(pattern) for pattern in keep_resident]
-    except re.error as error:
-        raise ConfigurationError(f"keep_resident pattern {error.pattern!r}: {error}") from error
-    names = []
-    for group in alias_groups(module_tensors(module)):
-        if not all(_is_linear_weight(entry) for entry in group):
-            continue
-        paths = [entry.name.rsplit(".", 1)[0] for entry in group]
-        if any(pattern.search(path) for pattern in patterns for path in paths):
-            continue
-        names.append(group[0].name)
-    return names
-
-
-def _is_linear_weight(entry: ModuleTensor) -> bool:
-    """A Linear's (subclasses too) own plain 2-D floating ``(out_features, in_features)``
-    weight, of a module with nothing quantized or packed (its scales, if any, are plain
-    tensors that stay resident)."""
-    owner = entry.owner
-    return (
-        entry.attribute == "weight"
-        and not entry.is_buffer
-        and dense_linear_weight(owner) is entry.tensor
-        and not quantized_backend_of(owner)[0]
-    )
 
 
 def stream(
@@ -265,14 +205,7 @@ def _settings_text(settings: Optional[Mapping[str, object]]) -> Dict[str, str]:
     return text
 
 
-class _Streamed(NamedTuple):
-    """Where a streamed weight is: its unit and its index in the unit's tensors."""
-
-    unit: int
-    index: int
-
-
-class StreamingSession(Closeable, EditListener):
+class StreamingSession(Closeable, SessionBinding, SessionEdits, SessionStats):
     """A module running on a streaming session (see the module documentation).
 
     Create it with ``client.stream(module, cache_key, device=...)``; it is a context manager.
@@ -457,113 +390,6 @@ class StreamingSession(Closeable, EditListener):
         )
         self.consumer_kind = "python"
 
-    def _match_module(self) -> List[Tuple[str, List[ModuleTensor]]]:
-        """Every tensor of the module with the component's name for it; BindError when they
-        do not correspond one to one, or a shape or dtype differs."""
-        match = match_module(self.module, self._pool_views)
-        groups, missing, mismatched = match.groups, match.missing, match.mismatched
-        unexpected = match.unexpected
-        if missing or unexpected or mismatched:
-            parts = []
-            if missing:
-                parts.append(f"{len(missing)} missing from the component: "
-                             f"{describe_names(missing)}")
-            if unexpected:
-                parts.append(f"{len(unexpected)} not in the module: "
-                             f"{describe_names(unexpected)}")
-            if mismatched:
-                parts.append(f"{len(mismatched)} with another shape or dtype: "
-                             + "; ".join(mismatched[:20]))
-            raise BindError(
-                f"cannot stream {self.cache_key!r} into {type(self.module).__name__}: "
-                + "; ".join(parts),
-                missing=missing, unexpected=unexpected, mismatched=mismatched,
-            )
-        return groups
-
-    def _resident_views(
-        self, resources: sessions_pb2.DeviceResources,
-        specs: Mapping[str, components_pb2.TensorSpec],
-    ) -> Dict[str, torch.Tensor]:
-        """A view of the slab for every resident tensor."""
-        views = {}
-        for placement in resources.resident:
-            spec = _spec(specs, placement.name, "resident")
-            if placement.byte_size != spec.byte_size:
-                raise DdoError(
-                    f"ddod placed {placement.byte_size} bytes of {placement.name!r} in the "
-                    f"slab; its spec says {spec.byte_size}"
-                )
-            views[placement.name] = self._slab.view(
-                placement.offset, placement.byte_size, _dtype(spec), list(spec.shape),
-                placement.name,
-            )
-        return views
-
-    def _streamed_layout(
-        self, resources: sessions_pb2.DeviceResources,
-        specs: Mapping[str, components_pb2.TensorSpec], slot_bytes: int,
-    ) -> Dict[str, _Streamed]:
-        """The unit and index of every streamed weight; DdoError for an inconsistent layout."""
-        streamed: Dict[str, _Streamed] = {}
-        for unit, layout in enumerate(resources.units):
-            if layout.unit != unit:
-                raise DdoError(f"ddod listed unit {layout.unit} at position {unit}")
-            if not layout.tensors:
-                raise DdoError(f"ddod sent unit {unit} ({layout.name!r}) without tensors")
-            for index, placement in enumerate(layout.tensors):
-                spec = _spec(specs, placement.name, f"unit {unit}")
-                if placement.byte_size != spec.byte_size or (
-                    placement.offset + placement.byte_size > slot_bytes
-                ):
-                    raise DdoError(
-                        f"ddod placed {placement.name!r} of unit {unit} at bytes "
-                        f"[{placement.offset}, {placement.offset + placement.byte_size}) of a "
-                        f"{slot_bytes}-byte slot; its spec says {spec.byte_size} bytes"
-                    )
-                if placement.name in streamed:
-                    raise DdoError(f"ddod streams {placement.name!r} in two units")
-                streamed[placement.name] = _Streamed(unit, index)
-        return streamed
-
-    def _check_coverage(
-        self,
-        groups: List[Tuple[str, List[ModuleTensor]]],
-        resident: Mapping[str, torch.Tensor],
-        streamed: Mapping[str, _Streamed],
-    ) -> None:
-        """Every tensor must be resident or streamed, and only Linear weights stream."""
-        uncovered = [name for name, _ in groups if name not in resident and name not in streamed]
-        both = [name for name in streamed if name in resident]
-        not_linear = [
-            name for name, group in groups
-            if name in streamed and not all(_is_linear_weight(entry) for entry in group)
-        ]
-        problems = []
-        if uncovered:
-            problems.append(f"neither resident nor streamed: {describe_names(uncovered)}")
-        if both:
-            problems.append(f"both resident and streamed: {describe_names(both)}")
-        if not_linear:
-            problems.append(f"streamed but not a Linear weight: {describe_names(not_linear)}")
-        if problems:
-            raise DdoError(
-                f"ddod's plan for {self.cache_key!r} does not fit the module: "
-                + "; ".join(problems)
-            )
-
-    @staticmethod
-    def _unit_layouts(
-        resources: sessions_pb2.DeviceResources,
-        specs: Mapping[str, components_pb2.TensorSpec],
-    ) -> List[List[Tuple[str, int, int, torch.dtype, List[int]]]]:
-        """Per unit, where its tensors lie in it: what views of the ring are made from."""
-        return [
-            [(p.name, p.offset, p.byte_size, _dtype(specs[p.name]), list(specs[p.name].shape))
-             for p in layout.tensors]
-            for layout in resources.units
-        ]
-
     def _open_events(self, resources: sessions_pb2.DeviceResources) -> RingEvents:
         count = resources.ring_slots + 1
         if (len(resources.ready_event_handles) != count
@@ -583,123 +409,6 @@ class StreamingSession(Closeable, EditListener):
             [open_event(handle) for handle in resources.consumed_event_handles],
         )
 
-    def _bind(
-        self, groups: List[Tuple[str, List[ModuleTensor]]], resident: Mapping[str, torch.Tensor]
-    ) -> None:
-        """Resident tensors to their slab views, streamed weights to their host pool views;
-        on a GPU, non-persistent buffers to the device."""
-        self._bound_tensors = {}
-        self._bound_views = {}
-        for source, group in groups:
-            view = resident.get(source)
-            if view is None:
-                view = self._pool_views[source]
-            for entry in group:
-                self._requires_grad.setdefault(entry.name, bool(entry.tensor.requires_grad))
-            self._bind_group(source, group, view)
-        if self.device.type != "cpu":
-            for owner in self.module.modules():
-                transient = getattr(owner, "_non_persistent_buffers_set", set())
-                for attribute, buffer in list(owner._buffers.items()):
-                    if buffer is not None and attribute in transient:
-                        self._moved_buffers.append((owner, attribute, buffer))
-                        owner._buffers[attribute] = buffer.to(self.device)
-
-    def _patch(
-        self, groups: List[Tuple[str, List[ModuleTensor]]], streamed: Mapping[str, _Streamed]
-    ) -> None:
-        """Replaces the forward of every streamed Linear and hooks the root forward."""
-        consumer = self._consumer
-        patched = set()
-        for source, group in groups:
-            where = streamed.get(source)
-            if where is None:
-                continue
-            for entry in group:
-                linear = entry.owner
-                if id(linear) in patched:
-                    continue  # one module under several names: patched once
-                # (Gives back the forward of a Linear that was resident with fused adapters.)
-                fused = streamed_deltas(linear) if self.fused_lora == "on_arrival" else None
-                kind = forward_kind(linear)
-                if kind not in (CLASS_FORWARD, CASTING_HOOK_FORWARD):
-                    raise ConfigurationError(
-                        f"the forward of {entry.module_path!r} is already replaced on the "
-                        f"instance by {describe_forward(linear)} (accelerate or another "
-                        f"offloading hook?); remove that hook before streaming (Diffusers' "
-                        f"layerwise casting is the one hook kept: it casts the streamed "
-                        f"weight)"
-                    )
-                self._original_forwards.append((linear, linear.__dict__.get("forward")))
-                compute_dtype = linear_compute_dtype(linear) if not fused else None
-                if kind == CASTING_HOOK_FORWARD or type(linear) is not nn.Linear:
-                    # Its own forward (a subclass's, or the casting hooks') on the ring's view.
-                    own = own_streamed_forward(
-                        consumer.tensors, where.unit, where.index, linear, linear.forward,
-                        entry.module_path, kind == CASTING_HOOK_FORWARD, fused)
-                    if compute_dtype is not None:
-                        # Layerwise casting alone: DDO's forward computes what the hook
-                        # would for an input of the compute dtype (casting_hooks.py).
-                        own = by_input_dtype(
-                            compute_dtype, self._linear_forward(linear, where, entry), own)
-                    linear.forward = own
-                elif self.consumer_kind == "cpp":
-                    linear.forward = cpp_streamed_forward(
-                        consumer, where.unit, where.index, linear.bias, entry.module_path,
-                        fused)
-                else:
-                    linear.forward = streamed_forward(
-                        consumer.tensors, where.unit, where.index, linear.bias,
-                        entry.module_path, fused)
-                patched.add(id(linear))
-                self._patched.append(linear)
-        self._take_over_merges()
-
-    def _linear_forward(self, linear: nn.Module, where: "_Streamed",
-                        entry: ModuleTensor) -> Callable[[torch.Tensor], torch.Tensor]:
-        """DDO's forward of the streamed ``linear`` without adapters, on the session's
-        consumer."""
-        if self.consumer_kind == "cpp":
-            return cpp_streamed_forward(self._consumer, where.unit, where.index, linear.bias,
-                                        entry.module_path)
-        return streamed_forward(self._consumer.tensors, where.unit, where.index, linear.bias,
-                                entry.module_path)
-
-    def _wrap_casting_hooks(self) -> None:
-        """Every module the session binds that carries Diffusers' casting hooks and keeps its
-        tensors resident runs its hook chain on plain aliases of them (:mod:`.casting_hooks`):
-        the hook's casts must not reach the bound views."""
-        patched = {id(module) for module in self._patched}
-        for module in self.module.modules():
-            if id(module) in patched or forward_kind(module) != CASTING_HOOK_FORWARD:
-                continue
-            hooked = module.__dict__["forward"]
-            self._original_forwards.append((module, hooked))
-            module.forward = casting_forward(module, hooked)
-
-    def _take_over_merges(self) -> None:
-        """DDO_FUSED_LORA=on_arrival: fused LoRAs are added as weights arrive
-        (:func:`.fused_on_arrival.take_over_merges`)."""
-        if self.fused_lora == "on_arrival":
-            take_over_merges(self.module, self.device, self._patched)
-
-    def _count_rows(
-        self, groups: List[Tuple[str, List[ModuleTensor]]],
-        specs: Mapping[str, components_pb2.TensorSpec],
-    ) -> RowCounter:
-        """Counts what every streamable Linear (streamed or resident) computes in the learning
-        forward (:mod:`.learned_rows`)."""
-        streamable = set(self._request.streamable) if self._request is not None else set()
-        linears = []
-        for source, group in groups:
-            spec = specs.get(source)
-            if source not in streamable or spec is None or len(spec.shape) != 2:
-                continue
-            for entry in group:
-                if entry.attribute == "weight":
-                    linears.append((source, entry.owner, int(spec.shape[1])))
-        return RowCounter(linears)
-
     def _send_schedule(self, order: List[int]) -> int:
         rows = self._row_counter.take() if self._row_counter is not None else {}
         self._row_counter = None
@@ -709,69 +418,6 @@ class StreamingSession(Closeable, EditListener):
                                             weight_rows=rows),
         )
         return response.uses_per_cycle
-
-    def _bind_group(self, source: str, group: List[ModuleTensor], view: torch.Tensor) -> None:
-        """Binds every name of one tensor to a guarded tensor over ``view``."""
-        where = f"{group[0].name} ({type(self.module).__name__})"
-        state = self._versions.state(self.cache_key, source)
-        self._bound_tensors[source] = bind_group(
-            group,
-            lambda parameter: guard(view, name=source, where=where, parameter=parameter,
-                                    listener=self, state=state),
-        )
-        self._bound_views[source] = view
-
-    def _watch_root(self) -> None:
-        """Hooks the root module's forward (edits are stored, then the cycle begins and ends
-        with it) and its ``_apply`` (``module.to``/``half``/``cuda``: refused before anything
-        converts when they would change a weight ddod serves) and its adapter methods
-        (``load_lora_adapter``, ``fuse_lora``...: adapters go to the execution device at once,
-        :func:`.weight_watch.place_adapters_around`). Once per session: syncs reopen the
-        session beneath these hooks."""
-        session = weakref.ref(self)  # the module must not keep its session alive
-
-        def before(_module: nn.Module, _inputs: Any) -> None:
-            live = session()
-            if live is not None and not live._closed:
-                live._before_forward()
-
-        def after(_module: nn.Module, _inputs: Any, _output: Any) -> None:
-            live = session()
-            if live is not None and live._consumer is not None:
-                live._consumer.end_forward()
-                if live._pass_began is not None:
-                    live._log_pass()
-
-        # Under torch.compile, graph breaks: they wait on ddod and store edits.
-        self._hooks.append(self.module.register_forward_pre_hook(eager_only(before)))
-        self._hooks.append(self.module.register_forward_hook(eager_only(after)))
-        original_apply = self.module._apply
-
-        def guarded_apply(fn: Callable[[torch.Tensor], torch.Tensor], *args: Any, **kwargs: Any):
-            live = session()
-            if live is not None and not live._closed and live._check_conversion(fn):
-                return live.module  # .to(execution device): where it runs already
-            return original_apply(fn, *args, **kwargs)
-
-        self.module.__dict__["_apply"] = guarded_apply
-
-        def place_adapters() -> None:
-            live = session()
-            if live is not None and not live._closed:
-                live._place_adapters()
-
-        self._adapter_methods = place_adapters_around(self.module, place_adapters)
-
-    def _place_adapters(self) -> None:
-        """Moves adapters to the execution device, unless no module registered anything since
-        the last time (a walk of a FLUX transformer's modules costs tens of milliseconds)."""
-        version = structure_version()
-        if version is not None and version == self._adapters_placed_at:
-            return
-        move_runner_owned(self.module, self.device, strict=False)
-        if self._bound:
-            self._take_over_merges()  # LoRA layers made since
-        self._adapters_placed_at = version
 
     def _before_forward(self) -> None:
         if self.device.type == "cuda":
@@ -791,177 +437,12 @@ class StreamingSession(Closeable, EditListener):
                 self._pass_began = (time.perf_counter(), consumer.bytes_used, consumer.wait_ns,
                                     consumer.sync_uses)
 
-    def _log_pass(self) -> None:
-        """Logs the pass that just ended (verbose runs), after the device finished it."""
-        began, used, waited, sync_uses = self._pass_began
-        self._pass_began = None
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        consumer = self._consumer
-        self._passes += 1
-        log_pass(self.log_name, self._passes, consumer.bytes_used - used,
-                 time.perf_counter() - began, (consumer.wait_ns - waited) / 1e9,
-                 consumer.sync_uses - sync_uses)
-
-    def _check_conversion(self, convert: Callable[[torch.Tensor], torch.Tensor]) -> bool:
-        """Refuses a ``module._apply(convert)`` that would give a weight ddod serves another
-        dtype or device: ``convert`` is tried on an empty tensor of each kind bound. True when
-        it only moves weights to the execution device (``pipe.to("cuda")``): the module runs
-        there already, so nothing is to be done."""
-        tried = set()
-        to_execution_device = False
-        for source, tensor in self._bound_tensors.items():
-            kind = (tensor.dtype, tensor.device, isinstance(tensor, nn.Parameter))
-            if kind in tried:
-                continue
-            tried.add(kind)
-            with torch.no_grad():
-                probe = convert(torch.empty(0, dtype=tensor.dtype, device=tensor.device))
-            if not isinstance(probe, torch.Tensor):
-                continue
-            if probe.dtype != tensor.dtype:
-                raise tensor._ddo_guard.refusal(
-                    f"converting the module's weights from {str(tensor.dtype)[6:]} to "
-                    f"{str(probe.dtype)[6:]} is not supported while it is on the DDO route "
-                    f"(nothing was converted)",
-                    "load the model in the dtype you want before enable_offload (DDO casts "
-                    "streamed weights to the input's dtype at each use), or call "
-                    "remove_dynamic_offload() / result.release() first: the module then gets "
-                    "ordinary tensors on the CPU.")
-            if probe.device != tensor.device and probe.device == self.device:
-                to_execution_device = True
-            elif probe.device != tensor.device:
-                raise tensor._ddo_guard.refusal(
-                    f"moving the module's weights from {tensor.device} to {probe.device} is "
-                    f"not supported while it is on the DDO route (nothing was moved)",
-                    f"the module already runs on {self.device}: DDO places its weights there "
-                    f"as they are used. To move it elsewhere, call remove_dynamic_offload() / "
-                    f"result.release() first (the module then gets ordinary tensors on the "
-                    f"CPU), then enable_offload with another execution_device.")
-        return to_execution_device
-
     # Edits.
-
-    def weight_written(self, written: WeightGuard) -> None:
-        """A guarded weight was written (EditListener): store it before the next forward."""
-        tensor = written.tensor
-        if tensor is not None and self._bound_tensors.get(written.name) is tensor:
-            self._dirty[written.name] = tensor
-
-    def known_bytes(self, name: str, state: str) -> Optional[torch.Tensor]:
-        """ddod's bytes of ``name`` in lineage ``state``, if a version at hand has them
-        (EditListener)."""
-        if self._closed or self._rpc is None:
-            return None
-        try:
-            return self._versions.view(name, state, self.cache_key, self._pool_views)
-        except (DaemonError, OSError):
-            return None  # not at hand after all: the edit is computed (called mid-fuse)
 
     @property
     def base_cache_key(self) -> str:
         """The key of the component the session started from (before any edit)."""
         return self._base_cache_key
-
-    def sync_edits(self) -> Optional[Dict[str, object]]:
-        """Stores the weights edited since the last sync in ddod, as a derived version of the
-        component (:mod:`.edit_sync`), and moves the session to it; runs by itself before the
-        next forward. Returns what it stored (also in :attr:`last_sync`), or None when no
-        weight was edited.
-
-        Raises:
-            DaemonError: ddod refused to store them (RESOURCE_EXHAUSTED: no room in the pool);
-                the edits stay in the module and are tried again at the next forward.
-        """
-        if self._watch is not None and not self._closed:
-            self._dirty.update(self._watch.check())
-        if not self._dirty or self._closed:
-            return None
-        started = time.perf_counter()
-        rpc = self._open_rpc()
-        dirty, self._dirty = self._dirty, {}
-        try:
-            current = self._versions.states(self.cache_key)
-            states = {name: self._state_of(name, tensor) for name, tensor in dirty.items()}
-            wanted = self._stored_version(self._with(current, states))
-            changed: Dict[str, torch.Tensor] = {}
-            if wanted is None:
-                for name, tensor in dirty.items():
-                    if (states[name] != self._versions.state(self.cache_key, name)
-                            and not same_bytes(tensor, self._pool_views[name])):
-                        changed[name] = tensor
-                    else:
-                        states[name] = self._versions.state(self.cache_key, name)
-                wanted = self._stored_version(self._with(current, states))
-            for name in dirty:
-                if states[name] == self._versions.state(self.cache_key, name):
-                    self._bind_unedited(name)
-            compared = time.perf_counter()
-            if wanted == self.cache_key:
-                result = EditSync(0, 0, False, compared - started, self.cache_key,
-                                  {"compare": compared - started})
-            elif wanted is not None:
-                # A version this session stored before holds these weights: nothing to upload.
-                previous = self.cache_key
-                steps = self._reattach(wanted)
-                done = time.perf_counter()
-                moved = sum(1 for name in states
-                            if states[name] != self._versions.state(previous, name))
-                result = EditSync(moved, 0, True, done - started, wanted,
-                                  {"compare": compared - started, "reattach": done - compared,
-                                   **{f"reattach_{step}": value for step, value in steps.items()}})
-                self._edit_syncs += 1
-            else:
-                stored = store_edits(rpc, self.cache_key, self._response.component.tensors,
-                                     changed)
-                self._versions.add(stored.cache_key, self._with(current, states))
-                attaching = time.perf_counter()
-                steps = self._reattach(stored.cache_key)
-                done = time.perf_counter()
-                result = EditSync(stored.changed_tensors, stored.uploaded_bytes, stored.warm_hit,
-                                  done - started, stored.cache_key,
-                                  {"compare": compared - started, **stored.parts,
-                                   "reattach": done - attaching,
-                                   **{f"reattach_{step}": value for step, value in steps.items()}})
-                self._edit_syncs += 1
-                self._uploaded_edit_bytes += stored.uploaded_bytes
-        except BaseException:
-            # Nothing lost: every edit is looked at again at the next sync (ddod unreachable,
-            # no room in its pool, a version it no longer has...).
-            self._dirty = {**dirty, **self._dirty}
-            raise
-        self.last_sync = result.as_dict()
-        return self.last_sync
-
-    def _stored_version(self, states: Mapping[str, str]) -> Optional[str]:
-        """The key of a version ddod holds with exactly ``states`` (kept attached from now on,
-        so that it stays), or None."""
-        wanted = self._versions.find(states)
-        if wanted is None or wanted == self.cache_key or self._versions.hold(wanted):
-            return wanted
-        return None  # evicted meanwhile: stored anew
-
-    def _bind_unedited(self, name: str) -> None:
-        """Binds ``name``, whose bytes are this version's after all, to its view of them."""
-        group = next(group for source, group in self._groups if source == name)
-        self._bind_group(name, group, self._bound_views[name])  # ddod's copy again
-
-    def _state_of(self, name: str, tensor: torch.Tensor) -> str:
-        """The lineage state of an edited tensor (a replaced one has a state of its own)."""
-        if is_guarded(tensor) and self._bound_tensors.get(name) is tensor:
-            return tensor._ddo_guard.lineage.state
-        return f"replaced:{id(tensor):x}:{time.monotonic_ns():x}"
-
-    def _with(self, current: Mapping[str, str], states: Mapping[str, str]) -> Dict[str, str]:
-        """The states of a version: ``current``'s with ``states`` applied (root states are
-        not listed)."""
-        merged = dict(current)
-        for name, state in states.items():
-            if state == root_state(self._base_cache_key, name):
-                merged.pop(name, None)
-            else:
-                merged[name] = state
-        return merged
 
     def _reattach(self, cache_key: str) -> Dict[str, float]:
         """Moves the session to the component ``cache_key`` (a derived version of this one):
@@ -1018,72 +499,6 @@ class StreamingSession(Closeable, EditListener):
     def closed(self) -> bool:
         """True after :meth:`close`."""
         return self._closed
-
-    def print_profile_summary(self, top_n: int = 8) -> None:
-        """The seed's hook summary: where the bytes are, what setting up cost, how the ring
-        served, and the ``top_n`` largest streamed units."""
-        stats = self.stats()
-        print(f"[ddo] {self.cache_key} on {self.device}: {stats['units']} streamed units, "
-              f"{stats['resident_bytes'] / 2**30:.2f} GiB resident, "
-              f"{stats['streamed_bytes_per_cycle'] / 2**30:.2f} GiB streamed per pass")
-        print(f"[ddo] uses {stats['uses']} ({stats['streamed_uses']} from the ring, "
-              f"{stats['sync_uses']} out of schedule, {stats['skipped_uses']} skipped), waited "
-              f"{stats['wait_seconds']:.3f} s, {stats['overhead_us_per_unit']:.1f} us per unit")
-        if self.state is not None:
-            for action, seconds in self.state.setup_seconds_by_action.items():
-                print(f"[ddo] setup {action}: {seconds:.3f} s")
-        units = sorted(self._response.device.units, key=lambda unit: -unit.byte_size)
-        for unit in units[:top_n]:
-            print(f"[ddo]   {unit.name}: {unit.byte_size / 2**20:.1f} MiB")
-
-    def stats(self) -> Dict[str, Union[int, float, bool, str]]:
-        """The session's counters and sizes.
-
-        ``uses``: units acquired (``streamed_uses`` from the schedule + ``sync_uses`` out of
-        schedule); ``skipped_uses``: uses of the schedule passed over; ``bytes_used``: bytes
-        of the units acquired; ``wait_seconds``: time
-        blocked on ddod; ``overhead_us_per_unit``: mean CPU time of the acquire and release
-        bookkeeping per acquired unit, waits excluded; ``units``; ``ring_slots`` (units in
-        flight at most), ``ring_slot_bytes`` (the largest unit: the out-of-schedule slot),
-        ``ring_arena_bytes`` (where the schedule's units pack); ``resident_bytes``;
-        ``streamed_bytes_per_cycle``: the bytes of the units of one schedule cycle;
-        ``schedule_length``; ``learning``: True until the schedule is known;
-        ``edit_syncs`` and ``uploaded_edit_bytes``: edits stored in ddod; ``fused_lora``:
-        DDO_FUSED_LORA; ``consumer``: ``"cpp"`` or ``"python"`` (which consumer serves the
-        streamed Linears, DDO_CLIENT_CONSUMER), ``"none"`` when nothing streams;
-        ``linears_fused_on_arrival``: Linears with fused adapters added on
-        arrival (:mod:`.fused_on_arrival`).
-        """
-        resources = self._response.device
-        schedule = self.schedule
-        sizes = [layout.byte_size for layout in resources.units]
-        if self._consumer is not None:
-            counters = self._consumer.statistics()
-            learning = self._consumer.learning
-        else:
-            counters = {"uses": 0, "streamed_uses": 0, "sync_uses": 0, "skipped_uses": 0,
-                        "bytes_used": 0,
-                        "wait_seconds": 0.0, "overhead_us_per_unit": 0.0}
-            learning = False
-        return dict(
-            counters,
-            session_id=self.session_id,
-            device=str(self.device),
-            units=len(resources.units),
-            ring_slots=resources.ring_slots,
-            ring_slot_bytes=resources.ring_slot_bytes,
-            ring_arena_bytes=resources.ring_arena_bytes,
-            resident_bytes=resources.resident_slab_bytes,
-            streamed_bytes_per_cycle=sum(sizes[unit] for unit in schedule),
-            schedule_length=len(schedule),
-            learning=learning,
-            edit_syncs=self._edit_syncs,
-            uploaded_edit_bytes=self._uploaded_edit_bytes,
-            fused_lora=self.fused_lora,
-            consumer=self.consumer_kind,
-            linears_fused_on_arrival=sum(
-                1 for linear in self.module.modules() if arrival_deltas(linear)),
-        )
 
     # Closing.
 
@@ -1145,30 +560,6 @@ class StreamingSession(Closeable, EditListener):
             # here leaves the session ended and the records in place.
             write_back_fused(self.module)
 
-    def _restore(self, release: bool) -> None:
-        """Every tensor to memory of the runner's own: ddod's untouched weights to
-        copy-on-write host views, edited ones as they are (on the host when ``release``);
-        moved buffers back to the host."""
-        for group in alias_groups(module_tensors(self.module)):
-            current = group[0].tensor
-            source = next((entry.name for entry in group if entry.name in self._pool_views), None)
-            if (source is not None and is_guarded(current) and current._ddo_guard.shared
-                    and plain(current).data_ptr() == self._bound_views[source].data_ptr()):
-                data = self._pool_views[source]
-            else:
-                data = plain(current).detach()
-                if release and data.device.type != "cpu":
-                    data = data.to("cpu")
-            wanted = self._requires_grad.get(group[0].name, False) if release else False
-            assign(group, data, requires_grad=wanted)
-        if release:
-            move_runner_owned(self.module, torch.device("cpu"), strict=False)
-        for owner, attribute, original in self._moved_buffers:
-            owner._buffers[attribute] = original
-        self._moved_buffers = []
-        self._bound_tensors = {}
-        self._bound = False
-
     def _release_memory(self) -> None:
         self._events = None
         for part in (self._doorbell, self._block, self._ring, self._slab):
@@ -1216,19 +607,6 @@ def _detach_when_collected(
     report to: ddod also frees it when the client's lease ends)."""
     return weakref.finalize(session, detach_session, rpc, session_id, best_effort=True,
                             timeout=2)
-
-
-def _spec(
-    specs: Mapping[str, components_pb2.TensorSpec], name: str, where: str
-) -> components_pb2.TensorSpec:
-    spec = specs.get(name)
-    if spec is None:
-        raise DdoError(f"ddod's {where} names {name!r}, which the component does not have")
-    return spec
-
-
-def _dtype(spec: components_pb2.TensorSpec) -> torch.dtype:
-    return dtypes.to_torch(spec.dtype, tensor_name=spec.name)
 
 
 #: The seed's name for the object that streams a module's weights (its Diffusers ModelHook):

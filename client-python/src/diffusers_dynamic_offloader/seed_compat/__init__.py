@@ -3,8 +3,8 @@
 
 What belongs here: the modules that exist only to give the seed's API:
 
-- ``offload_api``: ``enable_offload`` (resolve, choose the route, apply) and the other entry
-  points, their result objects;
+- ``offload_api``: ``enable_offload`` and the other entry points; ``route``: their steps
+  (resolve, choose the route, apply) and result objects, below both offload_api and the hook;
 - ``offload_settings``: ``DynamicOffloadConfig``, ``DynamicOffloadSettings``;
 - ``offload_hook``, ``offload_state``, ``plan_tools``, ``event_payload``: the seed's hook,
   state, plan helpers and event payload of the DDO route;

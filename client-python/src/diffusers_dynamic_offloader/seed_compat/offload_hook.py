@@ -9,7 +9,8 @@ the config and carries the seed's attributes (``execution_device``, ``offload_de
 runner's code that only reads the hook works either way.
 
 The work is ddod's: ``initialize_hook(module)`` routes the module as ``enable_dynamic_offload``
-does. In ``linear_runtime`` the hook holds the module's streaming session and answers for it
+does (route.py's steps, which this module and offload_api both import, handing them the hook
+class). In ``linear_runtime`` the hook holds the module's streaming session and answers for it
 (``stats()``, ``resources``, ``plan``, ``close()``, ...); in ``plan`` mode it is the seed's
 plan-only hook: the plan is recorded in ``state``, execution is unchanged.
 
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 
 from .offload_state import DynamicOffloadState
+from .route import refuse_swap
 
 try:  # The seed's base class; diffusers is optional here (CI runs without it).
     from diffusers.hooks.hooks import ModelHook as _HookBase  # type: ignore
@@ -64,18 +66,6 @@ _SELECTIONS = ("first", "spread", "largest")
 # DDO adds auto (its default: compute once a forward was seen, else spread) and compute.
 _RESIDENT_SELECTIONS = ("auto", "compute") + _SELECTIONS
 _MODES = ("plan", "linear_runtime", "sdnq_runtime")
-
-
-def refuse_swap(strategy: str) -> None:
-    """The seed's experimental ``swap`` strategy (device copies assigned into ``weight.data``
-    around the original forward) has no counterpart: a streamed Linear takes its weight from
-    ddod's ring. Refused rather than ignored."""
-    if strategy == "swap":
-        raise ValueError(
-            "DDO_LINEAR_RUNTIME_STRATEGY='swap' is not supported: ddod streams each Linear's "
-            "weight through its device ring and the Linear computes with it (the seed's "
-            "'functional' strategy). Unset DDO_LINEAR_RUNTIME_STRATEGY or set it to "
-            "'functional'.")
 
 
 def _check(name: str, value: str, valid) -> None:
@@ -132,9 +122,13 @@ class DynamicOffloadHook(_HookBase):
 
     def initialize_hook(self, module: torch.nn.Module) -> torch.nn.Module:
         """Sets ``module`` up as the config says (the seed's registration step)."""
-        from .offload_api import enable_dynamic_offload
+        # enable_dynamic_offload(module, config=self.config), with this hook's class.
+        from .offload_call import ComponentArguments
+        from .route import ApplyOptions, route_component
 
-        result = enable_dynamic_offload(module, config=self.config)
+        options = ApplyOptions(dynamic_event_name="setup_dynamic_offload", hook_type=type(self))
+        result = route_component(module, options, config=self.config,
+                                 arguments=ComponentArguments(route="dynamic_offload"))
         if result.hook is not None:
             self.session, self.state = result.hook.session, result.hook.state
         return module
