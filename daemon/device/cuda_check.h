@@ -5,6 +5,8 @@
 // failed call does not poison the next one on this thread.
 //
 //   DDO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(...), "copy unit 3 to slot 1");
+//
+// Thread-safety: any thread; each call reads and clears only the calling thread's CUDA error.
 #ifndef DDO_DAEMON_DEVICE_CUDA_CHECK_H_
 #define DDO_DAEMON_DEVICE_CUDA_CHECK_H_
 

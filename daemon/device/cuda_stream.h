@@ -3,6 +3,9 @@
 // A non-blocking CUDA stream on one device (CUDA builds only), for ddod's copies: it never
 // synchronises with the legacy default stream, so copies overlap whatever else runs.
 // Move-only; destroyed on its device.
+//
+// Thread-safety: one thread at a time uses a CudaStream (a session's copy worker); CUDA itself
+// allows enqueueing on a stream from several threads, DDO does not rely on it.
 #ifndef DDO_DAEMON_DEVICE_CUDA_STREAM_H_
 #define DDO_DAEMON_DEVICE_CUDA_STREAM_H_
 

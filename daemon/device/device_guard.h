@@ -2,6 +2,9 @@
 //
 // Makes a device current for the scope and restores the previous one (CUDA builds only).
 // Unlike guards that ignore errors, Create fails when the device cannot be made current.
+//
+// Thread-safety: a guard belongs to the thread that created it (the current device is per
+// thread); never hand one to another thread.
 #ifndef DDO_DAEMON_DEVICE_DEVICE_GUARD_H_
 #define DDO_DAEMON_DEVICE_DEVICE_GUARD_H_
 

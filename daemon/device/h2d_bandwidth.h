@@ -3,6 +3,9 @@
 // Pinned host-to-device copy bandwidth of a device, measured the way ddod copies: from
 // page-locked host memory on a non-blocking stream. The planner's bound S/B and the benchmarks'
 // ratios use it. Without CUDA there is nothing to measure.
+//
+// Thread-safety: any thread (ddod calls it on a background thread after start); each call
+// allocates its own pinned buffer, device buffer and stream.
 #ifndef DDO_DAEMON_DEVICE_H2D_BANDWIDTH_H_
 #define DDO_DAEMON_DEVICE_H2D_BANDWIDTH_H_
 

@@ -5,6 +5,9 @@
 // as a cudaIpcEventHandle_t (64 opaque bytes; torch.cuda.Event.from_ipc_handle opens it).
 // A waiter's cudaStreamWaitEvent waits for the work recorded before the wait was enqueued.
 // Move-only; destroyed on its device.
+//
+// Thread-safety: one thread at a time records or queries an IpcEvent (its session's copy
+// worker, or the thread that opens and closes the session).
 #ifndef DDO_DAEMON_DEVICE_IPC_EVENT_H_
 #define DDO_DAEMON_DEVICE_IPC_EVENT_H_
 

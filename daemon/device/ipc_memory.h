@@ -4,6 +4,9 @@
 // cudaIpcMemHandle_t, closed when the object goes. This is the importer's side of a
 // DeviceBuffer::ExportIpcHandle (the C++ client and the tests use it; the Python client opens
 // the same handle with cuIpcOpenMemHandle through ctypes). Move-only.
+//
+// Thread-safety: the mapping may be read and written from any thread while the object lives;
+// the object itself is used (moved, destroyed) by one thread at a time.
 #ifndef DDO_DAEMON_DEVICE_IPC_MEMORY_H_
 #define DDO_DAEMON_DEVICE_IPC_MEMORY_H_
 

@@ -4,6 +4,9 @@
 // every entry. The tensors map ddod's shared memory copy-on-write: a write stays in this
 // process. The session keeps ddod from evicting the component until close() (or until the
 // client's lease ends); a tensor taken from it stays valid after close() (it keeps its mapping).
+//
+// Thread-safety: an Attached is used by one thread at a time (close() included); the tensors
+// taken from it are ordinary CPU tensors and may be read from any thread.
 #ifndef DDO_CLIENT_ATTACHED_H_
 #define DDO_CLIENT_ATTACHED_H_
 

@@ -9,6 +9,9 @@
 // nothing streams it, the same forward (torch::nn::functional::linear). While a session streams
 // it, forward takes the weight from the session's ring; plain torch::nn::Linear weights stay
 // resident in ddod's slab (the results are the same, only the memory differs).
+//
+// Thread-safety: as torch::nn::Linear's; while a session streams it, the session's rule holds
+// (one forward at a time, streaming.h).
 #ifndef DDO_CLIENT_NN_H_
 #define DDO_CLIENT_NN_H_
 

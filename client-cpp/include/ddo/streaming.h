@@ -18,7 +18,7 @@
 // why). Every other tensor, plain torch::nn::Linear weights included, is resident in ddod's
 // slab on the device.
 //
-// One forward at a time: a session is not thread-safe.
+// Thread-safety: one forward at a time: a session is not thread-safe.
 #ifndef DDO_CLIENT_STREAMING_H_
 #define DDO_CLIENT_STREAMING_H_
 
