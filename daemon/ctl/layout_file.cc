@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/service/tensor_proto.h"
-#include "daemon/store/dtype.h"
+#include "daemon/layout/dtype.h"
 
 namespace ddo {
 

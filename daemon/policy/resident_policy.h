@@ -22,8 +22,8 @@
 
 #include "daemon/policy/settings_resolver.h"
 #include "daemon/policy/stream_settings.h"
-#include "daemon/store/tensor_table.h"
-#include "daemon/stream/session_plan.h"
+#include "daemon/layout/tensor_table.h"
+#include "daemon/layout/session_plan.h"
 
 namespace ddo {
 

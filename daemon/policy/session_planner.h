@@ -17,8 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/policy/stream_settings.h"
-#include "daemon/store/tensor_table.h"
-#include "daemon/stream/session_plan.h"
+#include "daemon/layout/tensor_table.h"
+#include "daemon/layout/session_plan.h"
 
 namespace ddo {
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "daemon/store/dtype.h"
-#include "daemon/store/tensor_table.h"
+#include "daemon/layout/dtype.h"
+#include "daemon/layout/tensor_table.h"
 #include "ddo/v1/components.pb.h"
 #include "google/protobuf/repeated_field.h"
 

@@ -17,7 +17,7 @@
 
 #include "daemon/common/work_progress.h"
 #include "daemon/pool/host_pool.h"
-#include "daemon/store/tensor_table.h"
+#include "daemon/layout/tensor_table.h"
 
 namespace ddo {
 

@@ -47,7 +47,7 @@
 #include "daemon/store/component_bytes.h"
 #include "daemon/store/file_identity.h"
 #include "daemon/store/safetensors.h"
-#include "daemon/store/tensor_table.h"
+#include "daemon/layout/tensor_table.h"
 
 namespace ddo {
 

@@ -19,7 +19,7 @@
 
 #include "daemon/common/file_system.h"
 #include "daemon/store/file_identity.h"
-#include "daemon/store/tensor_table.h"
+#include "daemon/layout/tensor_table.h"
 
 namespace ddo {
 

@@ -38,7 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "daemon/common/file_system.h"
-#include "daemon/store/dtype.h"
+#include "daemon/layout/dtype.h"
 #include "ddo/wire/unique_fd.h"
 
 namespace ddo {

@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/store/component_bytes.h"
 #include "daemon/store/safetensors.h"
-#include "daemon/store/tensor_table.h"
+#include "daemon/layout/tensor_table.h"
 
 // OpenSSL's digest context, kept out of this header.
 struct evp_md_ctx_st;

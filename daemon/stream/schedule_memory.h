@@ -19,8 +19,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/store/tensor_table.h"
-#include "daemon/stream/session_plan.h"
+#include "daemon/layout/tensor_table.h"
+#include "daemon/layout/session_plan.h"
 
 namespace ddo {
 

@@ -26,12 +26,12 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/pool/host_pool.h"
 #include "daemon/store/component_bytes.h"
-#include "daemon/store/tensor_table.h"
+#include "daemon/layout/tensor_table.h"
 #include "daemon/stream/control_block.h"
 #include "daemon/stream/cycle_packing.h"
 #include "daemon/stream/resident_slab.h"
 #include "daemon/stream/session_device.h"
-#include "daemon/stream/session_plan.h"
+#include "daemon/layout/session_plan.h"
 
 namespace ddo {
 

@@ -30,7 +30,7 @@
 #include "daemon/stream/device_budget.h"
 #include "daemon/stream/device_export.h"
 #include "daemon/stream/schedule_memory.h"
-#include "daemon/stream/session_plan.h"
+#include "daemon/layout/session_plan.h"
 #include "daemon/stream/stream_session.h"
 #include "daemon/stream/stream_worker.h"
 #include "daemon/stream/warm_slab_cache.h"

@@ -22,7 +22,7 @@
 #include "absl/time/time.h"
 #include "daemon/stream/device_budget.h"
 #include "daemon/stream/resident_slab.h"
-#include "daemon/stream/session_plan.h"
+#include "daemon/layout/session_plan.h"
 
 namespace ddo {
 

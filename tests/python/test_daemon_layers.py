@@ -18,18 +18,19 @@ CONSUMER_HEADERS = re.compile(r"(ddo/wire/(control_layout|futex)\.h|ddo/status\.
 
 ANY_INCLUDE = re.compile(r'^#include [<"]([^>"]+)[>"]', re.M)
 
-#: Each folder's layer; a folder may include folders of a lower layer only.
-LAYER = {
-    "common": 0,
-    "config": 1, "identity": 1, "device": 1,
-    "session": 2, "pool": 2, "platform": 2, "profiles": 2,
-    "store": 3,
-    "stream": 4,
-    "policy": 5,
-    "service": 6,
-    "server": 7, "ctl": 7,
-    "main": 8,
-}
+#: Each folder's layer, read from the one place that declares it: daemon/CMakeLists.txt, where
+#: each folder is a library `ddo_daemon_layer(<folder> LAYER <n> ...)` (daemon/layers.cmake makes
+#: the build refuse an include against the order; this test says which file broke it in words).
+#: main/ holds the executables, above every layer.
+def _declared_layers():
+    text = (DAEMON / "CMakeLists.txt").read_text()
+    layers = {m.group(1): int(m.group(2))
+              for m in re.finditer(r"^ddo_daemon_layer\((\w+) LAYER (\d+)", text, re.M)}
+    layers["main"] = max(layers.values()) + 1
+    return layers
+
+
+LAYER = _declared_layers()
 
 #: Where ddo::v1 messages may be read or written.
 PROTO_EDGE = {"service", "ctl", "server", "main"}
@@ -92,13 +93,20 @@ def test_wire_includes_nothing_of_the_daemon_and_no_protobuf():
 
 
 def test_daemon_includes_the_moved_files_from_wire():
-    """daemon/common keeps forwarding headers for unique_fd, posix_error and display_text only;
-    the identity client and the address rules are included from ddo/wire/ itself."""
+    """The identity client, the address rules and the small POSIX helpers are included from
+    ddo/wire/ itself: daemon/ keeps no forwarding header for them."""
     gone = re.compile(r'#include "daemon/(identity/(identity_client|identity_protocol|seqpacket)'
-                      r'|ctl/daemon_address)\.h"')
+                      r'|ctl/daemon_address|common/(unique_fd|posix_error|display_text))\.h"')
     wrong = [str(path.relative_to(ROOT)) for path in DAEMON.rglob("*")
              if path.suffix in (".cc", ".h") and gone.search(path.read_text())]
     assert not wrong, wrong
+
+
+def test_the_layer_order_is_the_documented_one():
+    """Policy sits under the store and the engine; the shapes both use are in layout/."""
+    assert LAYER["common"] == 0
+    assert LAYER["layout"] < LAYER["policy"] < LAYER["store"] < LAYER["stream"] < LAYER["service"]
+    assert LAYER["service"] < LAYER["server"] and LAYER["service"] < LAYER["ctl"]
 
 
 def test_the_consumer_core_includes_only_torch_and_the_shared_headers():

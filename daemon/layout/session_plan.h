@@ -1,11 +1,11 @@
-// File: daemon/stream/session_plan.h
+// File: daemon/layout/session_plan.h
 //
 // The placement of one streaming session, as the stream layer runs it: which tensors sit in
 // the resident slab and where, how the streamed weights group into units, how large the ring
 // is, and the decisions that led there, each with its reason. Policy decides a plan
 // (policy/stream_planning.h); the stream layer allocates, fills and streams it.
-#ifndef DDO_DAEMON_STREAM_SESSION_PLAN_H_
-#define DDO_DAEMON_STREAM_SESSION_PLAN_H_
+#ifndef DDO_DAEMON_LAYOUT_SESSION_PLAN_H_
+#define DDO_DAEMON_LAYOUT_SESSION_PLAN_H_
 
 #include <cstdint>
 #include <map>
@@ -64,4 +64,4 @@ struct SessionPlan {
 
 }  // namespace ddo
 
-#endif  // DDO_DAEMON_STREAM_SESSION_PLAN_H_
+#endif  // DDO_DAEMON_LAYOUT_SESSION_PLAN_H_

@@ -1,5 +1,5 @@
-// File: daemon/store/dtype.cc
-#include "daemon/store/dtype.h"
+// File: daemon/layout/dtype.cc
+#include "daemon/layout/dtype.h"
 
 #include <limits>
 

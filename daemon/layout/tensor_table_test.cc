@@ -1,5 +1,5 @@
-// File: daemon/store/tensor_table_test.cc
-#include "daemon/store/tensor_table.h"
+// File: daemon/layout/tensor_table_test.cc
+#include "daemon/layout/tensor_table.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -1,11 +1,11 @@
-// File: daemon/store/dtype.h
+// File: daemon/layout/dtype.h
 //
 // Element types of stored tensors: the safetensors names ("BF16", "F8_E4M3", ...), their
 // sizes in bytes (service/tensor_proto.h maps them to and from the protocol's ddo.v1.DType).
 //
 // Thread-safety: pure functions, safe from any thread.
-#ifndef DDO_DAEMON_STORE_DTYPE_H_
-#define DDO_DAEMON_STORE_DTYPE_H_
+#ifndef DDO_DAEMON_LAYOUT_DTYPE_H_
+#define DDO_DAEMON_LAYOUT_DTYPE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -54,4 +54,4 @@ absl::StatusOr<uint64_t> TensorByteSize(DType dtype, const std::vector<int64_t>&
 
 }  // namespace ddo
 
-#endif  // DDO_DAEMON_STORE_DTYPE_H_
+#endif  // DDO_DAEMON_LAYOUT_DTYPE_H_

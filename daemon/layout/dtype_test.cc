@@ -1,4 +1,4 @@
-#include "daemon/store/dtype.h"
+#include "daemon/layout/dtype.h"
 
 #include <cstdint>
 #include <limits>

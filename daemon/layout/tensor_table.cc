@@ -1,4 +1,4 @@
-#include "daemon/store/tensor_table.h"
+#include "daemon/layout/tensor_table.h"
 
 #include <xxhash.h>
 

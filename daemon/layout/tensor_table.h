@@ -1,12 +1,12 @@
-// File: daemon/store/tensor_table.h
+// File: daemon/layout/tensor_table.h
 //
 // A component's tensor table: what each tensor is, which streaming unit it belongs to and
 // where it lives in the component's segment. The layout puts units contiguously, in the order
 // of their first appearance, so that one unit is one DMA; within a unit tensors keep their
 // order. Units start on 4 KiB boundaries and tensors on 256-byte boundaries (aligned for any
 // dtype and for vectorised copies).
-#ifndef DDO_DAEMON_STORE_TENSOR_TABLE_H_
-#define DDO_DAEMON_STORE_TENSOR_TABLE_H_
+#ifndef DDO_DAEMON_LAYOUT_TENSOR_TABLE_H_
+#define DDO_DAEMON_LAYOUT_TENSOR_TABLE_H_
 
 #include <cstdint>
 #include <string>
@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/common/xxh3_hasher.h"
-#include "daemon/store/dtype.h"
+#include "daemon/layout/dtype.h"
 
 namespace ddo {
 
@@ -74,4 +74,4 @@ class ContentHasher {
 
 }  // namespace ddo
 
-#endif  // DDO_DAEMON_STORE_TENSOR_TABLE_H_
+#endif  // DDO_DAEMON_LAYOUT_TENSOR_TABLE_H_
