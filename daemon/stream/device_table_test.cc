@@ -9,6 +9,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "daemon/common/status_macros.h"
+#include "daemon/policy/session_planner.h"
 #include "daemon/stream/stream_test_bed.h"
 
 namespace ddo {
@@ -18,6 +20,15 @@ using ::testing::HasSubstr;
 
 class DeviceTableTest : public StreamTestBed {
  protected:
+  // Policy's planner: the blocks stream (a ring), the rest stays (a slab).
+  absl::StatusOr<SessionPlan> Plan(const std::vector<TensorEntry>& tensors,
+                                   const std::set<std::string>& streamable) override {
+    DDO_ASSIGN_OR_RETURN(StreamSettings settings,
+                         ParseStreamSettings({{"DDO_RESIDENT_MODULE_BUDGET_GB", "0"},
+                                              {"DDO_SMALL_TENSOR_THRESHOLD_KB", "16"}}));
+    return PlanSession(tensors, streamable, settings);
+  }
+
   void TearDown() override {
     table_.reset();
     StreamTestBed::TearDown();

@@ -2,7 +2,8 @@
 //
 // For the stream folder's tests on the host backend: a pool and a store holding small
 // components (two 256 x 256 Linears that stream, two that stay resident), attached on the host
-// and planned as policy would plan them.
+// and planned. The plan comes from the test (Plan): policy's planner sits above stream, so this
+// header may not include it, while a test may.
 //
 // Thread-safety: a test's own; one thread.
 #ifndef DDO_DAEMON_STREAM_STREAM_TEST_BED_H_
@@ -20,12 +21,11 @@
 #include "daemon/common/random_id.h"
 #include "daemon/common/temp_dir_for_test.h"
 #include "daemon/identity/caller.h"
-#include "daemon/policy/session_planner.h"
-#include "daemon/policy/stream_settings.h"
 #include "daemon/pool/host_pool.h"
 #include "daemon/session/lease_registry.h"
 #include "daemon/session/session_registry.h"
 #include "daemon/store/component_store.h"
+#include "daemon/stream/session_plan.h"
 
 namespace ddo {
 
@@ -69,6 +69,10 @@ class StreamTestBed : public ::testing::Test {
     return tensors;
   }
 
+  // Plans a session of `tensors` whose `streamable` weights stream and the rest stays.
+  virtual absl::StatusOr<SessionPlan> Plan(const std::vector<TensorEntry>& tensors,
+                                           const std::set<std::string>& streamable) = 0;
+
   void Upload(const std::string& key) {
     std::set<std::string> streamable;
     auto registered = store_->Register(lease_, key, Tensors(&streamable), "");
@@ -81,13 +85,9 @@ class StreamTestBed : public ::testing::Test {
   Planned AttachAndPlan(const std::string& key) {
     absl::StatusOr<HostAttachment> attached = store_->AttachHost(lease_, key);
     EXPECT_TRUE(attached.ok()) << attached.status();
-    absl::StatusOr<StreamSettings> settings = ParseStreamSettings(
-        {{"DDO_RESIDENT_MODULE_BUDGET_GB", "0"}, {"DDO_SMALL_TENSOR_THRESHOLD_KB", "16"}});
-    EXPECT_TRUE(settings.ok()) << settings.status();
     std::set<std::string> streamable;
     Tensors(&streamable);
-    absl::StatusOr<SessionPlan> plan =
-        PlanSession(attached->component.tensors, streamable, *settings);
+    absl::StatusOr<SessionPlan> plan = Plan(attached->component.tensors, streamable);
     EXPECT_TRUE(plan.ok()) << plan.status();
     return Planned{*std::move(attached), *std::move(plan)};
   }
