@@ -336,13 +336,16 @@ bool IsDaemonVariable(absl::string_view name) {
   return !SettingVariables({{text, "1"}}).empty();
 }
 
-absl::StatusOr<DaemonOptions> ResolveDaemonOptions(const std::vector<std::string>& args,
-                                                   const Environment& env,
-                                                   const UserContext& user) {
-  DaemonOptions options;
+namespace {
 
-  // Pass 1: collect flag values ("--flag value" or "--flag=value"; the last one wins).
-  std::map<absl::string_view, std::string> flag_values;
+// Flag values by flag ("--flag value" or "--flag=value"; the last one wins); the keys view
+// kOptions' flags.
+using FlagValues = std::map<absl::string_view, std::string>;
+
+// Pass 1: collects the flags' values, and notes --help and --version in `options`.
+absl::StatusOr<FlagValues> CollectFlagValues(const std::vector<std::string>& args,
+                                             DaemonOptions& options) {
+  FlagValues flag_values;
   for (size_t i = 0; i < args.size(); ++i) {
     absl::string_view arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -375,12 +378,14 @@ absl::StatusOr<DaemonOptions> ResolveDaemonOptions(const std::vector<std::string
     }
     flag_values[spec->flag] = *std::move(value);
   }
-  if (options.show_help || options.show_version) {
-    return options;
-  }
+  return flag_values;
+}
 
-  // The configuration file: under the environment (a variable set in both comes from the
-  // environment), above the preset.
+// The configuration file (--config): under the environment (a variable set in both comes from
+// the environment), above the preset. Returns the file's values; fills config_path,
+// setting_environment and config_values.
+absl::StatusOr<Environment> ReadConfigLayer(const FlagValues& flag_values,
+                                            const Environment& env, DaemonOptions& options) {
   Environment file_values;
   if (auto it = flag_values.find("--config"); it != flag_values.end()) {
     if (it->second.empty()) return absl::InvalidArgumentError("--config needs a file name");
@@ -392,31 +397,60 @@ absl::StatusOr<DaemonOptions> ResolveDaemonOptions(const std::vector<std::string
   options.setting_environment = SettingVariables(layered);
   options.config_values = std::map<std::string, std::string>(file_values.begin(),
                                                              file_values.end());
+  return file_values;
+}
+
+// One option's value and where it came from, as messages name it.
+struct SourcedValue {
+  std::string value;
+  std::string what;
+};
+
+// `spec`'s value from the highest layer that sets it: flag, environment, configuration file,
+// preset; nullopt when none does.
+std::optional<SourcedValue> ValueOf(const OptionSpec& spec, const FlagValues& flag_values,
+                                    const Environment& env, const Environment& file_values,
+                                    const DaemonOptions& options) {
+  if (auto it = flag_values.find(spec.flag); !spec.flag.empty() && it != flag_values.end()) {
+    return SourcedValue{it->second, std::string(spec.flag)};
+  }
+  if (spec.variable.empty()) return std::nullopt;
+  if (std::optional<std::string> value = Lookup(env, spec.variable); value.has_value()) {
+    return SourcedValue{*std::move(value), absl::StrCat(spec.variable, " (environment)")};
+  }
+  if (std::optional<std::string> value = Lookup(file_values, spec.variable); value.has_value()) {
+    return SourcedValue{*std::move(value),
+                        absl::StrCat(spec.variable, " (", EscapeForDisplay(options.config_path),
+                                     ")")};
+  }
+  if (options.preset == nullptr) return std::nullopt;
+  if (std::optional<std::string> value = options.preset->Find(spec.variable); value.has_value()) {
+    return SourcedValue{*std::move(value),
+                        absl::StrCat(spec.variable, " (preset ", options.preset->name, ")")};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::StatusOr<DaemonOptions> ResolveDaemonOptions(const std::vector<std::string>& args,
+                                                   const Environment& env,
+                                                   const UserContext& user) {
+  DaemonOptions options;
+  DDO_ASSIGN_OR_RETURN(const FlagValues flag_values, CollectFlagValues(args, options));
+  if (options.show_help || options.show_version) {
+    return options;
+  }
+  DDO_ASSIGN_OR_RETURN(const Environment file_values, ReadConfigLayer(flag_values, env, options));
 
   // Pass 2: defaults < preset < configuration file < environment < flags, setting by setting.
   DDO_RETURN_IF_ERROR(ApplyPreset("the default preset", kDefaultDaemonPreset, options));
   options.socket_path = DefaultSocketPath(user);
   options.state_dir = DefaultStateDir(user);
   for (const auto& spec : kOptions) {
-    std::optional<std::string> value;
-    std::string what;
-    if (auto it = flag_values.find(spec.flag); !spec.flag.empty() && it != flag_values.end()) {
-      value = it->second;
-      what = std::string(spec.flag);
-    } else if (!spec.variable.empty()) {
-      value = Lookup(env, spec.variable);
-      what = absl::StrCat(spec.variable, " (environment)");
-      if (!value.has_value()) {
-        value = Lookup(file_values, spec.variable);
-        what = absl::StrCat(spec.variable, " (", EscapeForDisplay(options.config_path), ")");
-      }
-      if (!value.has_value() && options.preset != nullptr) {
-        value = options.preset->Find(spec.variable);
-        what = absl::StrCat(spec.variable, " (preset ", options.preset->name, ")");
-      }
-    }
-    if (value.has_value()) {
-      DDO_RETURN_IF_ERROR(spec.apply(what, *value, options));
+    if (std::optional<SourcedValue> value = ValueOf(spec, flag_values, env, file_values, options);
+        value.has_value()) {
+      DDO_RETURN_IF_ERROR(spec.apply(value->what, value->value, options));
     }
   }
   return options;

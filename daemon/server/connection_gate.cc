@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -53,6 +55,155 @@ PeerCredentials TcpPeer() {
   return peer;
 }
 
+// The next back-off after accept ran out of descriptors: 10 ms doubling to 200 ms.
+absl::Duration NextBackOff(absl::Duration back_off) {
+  return std::clamp(back_off * 2, kFirstBackOff, kLongestBackOff);
+}
+
+// The gate's accept loop, run on its thread: the connection table, the descriptor reserve, the
+// log throttles and the back-off live as long as the loop.
+// Thread-safety: used by the gate's thread alone.
+class AcceptLoop {
+ public:
+  AcceptLoop(int listener, int wake, const ConnectionGateOptions& options,
+             const ConnectionGate::HandOff& hand_off)
+      : listener_(listener),
+        wake_(wake),
+        options_(options),
+        hand_off_(hand_off),
+        log_(Logger("server")),
+        what_(options.what),
+        table_(what_, options.limits, StillOpen),
+        reserve_(DescriptorReserve::ForThisProcess(options.descriptor_reserve)) {}
+
+  // Returns on Stop(), or when poll fails.
+  void Run() {
+    while (true) {
+      const absl::Time now = absl::Now();
+      LogSuppressed(now);
+      const bool backing_off = back_off_ > absl::ZeroDuration();
+      const Woken woken = Wait(now, backing_off);
+      if (woken == Woken::kStop) return;
+      if (woken == Woken::kAgain) continue;
+      const bool out_of_descriptors = AcceptPending();
+      back_off_ = out_of_descriptors ? NextBackOff(back_off_) : absl::ZeroDuration();
+    }
+  }
+
+ private:
+  enum class Woken { kStop, kAgain, kAccept };
+
+  // The counts each throttle held back, once its interval is over.
+  void LogSuppressed(absl::Time now) {
+    if (const uint64_t held = limit_lines_.TakeSuppressed(now); held > 0) {
+      log_->warn("{}: {} more connection(s) refused in the last {}", what_, held,
+                 absl::FormatDuration(kLogInterval));
+    }
+    if (const uint64_t held = reserve_lines_.TakeSuppressed(now); held > 0) {
+      log_->warn("{}: {} more connection(s) refused in the last {} to keep the descriptor reserve",
+                 what_, held, absl::FormatDuration(kLogInterval));
+    }
+    if (const uint64_t held = failed_lines_.TakeSuppressed(now); held > 0) {
+      log_->warn("{}: accept failed {} more time(s) in the last {}", what_, held,
+                 absl::FormatDuration(kLogInterval));
+    }
+  }
+
+  // Backing off: wait on Stop() alone, then try accept again. Otherwise wait for a
+  // connection, or for the moment a suppressed count is due.
+  Woken Wait(absl::Time now, bool backing_off) {
+    const absl::Time report = std::min(
+        {limit_lines_.NextReport(), reserve_lines_.NextReport(), failed_lines_.NextReport()});
+    const int timeout = backing_off ? PollTimeout(now, now + back_off_) : PollTimeout(now, report);
+    pollfd polled[2] = {{wake_, POLLIN, 0}, {listener_, POLLIN, 0}};
+    if (::poll(polled, backing_off ? 1 : 2, timeout) < 0) {
+      if (errno == EINTR) return Woken::kAgain;
+      log_->error("poll on the {}: {}; no new connections are accepted", what_,
+                  std::strerror(errno));
+      return Woken::kStop;
+    }
+    if (polled[0].revents != 0) return Woken::kStop;  // Stop()
+    if (!backing_off && polled[1].revents == 0) return Woken::kAgain;  // a report was due
+    return Woken::kAccept;
+  }
+
+  // Accepts until the backlog is empty; returns whether accept ran out of descriptors.
+  bool AcceptPending() {
+    while (true) {
+      UniqueFd fd(::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (!fd.valid()) {
+        const int error = errno;
+        if (error == EINTR || error == ECONNABORTED) continue;
+        if (error == EAGAIN || error == EWOULDBLOCK) return false;
+        // EMFILE, ENFILE, ENOBUFS, ENOMEM: the connection waits in the backlog until
+        // descriptors are back; anything else is waited out the same way, quietly.
+        if (failed_lines_.Admit(absl::Now(), suppressed_)) {
+          log_->warn("accept on the {}: {}; retrying in {}{}", what_, std::strerror(error),
+                     absl::FormatDuration(NextBackOff(back_off_)), SuppressedNote(suppressed_));
+        }
+        return true;
+      }
+      AdmitOrRefuse(std::move(fd));
+    }
+  }
+
+  // Hands `fd` to the server, or refuses it: fd closes on return, so the client sees its
+  // connection end before any answer.
+  void AdmitOrRefuse(UniqueFd fd) {
+    LogThrottle* lines = &limit_lines_;
+    absl::StatusOr<PeerCredentials> peer =
+        options_.tcp ? absl::StatusOr<PeerCredentials>(TcpPeer()) : PeerCredentialsOf(fd.get());
+    const std::string refusal = Refusal(fd.get(), peer, &lines);
+    if (refusal.empty()) {
+      hand_off_(fd.Release());
+      return;
+    }
+    if (lines->Admit(absl::Now(), suppressed_)) {
+      log_->warn("refused a connection to the {}{}: {}{}", what_,
+                 peer.ok() && !options_.tcp
+                     ? absl::StrCat(" of uid ", peer->uid, " pid ", peer->pid) : "",
+                 refusal, SuppressedNote(suppressed_));
+    }
+  }
+
+  // Why `fd` is refused, or "" to admit it; checked in this order: the peer's credentials,
+  // fstat, the connection limits (per uid and in all), the descriptor reserve. A reserve
+  // refusal releases the table's entry and logs on *lines = the reserve's throttle.
+  std::string Refusal(int fd, const absl::StatusOr<PeerCredentials>& peer, LogThrottle** lines) {
+    struct stat info {};
+    if (!peer.ok()) return std::string(peer.status().message());
+    if (::fstat(fd, &info) != 0) return std::string(PosixError("fstat", errno).message());
+    // The limits first: they cost a lookup, the reserve may count /proc/self/fd.
+    const Caller caller = CallerFromCredentials(peer->uid, peer->gid, peer->pid);
+    if (absl::Status admitted = table_.Admit(fd, info.st_ino, caller.uid, caller.admin);
+        !admitted.ok()) {
+      return std::string(admitted.message());
+    }
+    if (reserve_.Exhausted(fd)) {
+      table_.Release(fd);
+      *lines = &reserve_lines_;
+      return absl::StrCat("ddod keeps its last ", reserve_.reserve(), " of ", reserve_.limit(),
+                          " descriptors for its own work");
+    }
+    return "";
+  }
+
+  const int listener_;
+  const int wake_;  // eventfd: Stop() wakes the poll
+  const ConnectionGateOptions& options_;
+  const ConnectionGate::HandOff& hand_off_;
+  const std::shared_ptr<spdlog::logger> log_;
+  const std::string& what_;
+  ConnectionTable table_;
+  const DescriptorReserve reserve_;
+  // One throttle per kind of line, so that a flood of one kind hides no other.
+  LogThrottle limit_lines_{kLogInterval, 5};
+  LogThrottle reserve_lines_{kLogInterval, 3};
+  LogThrottle failed_lines_{kLogInterval, 3};
+  absl::Duration back_off_ = absl::ZeroDuration();
+  uint64_t suppressed_ = 0;
+};
+
 }  // namespace
 
 ConnectionGate::ConnectionGate(UniqueFd listener, ConnectionGateOptions options,
@@ -91,103 +242,6 @@ void ConnectionGate::Stop() {
   listener_.Reset();
 }
 
-void ConnectionGate::Run() {
-  auto log = Logger("server");
-  const std::string& what = options_.what;
-  ConnectionTable table(what, options_.limits, StillOpen);
-  const DescriptorReserve reserve = DescriptorReserve::ForThisProcess(options_.descriptor_reserve);
-  // One throttle per kind of line, so that a flood of one kind hides no other.
-  LogThrottle limit_lines(kLogInterval, 5);
-  LogThrottle reserve_lines(kLogInterval, 3);
-  LogThrottle failed_lines(kLogInterval, 3);
-  absl::Duration back_off = absl::ZeroDuration();
-  uint64_t suppressed = 0;
-
-  while (true) {
-    const absl::Time now = absl::Now();
-    if (const uint64_t held = limit_lines.TakeSuppressed(now); held > 0) {
-      log->warn("{}: {} more connection(s) refused in the last {}", what, held,
-                absl::FormatDuration(kLogInterval));
-    }
-    if (const uint64_t held = reserve_lines.TakeSuppressed(now); held > 0) {
-      log->warn("{}: {} more connection(s) refused in the last {} to keep the descriptor reserve",
-                what, held, absl::FormatDuration(kLogInterval));
-    }
-    if (const uint64_t held = failed_lines.TakeSuppressed(now); held > 0) {
-      log->warn("{}: accept failed {} more time(s) in the last {}", what, held,
-                absl::FormatDuration(kLogInterval));
-    }
-    // Backing off: wait on Stop() alone, then try accept again. Otherwise wait for a
-    // connection, or for the moment a suppressed count is due.
-    const bool backing_off = back_off > absl::ZeroDuration();
-    const absl::Time report = std::min(
-        {limit_lines.NextReport(), reserve_lines.NextReport(), failed_lines.NextReport()});
-    const int timeout = backing_off ? PollTimeout(now, now + back_off) : PollTimeout(now, report);
-    pollfd polled[2] = {{wake_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
-    if (::poll(polled, backing_off ? 1 : 2, timeout) < 0) {
-      if (errno == EINTR) continue;
-      log->error("poll on the {}: {}; no new connections are accepted", what,
-                 std::strerror(errno));
-      return;
-    }
-    if (polled[0].revents != 0) return;  // Stop()
-    if (!backing_off && polled[1].revents == 0) continue;  // a report was due
-
-    bool out_of_descriptors = false;
-    while (true) {
-      UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-      if (!fd.valid()) {
-        const int error = errno;
-        if (error == EINTR || error == ECONNABORTED) continue;
-        if (error == EAGAIN || error == EWOULDBLOCK) break;
-        // EMFILE, ENFILE, ENOBUFS, ENOMEM: the connection waits in the backlog until
-        // descriptors are back; anything else is waited out the same way, quietly.
-        out_of_descriptors = true;
-        if (failed_lines.Admit(absl::Now(), suppressed)) {
-          log->warn("accept on the {}: {}; retrying in {}{}", what, std::strerror(error),
-                    absl::FormatDuration(std::clamp(back_off * 2, kFirstBackOff,
-                                                    kLongestBackOff)),
-                    SuppressedNote(suppressed));
-        }
-        break;
-      }
-      std::string refusal;
-      LogThrottle* lines = &limit_lines;
-      absl::StatusOr<PeerCredentials> peer =
-          options_.tcp ? absl::StatusOr<PeerCredentials>(TcpPeer()) : PeerCredentialsOf(fd.get());
-      struct stat info {};
-      if (!peer.ok()) {
-        refusal = std::string(peer.status().message());
-      } else if (::fstat(fd.get(), &info) != 0) {
-        refusal = std::string(PosixError("fstat", errno).message());
-      } else {
-        // The limits first: they cost a lookup, the reserve may count /proc/self/fd.
-        const Caller caller = CallerFromCredentials(peer->uid, peer->gid, peer->pid);
-        if (absl::Status admitted = table.Admit(fd.get(), info.st_ino, caller.uid, caller.admin);
-            !admitted.ok()) {
-          refusal = std::string(admitted.message());
-        } else if (reserve.Exhausted(fd.get())) {
-          table.Release(fd.get());
-          lines = &reserve_lines;
-          refusal = absl::StrCat("ddod keeps its last ", reserve.reserve(), " of ",
-                                 reserve.limit(), " descriptors for its own work");
-        }
-      }
-      if (refusal.empty()) {
-        hand_off_(fd.Release());
-        continue;
-      }
-      if (lines->Admit(absl::Now(), suppressed)) {
-        log->warn("refused a connection to the {}{}: {}{}", what,
-                  peer.ok() && !options_.tcp
-                      ? absl::StrCat(" of uid ", peer->uid, " pid ", peer->pid) : "",
-                  refusal, SuppressedNote(suppressed));
-      }
-      // fd closes here: the client sees its connection end before any answer.
-    }
-    back_off = out_of_descriptors ? std::clamp(back_off * 2, kFirstBackOff, kLongestBackOff)
-                                  : absl::ZeroDuration();
-  }
-}
+void ConnectionGate::Run() { AcceptLoop(listener_.get(), wake_.get(), options_, hand_off_).Run(); }
 
 }  // namespace ddo

@@ -2,124 +2,36 @@
 #include "daemon/stream/stream_sessions.h"
 
 #include <set>
+#include <utility>
 
-#include "absl/cleanup/cleanup.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
-#include "daemon/common/random_id.h"
 #include "daemon/common/status_macros.h"
 
 namespace ddo {
 
 StreamSessions::StreamSessions(ComponentStore& store, SessionRegistry& registry, HostPool& pool,
                                GpuInventory gpus, StreamSessionsOptions options)
-    : store_(store), registry_(registry), pool_(pool), gpus_(std::move(gpus)), options_(options) {}
+    : store_(store),
+      registry_(registry),
+      // The pool's prefix: a restarted ddod removes what a crashed one left.
+      devices_(std::move(gpus), options, pool.name_prefix()),
+      prefetcher_(store, devices_,
+                  [this](const std::string& slab_key) { return SlabInUse(slab_key); }) {}
 
 StreamSessions::~StreamSessions() { CloseAll(); }
 
-std::string StreamSessions::NewSegmentName(char kind) const {
-  // The pool's prefix: a restarted ddod removes what a crashed one left.
-  return absl::StrCat(pool_.name_prefix(), std::string(1, kind), RandomId().substr(0, 15));
-}
-
-absl::StatusOr<StreamSessions::Device> StreamSessions::ResolveDevice(
-    const std::string& requested) const {
-  if (requested == "cpu" || requested == "cpu:0") return Device{"cpu", -1, options_.host_budget_bytes};
-  if (int index = 0; absl::StartsWith(requested, "cpu:") &&
-                     absl::SimpleAtoi(requested.substr(4), &index)) {
-    if (index < 0 || index >= options_.host_devices) {
-      return absl::NotFoundError(absl::StrCat(
-          "ddod serves ", options_.host_devices, " host device(s) (cpu",
-          options_.host_devices > 1 ? absl::StrCat(" to cpu:", options_.host_devices - 1) : "",
-          "), not '", requested, "'; --host-devices sets how many"));
-    }
-    return Device{requested, -1, options_.host_budget_bytes};
-  }
-  if (gpus_.backend != ComputeBackend::kCuda) {
-    return absl::UnavailableError(absl::StrCat("no usable GPU for device '", requested,
-                                               "': ", gpus_.detail,
-                                               "; device 'cpu' streams on the host backend"));
-  }
-  for (const GpuDevice& gpu : gpus_.devices) {
-    int ordinal = -1;
-    const bool by_ordinal = absl::StartsWith(requested, "cuda:") &&
-                            absl::SimpleAtoi(requested.substr(5), &ordinal) &&
-                            ordinal == gpu.ordinal;
-    if (by_ordinal || absl::EqualsIgnoreCase(requested, gpu.uuid)) {
-      uint64_t budget = options_.vram_budget_bytes;
-      if (budget == 0 || budget > gpu.total_bytes) budget = gpu.total_bytes;
-      return Device{gpu.uuid, gpu.ordinal, budget};
-    }
-  }
-  std::string known;
-  for (const GpuDevice& gpu : gpus_.devices) {
-    absl::StrAppend(&known, known.empty() ? "" : ", ", "cuda:", gpu.ordinal, " ", gpu.uuid);
-  }
-  return absl::NotFoundError(absl::StrCat("ddod sees no device '", requested, "' (it has: ",
-                                          known.empty() ? "none" : known, ", cpu)"));
-}
-
-absl::StatusOr<StreamWorker*> StreamSessions::WorkerFor(const Device& device) {
-  absl::MutexLock lock(&mu_);
-  auto it = workers_.find(device.label);
-  if (it == workers_.end()) {
-    DDO_ASSIGN_OR_RETURN(std::unique_ptr<StreamWorker> worker,
-                         StreamWorker::Start(device.label, NewSegmentName('b')));
-    it = workers_.emplace(device.label, std::move(worker)).first;
-  }
-  return it->second.get();
-}
-
 absl::Status StreamSessions::CheckDevice(const std::string& device) const {
-  return ResolveDevice(device).status();
+  return devices_.Resolve(device).status();
 }
 
-absl::StatusOr<StreamSessions::DeviceRoom> StreamSessions::ReserveRoom(
-    const Device& device, const HostAttachment& attached, const SessionPlan& plan) {
-  const std::string bytes_identity =
-      SlabBytesIdentity(attached.component.component_id, attached.component.segment_name);
-  DeviceRoom room;
-  room.slab_key = WarmSlabCache::Key(device.label, bytes_identity, plan.slab_signature);
-  {
-    std::vector<std::shared_ptr<ResidentSlab>> dropped;  // freed outside the lock
-    absl::MutexLock lock(&mu_);
-    uint64_t needed = plan.ring_bytes();
-    if (std::optional<WarmSlab> warm = warm_.Take(room.slab_key)) {
-      room.slab = std::move(warm->slab);
-      room.reservation = std::move(warm->reservation);  // already reserved: now this session's
-    } else {
-      needed += plan.slab_bytes;
-    }
-    std::optional<DeviceBudget::Reservation> reserved;
-    while (!(reserved = budget_.TryReserve(device.label, device.budget_bytes, needed)) &&
-           DropWarmSlabLocked(device.label, /*spare_prefetched=*/false, &dropped)) {
-    }
-    if (!reserved) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "a session of '", attached.component.cache_key, "' needs ",
-          FormatBytes(plan.device_bytes()), " on ", device.label, " (slab ",
-          FormatBytes(plan.slab_bytes), " + ring ", FormatBytes(plan.ring_bytes()),
-          "); ddod's budget there is ", FormatBytes(device.budget_bytes),
-          " of which sessions hold ",
-          FormatBytes(budget_.reserved(device.label) - room.reservation.bytes())));
-    }
-    room.reservation.Merge(*std::move(reserved));
-    // Recipes are kept per uid, as the keys are (ComponentStore).
-    warm_.Remember(absl::StrCat(attached.component.owner_uid, ":", attached.component.cache_key),
-                   SlabRecipe{device.label, device.ordinal, device.budget_bytes, bytes_identity,
-                              plan.slab_signature, plan.resident, plan.slab_bytes});
+bool StreamSessions::SlabInUse(const std::string& slab_key) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, open] : sessions_) {
+    if (open.slab_key == slab_key) return true;
   }
-  room.slab_warm = room.slab != nullptr;
-  if (!room.slab_warm) {
-    DDO_ASSIGN_OR_RETURN(std::unique_ptr<ResidentSlab> opened,
-                         device.ordinal < 0 ? OpenHostSlab(NewSegmentName('s'), plan.slab_bytes)
-                                            : OpenCudaSlab(device.ordinal, plan.slab_bytes));
-    room.slab = std::move(opened);
-  }
-  return room;
+  return false;
 }
 
 void StreamSessions::Publish(std::shared_ptr<StreamSession> session, DeviceRoom room,
@@ -137,27 +49,27 @@ void StreamSessions::Publish(std::shared_ptr<StreamSession> session, DeviceRoom 
 absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttachment attached,
                                                   const std::string& requested_device,
                                                   SessionPlan plan) {
-  DDO_ASSIGN_OR_RETURN(Device device, ResolveDevice(requested_device));
+  DDO_ASSIGN_OR_RETURN(StreamDevice device, devices_.Resolve(requested_device));
   const ComponentName name{attached.component.owner_uid, attached.component.cache_key,
                            attached.component.base_cache_key};
   if (device.ordinal >= 0 && !attached.bytes.AllPinned()) {
     plan.decisions.push_back({"host_memory", "not pinned",
                               "copies from pageable memory are staged by the driver (slower)"});
   }
-  DDO_ASSIGN_OR_RETURN(DeviceRoom room, ReserveRoom(device, attached, plan));
+  DDO_ASSIGN_OR_RETURN(DeviceRoom room, devices_.ReserveRoom(device, attached, plan));
   plan.decisions.push_back({"slab", room.slab_warm ? "warm" : "filled now",
                             room.slab_warm ? "a closed session of the same component and plan "
                                              "left it on the device (warm_process)"
                                            : "no warm slab of this component and plan"});
-  SessionDeviceSpec spec{plan.ring_bytes(), plan.ring_slots, NewSegmentName('r')};
+  SessionDeviceSpec spec{plan.ring_bytes(), plan.ring_slots, devices_.NewSegmentName('r')};
   DDO_ASSIGN_OR_RETURN(std::unique_ptr<SessionDevice> memory,
                        device.ordinal < 0 ? OpenHostSessionDevice(spec)
                                           : OpenCudaSessionDevice(device.ordinal, spec));
   DDO_ASSIGN_OR_RETURN(ControlBlock control,
-                       ControlBlock::Create(NewSegmentName('c'), plan.ring_slots,
+                       ControlBlock::Create(devices_.NewSegmentName('c'), plan.ring_slots,
                                             static_cast<uint32_t>(plan.units.size()),
                                             plan.arena_bytes));
-  DDO_ASSIGN_OR_RETURN(StreamWorker * worker, WorkerFor(device));
+  DDO_ASSIGN_OR_RETURN(StreamWorker * worker, devices_.WorkerFor(device));
   auto session = std::make_shared<StreamSession>(
       attached.session_id, lease.id, name.cache_key, device.label, attached.component.tensors,
       attached.bytes, std::move(plan), room.slab, room.slab_warm, std::move(memory),
@@ -206,7 +118,7 @@ absl::StatusOr<uint32_t> StreamSessions::SetSchedule(const std::string& session_
     }
     session = it->second.session;
     owner_uid = it->second.owner_uid;
-    worker = workers_.at(session->device()).get();
+    worker = devices_.FindWorker(session->device());
   }
   const uint32_t length = static_cast<uint32_t>(schedule.size());
   std::vector<uint32_t> copy = schedule;
@@ -278,52 +190,25 @@ StreamTotals StreamSessions::Totals() {
 
 void StreamSessions::CloseSession(OpenSession open, SessionState state) {
   std::shared_ptr<StreamSession> session = std::move(open.session);
-  StreamWorker* worker = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto it = workers_.find(session->device()); it != workers_.end()) worker = it->second.get();
+  if (StreamWorker* worker = devices_.FindWorker(session->device()); worker != nullptr) {
+    worker->Remove(session->id());
   }
-  if (worker != nullptr) worker->Remove(session->id());
   session->Close(state);
   const StreamSessionStats final_stats = session->Stats();
   const std::string device = session->device();
   const std::string id = session->id();
-  std::vector<std::shared_ptr<ResidentSlab>> dropped;  // freed outside the lock
-  bool kept = false;
   {
     absl::MutexLock lock(&mu_);
     AddTo(closed_totals_, final_stats);
-    // warm_process: the filled slab stays for the next runner with its share of the budget
-    // (the ring's goes back), unless one is already kept under the key (two sessions of one
-    // plan closed). One warm slab per device at most, the newest: VRAM held for nobody stays
-    // bounded, since other processes on the GPU do not ask ddod's budget for room.
-    if (options_.keep_slabs_warm && !final_stats.failed && !warm_.Contains(open.slab_key)) {
-      // Slabs a Phase prefetched for coming sessions stay.
-      while (DropWarmSlabLocked(device, /*spare_prefetched=*/true, &dropped)) {
-      }
-      WarmSlab warm{device, session->slab(),
-                    open.reservation.Split(session->plan().slab_bytes), absl::Now(),
-                    session->cache_key(), /*prefetched=*/false, open.owner_uid};
-      kept = warm_.Put(open.slab_key, warm);
-    }
   }
-  open.reservation.Release();  // the ring's share, or all of it when the slab was not kept
-  dropped.clear();
+  const bool kept = devices_.ReturnRoom(
+      ClosedRoom{device, std::move(open.slab_key), session->slab(), session->plan().slab_bytes,
+                 session->cache_key(), open.owner_uid, final_stats.failed,
+                 std::move(open.reservation)});
   session.reset();  // frees the ring, events and control block (the worker let go in Remove)
   (void)store_.Detach(id, DaemonCaller());
   Logger("stream")->info("session {} on {} closed{}", id.substr(0, 8), device,
                          kept ? "; its slab stays warm" : "");
-}
-
-bool StreamSessions::DropWarmSlabLocked(const std::string& device, bool spare_prefetched,
-                                        std::vector<std::shared_ptr<ResidentSlab>>* dropped) {
-  std::optional<WarmSlab> oldest = warm_.TakeOldest(device, spare_prefetched);
-  if (!oldest) return false;
-  Logger("stream")->info("dropping the warm slab of '{}' on {} ({}) for room", oldest->cache_key,
-                         device, FormatBytes(oldest->reservation.bytes()));
-  oldest->reservation.Release();
-  dropped->push_back(std::move(oldest->slab));
-  return true;
 }
 
 void StreamSessions::ReleaseLease(const std::string& lease_id) {
@@ -350,102 +235,7 @@ void StreamSessions::CloseAll() {
     sessions_.clear();
   }
   for (OpenSession& open : closing) CloseSession(std::move(open), SessionState::kClosed);
-  std::vector<WarmSlab> warm;
-  {
-    absl::MutexLock lock(&mu_);
-    warm = warm_.TakeAll();
-  }
-  warm.clear();  // their memory and their reservations
-  std::map<std::string, std::unique_ptr<StreamWorker>> workers;
-  {
-    absl::MutexLock lock(&mu_);
-    workers.swap(workers_);
-  }
-  workers.clear();  // joins the threads
-}
-
-StreamSessions::PhaseResult StreamSessions::Phase(const Lease& lease,
-                                                  const std::set<std::string>& keep,
-                                                  const std::vector<std::string>& prefetch) {
-  PhaseResult result;
-  std::vector<WarmSlab> released;  // freed outside the lock
-  {
-    absl::MutexLock lock(&mu_);
-    // A caller's phase releases only slabs of components it may read: another user's warm
-    // slab is neither its to drop nor its to see named.
-    released = warm_.TakeIf([&](const WarmSlab& warm) {
-      return warm.owner_uid == lease.caller.uid && keep.count(warm.cache_key) == 0;
-    });
-  }
-  for (const WarmSlab& warm : released) {
-    result.released_bytes += warm.reservation.bytes();
-    result.notes.push_back(absl::StrCat("released the warm slab of '", warm.cache_key, "' on ",
-                                        warm.device, " (", FormatBytes(warm.reservation.bytes()),
-                                        ")"));
-  }
-  released.clear();
-  for (const std::string& key : prefetch) {
-    result.notes.push_back(absl::StrCat("'", key, "': ", Prefetch(lease, key,
-                                                                  &result.prefetched_bytes)));
-  }
-  return result;
-}
-
-std::string StreamSessions::Prefetch(const Lease& lease, const std::string& key,
-                                     uint64_t* prefetched_bytes) {
-  std::optional<SlabRecipe> recipe;
-  {
-    absl::MutexLock lock(&mu_);
-    recipe = warm_.RecipeOf(absl::StrCat(lease.caller.uid, ":", key));
-  }
-  // An unknown key and one without a recipe answer alike: a phase tells nothing of the keys
-  // it cannot use.
-  constexpr char kNothing[] = "no earlier session of yours shows its placement";
-  if (!recipe) return kNothing;
-  absl::StatusOr<HostAttachment> attached = store_.AttachHost(lease, key);
-  if (!attached.ok()) return kNothing;
-  absl::Cleanup detach = [&] { (void)store_.Detach(attached->session_id, lease.caller); };
-  if (SlabBytesIdentity(attached->component.component_id, attached->component.segment_name) !=
-      recipe->bytes_identity) {
-    return "registered again since its last session: nothing to prefetch";
-  }
-  const std::string slab_key =
-      WarmSlabCache::Key(recipe->device, recipe->bytes_identity, recipe->slab_signature);
-  std::optional<DeviceBudget::Reservation> reservation;
-  {
-    absl::MutexLock lock(&mu_);
-    bool present = warm_.Contains(slab_key);
-    for (const auto& [id, open] : sessions_) present = present || open.slab_key == slab_key;
-    if (present) return absl::StrCat("its slab is already on ", recipe->device);
-    reservation = budget_.TryReserve(recipe->device, recipe->device_budget_bytes,
-                                     recipe->slab_bytes);
-    if (!reservation) {
-      return absl::StrCat("no room for its ", FormatBytes(recipe->slab_bytes), " slab on ",
-                          recipe->device, " (ddod's budget ",
-                          FormatBytes(recipe->device_budget_bytes), ", held ",
-                          FormatBytes(budget_.reserved(recipe->device)), ")");
-    }
-  }
-  absl::StatusOr<std::unique_ptr<ResidentSlab>> opened =
-      recipe->ordinal < 0 ? OpenHostSlab(NewSegmentName('s'), recipe->slab_bytes)
-                          : OpenCudaSlab(recipe->ordinal, recipe->slab_bytes);
-  absl::Status filled = opened.ok() ? FillResidentSlab(**opened, recipe->resident,
-                                                       attached->component.tensors,
-                                                       attached->bytes)
-                                    : opened.status();
-  if (!filled.ok()) return absl::StrCat("prefetch failed: ", filled.message());
-  WarmSlab warm{recipe->device, std::shared_ptr<ResidentSlab>(*std::move(opened)),
-                *std::move(reservation), absl::Now(), key, /*prefetched=*/true,
-                lease.caller.uid};
-  {
-    absl::MutexLock lock(&mu_);
-    if (!warm_.Put(slab_key, warm)) {
-      return absl::StrCat("its slab is already on ", recipe->device);  // a session left one
-    }
-  }
-  *prefetched_bytes += recipe->slab_bytes;
-  return absl::StrCat("prefetched its ", FormatBytes(recipe->slab_bytes), " slab on ",
-                      recipe->device);
+  devices_.Shutdown();  // the warm slabs, then the workers
 }
 
 std::vector<StreamSessionInfo> StreamSessions::List() {
@@ -468,11 +258,6 @@ std::vector<StreamSessionInfo> StreamSessions::List() {
     infos.push_back(std::move(info));
   }
   return infos;
-}
-
-size_t StreamSessions::warm_slab_count() {
-  absl::MutexLock lock(&mu_);
-  return warm_.size();
 }
 
 }  // namespace ddo

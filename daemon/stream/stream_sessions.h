@@ -1,14 +1,15 @@
 // File: daemon/stream/stream_sessions.h
 //
 // Every streaming session of this ddod, and the one place that opens and closes them: opening
-// a plan that policy decided (ddod's budget on the device, device memory, control block, slab
-// fill), the copy worker of each device, schedules (and the schedule remembered per component
-// and plan for the next runner), closing by Detach, by the end of a lease or at shutdown.
-// ddod's budget on each device is a DeviceBudget (each open session holds a Reservation); warm
-// slabs live in a WarmSlabCache.
+// a plan that policy decided (room on the device, device memory, control block, slab fill),
+// schedules (and the schedule remembered per component and plan for the next runner: a
+// ScheduleMemory), closing by Detach, by the end of a lease or at shutdown. What sessions share
+// per device (ddod's budget, the copy worker, warm slabs) is the DeviceTable's; a pipeline
+// phase is the PhasePrefetcher's.
 //
-// Thread-safety: all methods may be called from any thread; mu_ guards the maps and the warm
-// slab cache. Slow work (allocating device memory, filling the slab, draining) runs outside it.
+// Thread-safety: all methods may be called from any thread; mu_ guards the open sessions and
+// the totals, and is held around no call into the device table but FindWorker (a leaf lock).
+// Slow work (allocating device memory, filling the slab, draining) runs outside it.
 #ifndef DDO_DAEMON_STREAM_STREAM_SESSIONS_H_
 #define DDO_DAEMON_STREAM_STREAM_SESSIONS_H_
 
@@ -29,27 +30,17 @@
 #include "daemon/store/component_store.h"
 #include "daemon/stream/device_budget.h"
 #include "daemon/stream/device_export.h"
+#include "daemon/stream/device_table.h"
+#include "daemon/stream/phase_prefetcher.h"
 #include "daemon/stream/schedule_memory.h"
 #include "daemon/layout/session_plan.h"
 #include "daemon/stream/stream_session.h"
 #include "daemon/stream/stream_worker.h"
-#include "daemon/stream/warm_slab_cache.h"
 
 namespace ddo {
 
-struct StreamSessionsOptions {
-  // ddod's own VRAM budget per device (all sessions' slabs and rings); 0: the whole device.
-  uint64_t vram_budget_bytes = 0;
-  // "cpu" sessions (host backend): a budget of their own per host device; 0: unlimited
-  // (ddod sets its RAM budget).
-  uint64_t host_budget_bytes = 0;
-  // Host-backend devices: "cpu" (also "cpu:0"), then "cpu:1" ... "cpu:<host_devices - 1>",
-  // each with its own copy worker and budget.
-  int host_devices = 1;
-  // warm_process: a closed session's filled slab stays on its device for the next session of
-  // the same component and plan, until its room is needed (least recently used first).
-  bool keep_slabs_warm = false;
-};
+// The options are all per device.
+using StreamSessionsOptions = DeviceTableOptions;
 
 // An open session as its runner needs it (docs/streaming.md): the service sends it as the
 // AttachResponse.
@@ -126,33 +117,26 @@ class StreamSessions {
   // Closes everything (ddod stops).
   void CloseAll();
 
-  struct PhaseResult {
-    uint64_t released_bytes = 0;
-    uint64_t prefetched_bytes = 0;
-    std::vector<std::string> notes;  // what was released or warmed, and what could not be
-  };
+  using PhaseResult = ::ddo::PhaseResult;
   // A pipeline phase of `lease` begins: warm slabs of components outside `keep` are freed;
   // for each component of `prefetch` that had a session before, a slab of its last placement
   // is filled on that device when ddod's budget there has room, so that its next Attach
-  // finds it warm (docs/streaming.md §6).
+  // finds it warm (docs/streaming.md §6; PhasePrefetcher).
   PhaseResult Phase(const Lease& lease, const std::set<std::string>& keep,
-                    const std::vector<std::string>& prefetch);
+                    const std::vector<std::string>& prefetch) {
+    return prefetcher_.Begin(lease, keep, prefetch);
+  }
 
   std::vector<StreamSessionInfo> List();
   // Streaming since start: the closed sessions' final counts plus the open ones' now.
   StreamTotals Totals();
 
   // Slabs kept warm.
-  size_t warm_slab_count();
+  size_t warm_slab_count() { return devices_.warm_slab_count(); }
   // What ddod's sessions and warm slabs hold on `device` ("cpu", a GPU UUID).
-  uint64_t reserved_bytes(const std::string& device) const { return budget_.reserved(device); }
+  uint64_t reserved_bytes(const std::string& device) const { return devices_.reserved(device); }
 
  private:
-  struct Device {
-    std::string label;  // "cpu", "cpu:<n>" or the GPU UUID
-    int ordinal = -1;   // -1 for the host backend
-    uint64_t budget_bytes = 0;  // 0: unlimited
-  };
   // An open session, with what it holds beside itself.
   struct OpenSession {
     std::shared_ptr<StreamSession> session;
@@ -160,49 +144,26 @@ class StreamSessions {
     DeviceBudget::Reservation reservation;  // its slab and ring in ddod's budget
     uid_t owner_uid = 0;                    // whose cache key it streams
   };
-  // Where a new session's slab comes from and the device bytes it holds under ddod's budget.
-  struct DeviceRoom {
-    std::shared_ptr<ResidentSlab> slab;
-    bool slab_warm = false;  // a closed session's slab, already filled
-    std::string slab_key;
-    DeviceBudget::Reservation reservation;  // slab + ring
-  };
-  absl::StatusOr<Device> ResolveDevice(const std::string& requested) const;
-  // A warm slab of the same component bytes and placement, or room for a new one, reserved
-  // before anything is allocated; warm slabs give way, least recently used first.
-  absl::StatusOr<DeviceRoom> ReserveRoom(const Device& device, const HostAttachment& attached,
-                                         const SessionPlan& plan);
   // Makes `session` visible (the map, the registry) and hands it to its worker.
   void Publish(std::shared_ptr<StreamSession> session, DeviceRoom room, uid_t owner_uid,
                StreamWorker* worker);
-  absl::StatusOr<StreamWorker*> WorkerFor(const Device& device);
   // Closes and frees a session already removed from sessions_; keeps its slab warm when it may.
   void CloseSession(OpenSession open, SessionState state);
-  // Removes the least recently used warm slab of `device`: its bytes go back to the budget at
-  // once, its memory into `dropped` (freed outside the lock). False when there is none.
-  bool DropWarmSlabLocked(const std::string& device, bool spare_prefetched,
-                          std::vector<std::shared_ptr<ResidentSlab>>* dropped)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fills a slab of `key`'s last placement for its next session (Phase); a note says how.
-  std::string Prefetch(const Lease& lease, const std::string& key, uint64_t* prefetched_bytes);
-  std::string NewSegmentName(char kind) const;
+  // Whether an open session holds the slab of `slab_key` (PhasePrefetcher).
+  bool SlabInUse(const std::string& slab_key);
 
   ComponentStore& store_;
   SessionRegistry& registry_;
-  HostPool& pool_;
-  const GpuInventory gpus_;
-  const StreamSessionsOptions options_;
   // Declared before everything that holds a Reservation: destroyed after it.
-  DeviceBudget budget_;
+  DeviceTable devices_;
+  PhasePrefetcher prefetcher_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, OpenSession> sessions_ ABSL_GUARDED_BY(mu_);  // by session id
   StreamTotals closed_totals_ ABSL_GUARDED_BY(mu_);
   StreamTotals last_totals_ ABSL_GUARDED_BY(mu_);  // what Totals() returned last
-  std::map<std::string, std::unique_ptr<StreamWorker>> workers_ ABSL_GUARDED_BY(mu_);
   // Schedules and rows learned per component (its own mutex).
   ScheduleMemory memory_;
-  WarmSlabCache warm_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ddo

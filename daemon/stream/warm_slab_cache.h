@@ -6,7 +6,7 @@
 // component's last session left. Slabs give way least recently used first when a session
 // needs their room.
 //
-// Thread-safety: none; StreamSessions serialises every call under its own lock. What a call
+// Thread-safety: none; DeviceTable serialises every call under its own lock. What a call
 // returns (slabs to free) is freed by the caller outside that lock.
 #ifndef DDO_DAEMON_STREAM_WARM_SLAB_CACHE_H_
 #define DDO_DAEMON_STREAM_WARM_SLAB_CACHE_H_

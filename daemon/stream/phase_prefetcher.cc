@@ -1,0 +1,86 @@
+// File: daemon/stream/phase_prefetcher.cc
+#include "daemon/stream/phase_prefetcher.h"
+
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/common/format_bytes.h"
+
+namespace ddo {
+
+PhasePrefetcher::PhasePrefetcher(ComponentStore& store, DeviceTable& devices,
+                                 SlabInUse slab_in_use)
+    : store_(store), devices_(devices), slab_in_use_(std::move(slab_in_use)) {}
+
+PhaseResult PhasePrefetcher::Begin(const Lease& lease, const std::set<std::string>& keep,
+                                   const std::vector<std::string>& prefetch) {
+  PhaseResult result;
+  // A caller's phase releases only slabs of components it may read: another user's warm
+  // slab is neither its to drop nor its to see named.
+  std::vector<WarmSlab> released = devices_.TakeWarmIf([&](const WarmSlab& warm) {
+    return warm.owner_uid == lease.caller.uid && keep.count(warm.cache_key) == 0;
+  });
+  for (const WarmSlab& warm : released) {
+    result.released_bytes += warm.reservation.bytes();
+    result.notes.push_back(absl::StrCat("released the warm slab of '", warm.cache_key, "' on ",
+                                        warm.device, " (", FormatBytes(warm.reservation.bytes()),
+                                        ")"));
+  }
+  released.clear();  // freed outside the table's lock
+  for (const std::string& key : prefetch) {
+    result.notes.push_back(absl::StrCat("'", key, "': ", Prefetch(lease, key,
+                                                                  &result.prefetched_bytes)));
+  }
+  return result;
+}
+
+std::string PhasePrefetcher::Prefetch(const Lease& lease, const std::string& key,
+                                      uint64_t* prefetched_bytes) {
+  std::optional<SlabRecipe> recipe = devices_.RecipeOf(absl::StrCat(lease.caller.uid, ":", key));
+  // An unknown key and one without a recipe answer alike: a phase tells nothing of the keys
+  // it cannot use.
+  constexpr char kNothing[] = "no earlier session of yours shows its placement";
+  if (!recipe) return kNothing;
+  absl::StatusOr<HostAttachment> attached = store_.AttachHost(lease, key);
+  if (!attached.ok()) return kNothing;
+  absl::Cleanup detach = [&] { (void)store_.Detach(attached->session_id, lease.caller); };
+  if (SlabBytesIdentity(attached->component.component_id, attached->component.segment_name) !=
+      recipe->bytes_identity) {
+    return "registered again since its last session: nothing to prefetch";
+  }
+  const std::string slab_key =
+      WarmSlabCache::Key(recipe->device, recipe->bytes_identity, recipe->slab_signature);
+  if (slab_in_use_(slab_key) || devices_.HasWarm(slab_key)) {
+    return absl::StrCat("its slab is already on ", recipe->device);
+  }
+  std::optional<DeviceBudget::Reservation> reservation =
+      devices_.TryReserve(recipe->device, recipe->device_budget_bytes, recipe->slab_bytes);
+  if (!reservation) {
+    return absl::StrCat("no room for its ", FormatBytes(recipe->slab_bytes), " slab on ",
+                        recipe->device, " (ddod's budget ",
+                        FormatBytes(recipe->device_budget_bytes), ", held ",
+                        FormatBytes(devices_.reserved(recipe->device)), ")");
+  }
+  absl::StatusOr<std::unique_ptr<ResidentSlab>> opened =
+      devices_.OpenSlab(recipe->ordinal, recipe->slab_bytes);
+  absl::Status filled = opened.ok() ? FillResidentSlab(**opened, recipe->resident,
+                                                       attached->component.tensors,
+                                                       attached->bytes)
+                                    : opened.status();
+  if (!filled.ok()) return absl::StrCat("prefetch failed: ", filled.message());
+  WarmSlab warm{recipe->device, std::shared_ptr<ResidentSlab>(*std::move(opened)),
+                *std::move(reservation), absl::Now(), key, /*prefetched=*/true,
+                lease.caller.uid};
+  if (!devices_.PutWarm(slab_key, warm)) {
+    return absl::StrCat("its slab is already on ", recipe->device);  // a session left one
+  }
+  *prefetched_bytes += recipe->slab_bytes;
+  return absl::StrCat("prefetched its ", FormatBytes(recipe->slab_bytes), " slab on ",
+                      recipe->device);
+}
+
+}  // namespace ddo
