@@ -78,8 +78,9 @@ std::string HealthProblem(const std::shared_ptr<grpc::Channel>& channel,
   const grpc::Status status =
       stub->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
   if (!status.ok()) {
-    return absl::StrCat(absl::StatusCodeToString(FromGrpc(status, "").code()), ": ",
-                        status.error_message());
+    return absl::StrCat(
+        absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())), ": ",
+        status.error_message());
   }
   if (response.status() != HealthCheckResponse::SERVING) {
     return absl::StrCat("health ", HealthCheckResponse::ServingStatus_Name(response.status()));
