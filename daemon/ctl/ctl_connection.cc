@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "ddo/wire/connect_to_daemon.h"
 #include "ddo/wire/daemon_checks.h"
 
 namespace ddo {

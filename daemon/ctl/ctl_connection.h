@@ -19,7 +19,6 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ddo/v1/ddo.grpc.pb.h"
-#include "ddo/wire/connect_to_daemon.h"
 #include "ddo/wire/daemon_address.h"
 #include "ddo/wire/identity_client.h"
 
