@@ -1,9 +1,9 @@
 // File: daemon/ctl/ctl_connection.h
 //
-// ddoctl's connection to a running ddod: tries each target with a health check and keeps the
-// first that answers. When none does, the error lists every address tried and why. Then it
-// proves who it is on the daemon's identity socket (refusing a daemon run by an untrusted
-// user) and every call it prepares carries the token.
+// ddoctl's connection to a running ddod, found and trusted by ConnectToDaemon
+// (ddo/wire/connect_to_daemon.h: location and owner checks before any byte, health SERVING,
+// the identity socket checked, the handshake). When no target answers, the error lists every
+// address tried and why, with a hint. Every call it prepares carries the identity token.
 //
 // Thread-safety: one thread uses a connection at a time (ddoctl's main thread); PassFile goes
 // through IdentityLink, which pairs each request with its answer under its own mutex.
@@ -26,14 +26,15 @@ namespace ddo {
 
 class CtlConnection {
  public:
-  // Unavailable (listing the attempts) when no target answers within `timeout` each.
+  // ConnectToDaemon's error, with a hint to start a daemon when no target answers; `timeout`
+  // bounds each step and every later call.
   static absl::StatusOr<CtlConnection> Open(const DaemonTargets& targets, absl::Duration timeout);
 
   ddo::v1::Ddo::Stub& stub() { return *stub_; }
   // Sets the deadline and the caller's token on a call's context.
   void Prepare(grpc::ClientContext* context) const;
   const std::string& target() const { return target_; }
-  // "SERVING" or "NOT_SERVING", as the health check answered.
+  // What the health check answered: "SERVING", the only answer ConnectToDaemon accepts.
   const std::string& health() const { return health_; }
   absl::Duration timeout() const { return timeout_; }
   // The uid the daemon runs as (from the kernel, on the identity socket).
@@ -45,7 +46,7 @@ class CtlConnection {
 
  private:
   std::string target_;
-  std::string health_;
+  std::string health_ = "SERVING";
   absl::Duration timeout_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<ddo::v1::Ddo::Stub> stub_;

@@ -1,28 +1,19 @@
 #include "channel.h"
 
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/support/channel_arguments.h>
-
 #include <chrono>
 
+#include "ddo/wire/connect_to_daemon.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace ddo {
 namespace {
-
-// As large as ddod's own limit (daemon/server/daemon_server.cc).
-constexpr int kMaxMessageBytes = 64 << 20;
 
 using grpc::health::v1::HealthCheckResponse;
 
 }  // namespace
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
-  grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  arguments.SetMaxSendMessageSize(kMaxMessageBytes);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments);
+  return MakeDaemonChannel(target);
 }
 
 void SetDeadline(grpc::ClientContext* context, double seconds) {

@@ -15,6 +15,7 @@
 
 namespace ddo {
 
+// MakeDaemonChannel (ddo/wire/connect_to_daemon.h), as ddoctl makes it.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
 
 // A deadline `seconds` from now.

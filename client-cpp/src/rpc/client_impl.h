@@ -36,7 +36,7 @@ struct __attribute__((visibility("hidden"))) RpcClient::Impl {
   void Prepare(grpc::ClientContext* context, bool with_token = true) const;
 };
 
-absl::StatusOr<std::unique_ptr<RpcClient::Impl>> ConnectToDaemon(const ConnectOptions& options);
+absl::StatusOr<std::unique_ptr<RpcClient::Impl>> ConnectClient(const ConnectOptions& options);
 
 }  // namespace ddo
 

@@ -101,7 +101,7 @@ RpcClient& RpcClient::operator=(RpcClient&&) noexcept = default;
 RpcClient::~RpcClient() = default;
 
 StatusOr<RpcClient> RpcClient::Connect(const ConnectOptions& options) {
-  absl::StatusOr<std::unique_ptr<Impl>> impl = ConnectToDaemon(options);
+  absl::StatusOr<std::unique_ptr<Impl>> impl = ConnectClient(options);
   if (!impl.ok()) return FromAbsl(impl.status());
   return RpcClient(*std::move(impl));
 }

@@ -143,6 +143,9 @@ class DdoClient(Closeable):
         else:
             may_embed = allow_embedded
 
+        # The sequence of docs/security.md, "Finding the daemon" (ConnectToDaemon in C++,
+        # proto/wire/include/ddo/wire/connect_to_daemon.h): steps 1 and 2 pass an address over
+        # or refuse it (_probe); after them a failure is raised (_open: steps 3 and 4).
         attempts: List[Tuple[str, str]] = []
         for candidate in location.candidates:
             channel, reason = _probe(candidate, min(timeout, _PROBE_TIMEOUT_S))
@@ -161,11 +164,17 @@ class DdoClient(Closeable):
                 f"no ddod answered at {describe_attempts(attempts)}, "
                 f"and starting a private one failed: {error}"
             ) from error
+        # The private ddod goes through the same sequence as any other.
         try:
-            channel = open_channel(daemon.address)
+            channel, reason = _probe(daemon.address, min(timeout, _PROBE_TIMEOUT_S))
         except BaseException:
             daemon.stop()
             raise
+        if channel is None:
+            daemon.stop()
+            raise EmbeddedDaemonError(
+                f"no ddod answered at {describe_attempts([(daemon.address.target, reason)])}"
+            )
         return cls._open(channel, daemon.address, timeout=timeout, embedded_daemon=daemon)
 
     @classmethod
@@ -180,6 +189,7 @@ class DdoClient(Closeable):
         identity: Optional[IdentityChannel] = None
         try:
             stub = ddo_pb2_grpc.DdoStub(channel)
+            # Steps 3 (the identity socket, checked like the daemon's) and 4 (the handshake).
             identity = IdentityChannel.connect(
                 _identity_socket(stub, address, timeout), timeout=timeout
             )
@@ -455,9 +465,10 @@ class DdoClient(Closeable):
 
 
 def _probe(address: DaemonAddress, timeout: float) -> Tuple[Optional[grpc.Channel], str]:
-    """``(channel, "")`` when a daemon at ``address`` reports SERVING, else ``(None, why)``.
-    Where the socket lies, or who holds the port, is checked before a byte is sent to it, the
-    health check included."""
+    """Steps 1 and 2 of the sequence: ``(channel, "")`` when a daemon at ``address`` reports
+    SERVING, else ``(None, why)``. Where the socket lies, or who holds the port, is checked
+    before a byte is sent to it, the health check included."""
+    # Step 1, location.
     if address.socket_path is not None:
         # A squatted /tmp/ddo-<uid> is refused even when it holds no socket (yet).
         if os.path.dirname(address.socket_path) == per_user_directory():
@@ -475,6 +486,7 @@ def _probe(address: DaemonAddress, timeout: float) -> Tuple[Optional[grpc.Channe
         # Over TCP the identity socket proves only who serves *it*: the port must be held by
         # a trusted user too, or an impostor on the port would receive the token.
         check_tcp_listener(address)
+    # Step 2, health.
     channel = open_channel(address)
     try:
         status = check_health(channel, timeout=timeout)
@@ -489,8 +501,9 @@ def _probe(address: DaemonAddress, timeout: float) -> Tuple[Optional[grpc.Channe
 
 
 def _identity_socket(stub: ddo_pb2_grpc.DdoStub, address: DaemonAddress, timeout: float) -> str:
-    """Where the daemon at ``address`` has its identity socket: beside a Unix socket; for a TCP
-    address, where GetInfo (which needs no token) says."""
+    """Step 3, identity socket: where the daemon at ``address`` has it: beside a Unix socket;
+    for a TCP address, where GetInfo (which needs no token) says. IdentityChannel.connect checks
+    its location before it connects."""
     if address.socket_path is not None:
         return identity_socket_path(address.socket_path)
     check_tcp_listener(address)  # again, right before the identity socket it names is used

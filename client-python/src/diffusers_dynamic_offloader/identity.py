@@ -135,6 +135,8 @@ class IdentityChannel:
             IdentityError: nothing listens there, or ddod refused or broke the handshake.
         """
         trusted = trusted_daemon_uids() if trusted_uids is None else tuple(trusted_uids)
+        # Step 3 of docs/security.md, "Finding the daemon": the identity socket's location is
+        # checked as the daemon's own was; then step 4, the handshake (the peer's uid, HELLO).
         check_socket_location(path, trusted_uids=trusted)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         try:
