@@ -2,8 +2,8 @@
 //
 // Builds the DaemonInfo message from the daemon context and a fresh look at the system.
 //
-// Thread-safety: any thread (every GetInfo handler calls it); it reads the immutable context and
-// queries the devices' free memory.
+// Thread-safety: any thread (the GetInfo and Connect handlers call it concurrently); it reads
+// the immutable context and queries the devices' free memory.
 #ifndef DDO_DAEMON_SERVICE_INFO_BUILDER_H_
 #define DDO_DAEMON_SERVICE_INFO_BUILDER_H_
 
