@@ -7,6 +7,9 @@
 //
 // Module paths follow the diffusers convention ddod's planner groups by: "blocks.<i>.attn.q",
 // "blocks.<i>.mlp_up", ... so DDO_STREAM_UNIT=block streams one block per unit.
+//
+// Thread-safety: as torch::nn::Module's: build it on one thread; while a session streams the
+// model, one forward at a time (ddo/streaming.h).
 #ifndef DDO_CLIENT_EXAMPLES_TRANSFORMER_MODEL_H_
 #define DDO_CLIENT_EXAMPLES_TRANSFORMER_MODEL_H_
 

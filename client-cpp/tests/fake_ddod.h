@@ -7,6 +7,10 @@
 // the schedule it knows while they are fewer than K ahead of `consumed` (jumping to `consumed`
 // when the runner skips ahead), and sleeps on the doorbell, announcing it in daemon_sleeping,
 // when there is nothing to do.
+//
+// Thread-safety: a FakeDdod is driven by the test's thread while its worker thread runs; the
+// schedule and the served units are guarded by mutex_, the rest are atomics or shared-memory
+// words used as ddod uses them.
 #ifndef DDO_CLIENT_CPP_TESTS_FAKE_DDOD_H_
 #define DDO_CLIENT_CPP_TESTS_FAKE_DDOD_H_
 

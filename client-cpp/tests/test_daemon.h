@@ -2,6 +2,8 @@
 //
 // A real ddod for the client's tests (this build's, or DDO_DDOD_BINARY), started on a socket in
 // a private directory with its state beside it, as tests/python/conftest.py does.
+//
+// Thread-safety: tests only; each object belongs to the test thread that made it.
 #ifndef DDO_CLIENT_TESTS_TEST_DAEMON_H_
 #define DDO_CLIENT_TESTS_TEST_DAEMON_H_
 

@@ -5,6 +5,9 @@
 // "pid", "message"); under systemd's journal (stderr is the stream JOURNAL_STREAM names) each
 // line starts with its syslog priority ("<6>" for info, sd-daemon(3)) and the text form drops
 // its timestamp, which the journal adds itself.
+//
+// Thread-safety: the parsers are pure; a LogFormatter is immutable, and spdlog calls format under
+// its sink's lock (each logger holds its own clone).
 #ifndef DDO_DAEMON_COMMON_LOG_FORMATTER_H_
 #define DDO_DAEMON_COMMON_LOG_FORMATTER_H_
 

@@ -5,6 +5,9 @@
 //
 //   auto log = ddo::Logger("server");
 //   log->info("serving on {}", address);
+//
+// Thread-safety: any thread; InitLogging and Logger serialize on one mutex, and spdlog's loggers
+// are thread-safe.
 #ifndef DDO_DAEMON_COMMON_LOGGING_H_
 #define DDO_DAEMON_COMMON_LOGGING_H_
 

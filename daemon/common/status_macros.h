@@ -7,6 +7,8 @@
 //   DDO_ASSIGN_OR_RETURN(auto lock, InstanceLock::Acquire(path));
 //
 // DDO_ASSIGN_OR_RETURN expands to several statements: it cannot be the body of an unbraced if.
+//
+// Thread-safety: nothing to say: macros, no state.
 #ifndef DDO_DAEMON_COMMON_STATUS_MACROS_H_
 #define DDO_DAEMON_COMMON_STATUS_MACROS_H_
 

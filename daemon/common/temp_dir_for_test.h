@@ -2,6 +2,8 @@
 //
 // Tests only: a private directory under /tmp (short paths: Unix socket paths are limited to
 // 107 bytes), removed with everything in it when the object goes away.
+//
+// Thread-safety: tests only; one test thread owns each directory.
 #ifndef DDO_DAEMON_COMMON_TEMP_DIR_FOR_TEST_H_
 #define DDO_DAEMON_COMMON_TEMP_DIR_FOR_TEST_H_
 

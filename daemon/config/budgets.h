@@ -1,6 +1,8 @@
 // File: daemon/config/budgets.h
 //
 // How ddod's memory budgets follow from its options and the machine.
+//
+// Thread-safety: pure functions of their arguments, safe from any thread.
 #ifndef DDO_DAEMON_CONFIG_BUDGETS_H_
 #define DDO_DAEMON_CONFIG_BUDGETS_H_
 

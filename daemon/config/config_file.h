@@ -14,6 +14,9 @@
 // must be a variable ddod knows (a process option or a library setting, docs/configuration.md);
 // anything else is an error naming the file and line, never ignored. The file is read once
 // per start and once per SIGHUP: it must be a regular file of at most kMaxConfigFileBytes.
+//
+// Thread-safety: any thread; ParseConfigText is pure, ReadConfigFile reads the file and keeps no
+// state (ddod calls both on its main thread, at start and on SIGHUP).
 #ifndef DDO_DAEMON_CONFIG_CONFIG_FILE_H_
 #define DDO_DAEMON_CONFIG_CONFIG_FILE_H_
 

@@ -5,6 +5,9 @@
 // wins over the preset, which wins over the built-in default (docs/configuration.md). The
 // per-request precedence that puts a client's environment above ddod's flags is the policy's
 // business, not this file's.
+//
+// Thread-safety: DaemonOptions is a value, resolved once on the main thread and then only read
+// (DaemonContext shares it); the functions are pure.
 #ifndef DDO_DAEMON_CONFIG_DAEMON_OPTIONS_H_
 #define DDO_DAEMON_CONFIG_DAEMON_OPTIONS_H_
 

@@ -3,6 +3,9 @@
 // The process environment as a value, so that option resolution is a pure function that
 // tests can feed any environment, and the user facts (uid, home, XDG directories) that decide
 // default paths.
+//
+// Thread-safety: Environment and UserContext are values; ProcessEnvironment reads environ, so
+// call it (and FromProcess) before other threads may setenv: ddod does at start.
 #ifndef DDO_DAEMON_CONFIG_ENVIRONMENT_H_
 #define DDO_DAEMON_CONFIG_ENVIRONMENT_H_
 

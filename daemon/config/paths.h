@@ -6,6 +6,8 @@
 //            user: $XDG_RUNTIME_DIR/ddo/ddod.sock, else /tmp/ddo-<uid>/ddod.sock
 //   state:   root: /var/lib/ddo
 //            user: $XDG_STATE_HOME/ddo, else ~/.local/state/ddo, else /tmp/ddo-<uid>/state
+//
+// Thread-safety: pure functions of their arguments, safe from any thread.
 #ifndef DDO_DAEMON_CONFIG_PATHS_H_
 #define DDO_DAEMON_CONFIG_PATHS_H_
 

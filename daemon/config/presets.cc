@@ -8,7 +8,7 @@ namespace ddo {
 namespace {
 
 std::vector<PresetDefinition> BuildPresets() {
-  // Values exactly as the seed's DDO_PRESETS (research/seed-ddo.md §2.1). Keys a preset does
+  // Values exactly as the seed's DDO_PRESETS (docs/configuration.md §9). Keys a preset does
   // not set fall through to the resolver defaults.
   return {
       {"one_shot_fast",

@@ -1,6 +1,6 @@
 // File: daemon/config/presets.h
 //
-// The preset table of the seed (research/seed-ddo.md §2.1): each preset is a flat map from a
+// The preset table of the seed (docs/configuration.md §9): each preset is a flat map from a
 // DDO_* variable to its value. "auto" is an alias that resolves to "one_shot_fast" on every
 // platform; platform rules (WSL pinning, ...) are applied after resolution, by the policy.
 //

@@ -1,6 +1,6 @@
 // File: daemon/config/setting_catalog.h
 //
-// Every DDO_* setting a request can carry (research/seed-ddo.md §3.2-§3.3, plus the streaming
+// Every DDO_* setting a request can carry (docs/configuration.md §1 and §10, plus the streaming
 // session settings of docs/streaming.md): its type, default, valid values and meaning, and the
 // one place where a raw value is checked and normalised. The policy resolves values against
 // this table; docs/configuration.md prints it.

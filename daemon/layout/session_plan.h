@@ -4,6 +4,9 @@
 // the resident slab and where, how the streamed weights group into units, how large the ring
 // is, and the decisions that led there, each with its reason. Policy decides a plan
 // (policy/stream_planning.h); the stream layer allocates, fills and streams it.
+//
+// Thread-safety: value types: a plan is built by the policy on one thread, then immutable while
+// its session streams it; copies are independent.
 #ifndef DDO_DAEMON_LAYOUT_SESSION_PLAN_H_
 #define DDO_DAEMON_LAYOUT_SESSION_PLAN_H_
 

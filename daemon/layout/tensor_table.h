@@ -5,6 +5,9 @@
 // of their first appearance, so that one unit is one DMA; within a unit tensors keep their
 // order. Units start on 4 KiB boundaries and tensors on 256-byte boundaries (aligned for any
 // dtype and for vectorised copies).
+//
+// Thread-safety: TensorEntry is a value; the functions are pure (LayOut changes only the table it
+// is given); a ContentHasher is one caller's.
 #ifndef DDO_DAEMON_LAYOUT_TENSOR_TABLE_H_
 #define DDO_DAEMON_LAYOUT_TENSOR_TABLE_H_
 

@@ -3,6 +3,9 @@
 // Facts about the host: which OS flavour (Linux, WSL, Windows), RAM, CPUs. The parsers are
 // pure functions of the files' text so tests can feed them anything; QuerySystemInfo reads
 // the real files.
+//
+// Thread-safety: any thread; the parsers are pure and QuerySystemInfo reads /proc and uname
+// afresh on each call, keeping no state.
 #ifndef DDO_DAEMON_PLATFORM_SYSTEM_INFO_H_
 #define DDO_DAEMON_PLATFORM_SYSTEM_INFO_H_
 

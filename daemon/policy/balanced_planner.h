@@ -1,6 +1,6 @@
 // File: daemon/policy/balanced_planner.h
 //
-// The seed's balanced auto-budget planner (research/seed-ddo.md §4.4), exactly: from the
+// The seed's balanced auto-budget planner (docs/seed.md, "The balanced planner"), exactly: from the
 // candidate bytes, the device's VRAM and the machine's RAM it decides the resident budget
 // (25 % start, the VRAM headroom table, the full-pin rule for models 4x the VRAM and more)
 // and the pin budget (ratios 1.0 / 0.85 / 0.75, the RAM check), and, once residents are

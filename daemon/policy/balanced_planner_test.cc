@@ -1,7 +1,7 @@
 // File: daemon/policy/balanced_planner_test.cc
 //
 // Table tests of the seed's balanced planner, including the LTX 2.3 worked example of
-// research/seed-ddo.md §4.4 with its numbers.
+// docs/seed.md ("The balanced planner") with its numbers.
 #include "daemon/policy/balanced_planner.h"
 
 #include <gmock/gmock.h>

@@ -2,7 +2,7 @@
 //
 // How much of a component a streaming session keeps resident when the caller did not say:
 // an explicit DDO_RESIDENT_MODULE_BUDGET_GB wins; otherwise, with DDO_AUTO_BUDGET_POLICY=
-// balanced, the seed's balanced planner runs (research/seed-ddo.md §4.4) and, on a GPU whose
+// balanced, the seed's balanced planner runs (docs/seed.md) and, on a GPU whose
 // VRAM is known, the bandwidth rule (DDO_RESIDENT_BUDGET_RULE=bandwidth, the default) keeps
 // resident everything the seed's VRAM headroom leaves after the ring and the activation
 // reserve: every byte kept resident is a byte not copied over PCIe in each pass, so a pass

@@ -75,7 +75,7 @@ TEST(ResidentPolicyTest, WithoutAPolicyNothingIsDecidedHere) {
 }
 
 TEST(ResidentPolicyTest, TheBalancedPlannerSizesTheBudgetFromTheDevice) {
-  // 32 MiB of candidates on a 24 GiB device: the seed's rules (research/seed-ddo.md §4.4;
+  // 32 MiB of candidates on a 24 GiB device: the seed's rules (docs/seed.md;
   // their numbers are balanced_planner_test's) give a budget, and the session gets it.
   const Model model = MakeModel(8);
   StreamSettings settings;

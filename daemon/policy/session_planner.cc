@@ -245,7 +245,7 @@ absl::StatusOr<uint64_t> ResidentBudget(const StreamSettings& settings, uint64_t
   return budget;
 }
 
-// The seed's candidate order (research/seed-ddo.md §4.3 step 6).
+// The seed's candidate order (docs/seed.md, "The balanced planner").
 std::vector<size_t> SelectionOrder(const std::vector<uint64_t>& sizes, uint64_t budget,
                                    ResidentSelection selection) {
   const size_t n = sizes.size();

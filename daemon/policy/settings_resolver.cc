@@ -169,7 +169,7 @@ absl::StatusOr<ResolvedComponent> ResolveComponent(const SettingsRequest& reques
     Add(out.values, variable, value, source);
   }
 
-  // The route the seed's enable_offload takes for "auto" (research/seed-ddo.md §2.5).
+  // The route the seed's enable_offload takes for "auto" (docs/seed.md, "The route for auto").
   SettingValue& route = ValueNamed(out.values, absl::StrCat("DDO_", prefix, "_ROUTE"));
   if (route.value == "auto") {
     const bool dynamic = resolved["DYNAMIC_OFFLOAD"].empty() ? enabled

@@ -4,11 +4,11 @@
 // same answer (docs/configuration.md §2). For a library setting the first of these that has
 // it wins: the request's explicit overrides, the client's DDO_* environment, ddod's own
 // DDO_* environment, the preset, the built-in default. DDO_PRESET in the client's environment
-// overrides the request's preset; "" means no preset. Per component (research/seed-ddo.md
-// §3.3): an override of DDO_<C>_<NAME>, the component policy, DDO_<C>_<NAME>, then
-// DDO_RUNNER_<C>_<NAME> (each from the environment, ddod's environment, then the preset; an
-// empty value moves on), then the default. Platform rules apply last: on WSL with
-// DDO_DISABLE_PIN_ON_WSL, nothing is pinned and group offload runs without streams.
+// overrides the request's preset; "" means no preset. Per component: an override of
+// DDO_<C>_<NAME>, the component policy, DDO_<C>_<NAME>, then DDO_RUNNER_<C>_<NAME> (each
+// from the environment, ddod's environment, then the preset; an empty value moves on), then
+// the default. Platform rules apply last: on WSL with DDO_DISABLE_PIN_ON_WSL, nothing is
+// pinned and group offload runs without streams.
 //
 // Thread-safety: a pure function of its arguments.
 #ifndef DDO_DAEMON_POLICY_SETTINGS_RESOLVER_H_

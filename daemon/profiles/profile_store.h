@@ -1,6 +1,6 @@
 // File: daemon/profiles/profile_store.h
 //
-// Capacity and named workload profiles as the seed keeps them (research/seed-ddo.md §5): one
+// Capacity and named workload profiles as the seed keeps them (docs/seed.md, "Profiles"): one
 // pretty-printed JSON file per profile key, `ddo-capacity-v1-<24 hex>.json`. ddod stores and
 // serves the files; what a record means (contexts, keys, limits, recommendations) is the
 // client's, which computes the key from the record's context.

@@ -3,6 +3,9 @@
 // What ddod decided at start and what the handlers read: resolved options, the GPU inventory
 // (probed once), where it listens, when it started. Immutable after construction, so handlers
 // share it without locks.
+//
+// Thread-safety: immutable after construction, shared by every handler thread without locks;
+// the bandwidth board and the live settings it points to lock themselves.
 #ifndef DDO_DAEMON_SERVICE_DAEMON_CONTEXT_H_
 #define DDO_DAEMON_SERVICE_DAEMON_CONTEXT_H_
 

@@ -1,6 +1,9 @@
 // File: daemon/service/info_builder.h
 //
 // Builds the DaemonInfo message from the daemon context and a fresh look at the system.
+//
+// Thread-safety: any thread (the GetInfo and Connect handlers call it concurrently); it reads
+// the immutable context and queries the devices' free memory.
 #ifndef DDO_DAEMON_SERVICE_INFO_BUILDER_H_
 #define DDO_DAEMON_SERVICE_INFO_BUILDER_H_
 

@@ -7,6 +7,9 @@
 // it uses (its own first; a derived version's shared ones after it) and each tensor the index
 // of its segment; manifests from before derived versions (one "segment_name", no index) read
 // as one segment, index 0.
+//
+// Thread-safety: plain values; WriteManifest and ReadManifest touch only the file named, and the
+// store serializes its writes of one pool's manifest under its lock (PersistLocked).
 #ifndef DDO_DAEMON_STORE_MANIFEST_H_
 #define DDO_DAEMON_STORE_MANIFEST_H_
 

@@ -5,6 +5,8 @@
 // lies where use u lies (or, when cycles are small, where use u + k*L does for a small k):
 // a runner sees each unit at few places and keeps their views (docs/streaming.md §4). A
 // large cycle is followed by padding up to the next lap; a small one tiles the arena.
+//
+// Thread-safety: a pure function and a value type, safe from any thread.
 #ifndef DDO_DAEMON_STREAM_CYCLE_PACKING_H_
 #define DDO_DAEMON_STREAM_CYCLE_PACKING_H_
 

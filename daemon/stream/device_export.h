@@ -4,6 +4,8 @@
 // CUDA IPC handles of the ring, the resident slab and the per-slot events; on the host backend
 // the shared-memory names of the ring and the slab. Plain data filled by the backends; the
 // service copies it into the wire's DeviceResources.
+//
+// Thread-safety: a value type: filled by one backend call, then copied, never shared while written.
 #ifndef DDO_DAEMON_STREAM_DEVICE_EXPORT_H_
 #define DDO_DAEMON_STREAM_DEVICE_EXPORT_H_
 

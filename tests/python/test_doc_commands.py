@@ -129,3 +129,47 @@ def test_a_quoted_command_parses(doc, command, argv):
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "PARSED" in result.stdout, (
         f"{doc} quotes `{command}`, which does not parse:\n{result.stderr[-2000:]}")
+
+
+#: A recorded results file as the docs quote it: bench/results/DATE/NAME, DATE/NAME, or a bare
+#: NAME ("run12-pipeline.json", "run30-lora-swap.*", "run11-flux-arena.{log,json}").
+RESULTS_FILE = re.compile(
+    r"((?:bench/results/)?(?:\d{4}-\d{2}-\d{2}/)?(?:run\d+\w*|cpu)[-\w.{},*]*?"
+    r"(?:\.(?:json|log|txt)|\.\{[\w,]+\}|\*))(?![\w.])")
+
+
+def _brace_expanded(pattern: str) -> List[str]:
+    match = re.search(r"\{([^{}]*)\}", pattern)
+    if not match:
+        return [pattern]
+    return [expanded for choice in match.group(1).split(",")
+            for expanded in _brace_expanded(pattern[:match.start()] + choice
+                                            + pattern[match.end():])]
+
+
+def quoted_results_files() -> List[Tuple[str, str]]:
+    """(doc, file) for each results file README.md and docs/*.md name, braces expanded."""
+    found = {}
+    for doc in DOCS:
+        for name in RESULTS_FILE.findall(doc.read_text()):
+            for one in _brace_expanded(name):
+                found.setdefault((doc.name, one), None)
+    return list(found)
+
+
+RESULTS_FILES = quoted_results_files()
+
+
+def test_the_docs_quote_results_files():
+    assert len(RESULTS_FILES) > 30, RESULTS_FILES
+
+
+@pytest.mark.parametrize("doc,name", RESULTS_FILES, ids=[f"{d}:{n}" for d, n in RESULTS_FILES])
+def test_a_quoted_results_file_exists(doc, name):
+    # A figure names the file that holds it; the file must be in bench/results (a bare name
+    # under any date's folder).
+    results = ROOT / "bench" / "results"
+    relative = name[len("bench/results/"):] if name.startswith("bench/results/") else name
+    dated = re.match(r"\d{4}-\d{2}-\d{2}/", relative) is not None
+    assert any(results.glob(relative if dated else "*/" + relative)), (
+        f"{doc} quotes {name}, which is not under bench/results")

@@ -1,4 +1,4 @@
-"""Named workload profiles (research/seed-ddo.md §5.2) against a real ddod: calibration keeps
+"""Named workload profiles (docs/seed.md, "Profiles") against a real ddod: calibration keeps
 nothing resident and saves total - peak - headroom, later runs apply it, a manual budget
 wins. The CUDA measurements are the seed's worked example, fed through torch.cuda's functions
 (CI has no GPU)."""

@@ -50,7 +50,7 @@ def test_the_transformer_streams_and_computes_exactly(daemon):
             assert events[0][0] == "setup_transformer_dynamic_offload"
             payload = events[0][1]
             assert payload["route"] == "dynamic_offload"
-            # The seed's payload keys (research/seed-ddo.md §1.5).
+            # The seed's payload keys (docs/seed.md, "the event payload").
             # ddod's balanced planner kept a block resident (seed rule: a quarter of the
             # candidates to start with, the device's VRAM being unknown on the host backend).
             assert payload["planner_decisions"]["auto_resident_module_decision"] == "start_fraction"

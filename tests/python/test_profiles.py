@@ -1,4 +1,4 @@
-"""Capacity profiles through a real ddod, in the seed's format (research/seed-ddo.md §5.1)."""
+"""Capacity profiles through a real ddod, in the seed's format (docs/seed.md, "Profiles")."""
 
 import json
 import os

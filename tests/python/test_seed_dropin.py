@@ -1,6 +1,6 @@
 """A runner written for the seed, unchanged: every name it imports from the package root, its
 pre-resolved settings, its DDO_RUNNER_* lookups, its staged loading and its profile context,
-against a real ddod (research/seed-ddo.md §1, §3, §7.2)."""
+against a real ddod (docs/seed.md)."""
 
 import contextlib
 import sys

@@ -1,5 +1,5 @@
-"""The seed's own preset and routing tests (research/seed-ddo.md §9, test_dynamic_offload_presets
-items), rewritten against ddod. Numbers in the test names are the seed's."""
+"""The seed's own preset and routing tests (its tests/test_dynamic_offload_presets.py; docs/seed.md,
+"Where parity is tested"), rewritten against ddod. Numbers in the test names are the seed's."""
 
 
 import pytest

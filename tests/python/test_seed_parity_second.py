@@ -1,6 +1,6 @@
 """Seed parity, second pass (issue 15, items 1-5): a runner written from the seed's README,
 through the package's own connection (``DDO_DAEMON``), against both a private ddod the client
-starts and a shared ddod the test starts (research/seed-ddo.md is the reference)."""
+starts and a shared ddod the test starts (docs/seed.md says what the seed is)."""
 
 import json
 import logging

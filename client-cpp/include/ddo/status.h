@@ -5,6 +5,8 @@
 // ddo::Error and its subclasses. Both carry a StatusCode numbered as absl::StatusCode and
 // grpc::StatusCode, and ddod's own message, so a runner sees what ddoctl and the Python client
 // see. No absl, gRPC or torch in this header: a user's project needs none of them to include it.
+//
+// Thread-safety: value types: a Status or an Error is one caller's object; copies are independent.
 #ifndef DDO_CLIENT_STATUS_H_
 #define DDO_CLIENT_STATUS_H_
 

@@ -2,6 +2,8 @@
 //
 // Whether ddod's process still runs, as a waiting runner checks it between futex sleeps
 // (the port of _process_alive in py/control_block.py).
+//
+// Thread-safety: any thread; ProcessAlive reads /proc and keeps no state.
 #ifndef DDO_CLIENT_CONSUMER_DAEMON_LIVENESS_H_
 #define DDO_CLIENT_CONSUMER_DAEMON_LIVENESS_H_
 

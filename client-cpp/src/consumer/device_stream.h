@@ -4,6 +4,9 @@
 // (docs/plans/issue-18-client-cpp.md §4): the current stream of a device as the driver's
 // CUstream, and torch's primary context made current for the driver calls. On a libtorch
 // without CUDA (Debian's 1.13) both are FAILED_PRECONDITION "this libtorch has no CUDA".
+//
+// Thread-safety: the functions may be called from any thread; a CudaDeviceScope belongs to the
+// thread that made it (the current device and context are per thread).
 #ifndef DDO_CLIENT_CONSUMER_DEVICE_STREAM_H_
 #define DDO_CLIENT_CONSUMER_DEVICE_STREAM_H_
 

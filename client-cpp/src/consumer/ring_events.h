@@ -6,6 +6,8 @@
 // slot. "ready" is opened (the session holds what ddod exported) but never waited on: ddod
 // publishes `ready` only once its copy has completed. Torch-free: the current stream comes
 // from a function (device_stream.h gives torch's).
+//
+// Thread-safety: none; a session's one runner thread records and refuses (one forward at a time).
 #ifndef DDO_CLIENT_CONSUMER_RING_EVENTS_H_
 #define DDO_CLIENT_CONSUMER_RING_EVENTS_H_
 

@@ -7,6 +7,9 @@
 // In grad mode with an input that requires grad, the result carries an autograd node whose
 // backward raises: the ring slot holding the weight is reused long before a backward pass,
 // which would compute with another unit's bytes.
+//
+// Thread-safety: pure functions of their arguments, safe from any thread; the ring view passed in
+// must stay valid for the call (the session's one-forward-at-a-time rule sees to it).
 #ifndef DDO_CLIENT_CONSUMER_STREAMED_LINEAR_H_
 #define DDO_CLIENT_CONSUMER_STREAMED_LINEAR_H_
 

@@ -2,6 +2,9 @@
 //
 // gRPC channels to ddod and the standard health check, as ddoctl and the Python client make
 // them (insecure: the identity socket, not TLS, says who is who; messages up to ddod's 64 MiB).
+//
+// Thread-safety: any thread; a grpc::Channel may be shared by threads, each call makes its own
+// context.
 #ifndef DDO_CLIENT_RPC_CHANNEL_H_
 #define DDO_CLIENT_RPC_CHANNEL_H_
 

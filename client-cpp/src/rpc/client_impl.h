@@ -2,6 +2,9 @@
 //
 // What an RpcClient holds, and how a connection is made (connect.cc: the discovery of
 // docs/protocol.md "Finding the daemon", as the Python client's client.py does it).
+//
+// Thread-safety: as RpcClient's (ddo/rpc.h): the members are set once by ConnectToDaemon and then
+// only read; the stub and channel are gRPC's thread-safe objects, the lease locks its own.
 #ifndef DDO_CLIENT_RPC_CLIENT_IMPL_H_
 #define DDO_CLIENT_RPC_CLIENT_IMPL_H_
 

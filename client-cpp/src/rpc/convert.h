@@ -2,6 +2,8 @@
 //
 // ddo.v1 messages to and from the plain structs of ddo/rpc.h: the only place the client reads
 // or writes protobuf fields ("protobuf at the edge", as in the daemon).
+//
+// Thread-safety: pure functions of their arguments, safe from any thread.
 #ifndef DDO_CLIENT_RPC_CONVERT_H_
 #define DDO_CLIENT_RPC_CONVERT_H_
 

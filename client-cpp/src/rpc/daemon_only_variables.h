@@ -4,6 +4,8 @@
 // ddod keeps them, and every other DDO_* variable is stripped from its environment. The same
 // table as DAEMON_ONLY_VARIABLES in client-python/.../embedded.py;
 // tests/python/test_client_cpp_rpc.py holds the two equal.
+//
+// Thread-safety: an immutable table, readable from any thread.
 #ifndef DDO_CLIENT_RPC_DAEMON_ONLY_VARIABLES_H_
 #define DDO_CLIENT_RPC_DAEMON_ONLY_VARIABLES_H_
 

@@ -2,6 +2,8 @@
 //
 // gRPC's and absl's statuses as ddo::Status: the code kept (the three number alike) and the
 // message verbatim, so a C++ runner shows ddod's own words.
+//
+// Thread-safety: pure functions of their arguments, safe from any thread.
 #ifndef DDO_CLIENT_RPC_STATUS_CONVERSION_H_
 #define DDO_CLIENT_RPC_STATUS_CONVERSION_H_
 

@@ -5,6 +5,9 @@
 // it); on a GPU, CUDA memory ddod exports with an IPC handle. Views of it are zero-copy tensors.
 // The CUDA mapping is closed when this object goes (the session's close order); host mappings
 // stay alive while a view holds them.
+//
+// Thread-safety: opened and closed by the session's thread; views taken from it may be read from
+// any thread while the memory lives (a CUDA mapping ends with this object).
 #ifndef DDO_CLIENT_TORCH_DEVICE_MEMORY_H_
 #define DDO_CLIENT_TORCH_DEVICE_MEMORY_H_
 

@@ -1,6 +1,8 @@
 // File: client-cpp/src/torch/dtypes.h
 //
 // The protocol's dtype codes (ddo.v1.DType, docs/protocol.md) and torch's scalar types.
+//
+// Thread-safety: pure functions of their arguments, safe from any thread.
 #ifndef DDO_CLIENT_TORCH_DTYPES_H_
 #define DDO_CLIENT_TORCH_DTYPES_H_
 

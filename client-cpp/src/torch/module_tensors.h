@@ -4,6 +4,9 @@
 // dotted name ("blocks.0.attn.q.weight"), as torch::nn::Module::named_parameters() names them.
 // A tensor registered under several names (tied weights) is one component entry, stored by its
 // first name: AliasGroups keeps the names together.
+//
+// Thread-safety: the functions read (Rebind: write) a module that the caller holds alone: no
+// other thread may run or change the module meanwhile.
 #ifndef DDO_CLIENT_TORCH_MODULE_TENSORS_H_
 #define DDO_CLIENT_TORCH_MODULE_TENSORS_H_
 

@@ -3,6 +3,9 @@
 // A component of ddod's pool as CPU tensors: each segment mapped copy-on-write (a write stays in
 // this process), a zero-copy view per placed tensor. Each view holds its segment's mapping, so it
 // outlives the session that made it.
+//
+// Thread-safety: as RpcClient's for the calls it makes; the views returned are ordinary CPU
+// tensors, each holding its segment's mapping, readable from any thread.
 #ifndef DDO_CLIENT_TORCH_POOL_VIEWS_H_
 #define DDO_CLIENT_TORCH_POOL_VIEWS_H_
 

@@ -3,6 +3,9 @@
 // One mmap of a ddod segment, unmapped when the last holder lets go. Tensors made over it hold
 // a shared_ptr to it (their from_blob deleter), so a view outlives the session that made it, as
 // a Python mapping does.
+//
+// Thread-safety: immutable after Map; the mapping may be read from any thread (writes: as the
+// mode and its users agree), and the last shared_ptr holder unmaps it, on whichever thread.
 #ifndef DDO_CLIENT_TORCH_SHARED_MAPPING_H_
 #define DDO_CLIENT_TORCH_SHARED_MAPPING_H_
 

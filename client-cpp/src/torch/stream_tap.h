@@ -3,6 +3,9 @@
 // What a streamed ddo::nn::Linear holds while a session serves its weight: the session's unit
 // source and where the weight sits in its unit. The session owns the source; a Linear keeps it
 // alive only until the session clears the tap at close (after which the source refuses).
+//
+// Thread-safety: none of its own: a StreamTap is immutable and Forward runs on the session's one
+// runner thread (one forward at a time); a UnitSource serves that thread only.
 #ifndef DDO_CLIENT_TORCH_STREAM_TAP_H_
 #define DDO_CLIENT_TORCH_STREAM_TAP_H_
 

@@ -1,5 +1,5 @@
 """The seed's API, on top of the client: what a runner written for the seed
-(research/seed-ddo.md §1-§7) calls, with the seed's names, arguments, result objects and events.
+(docs/seed.md) calls, with the seed's names, arguments, result objects and events.
 
 What belongs here: the modules that exist only to give the seed's API:
 

@@ -1,5 +1,5 @@
 """The seed's ``diffusers_dynamic_offloader.dynamic_offload``: the one module the seed defined
-its API in (research/seed-ddo.md §1.1), for runners that import from it. Every name is the
+its API in (docs/seed.md, "The module paths"), for runners that import from it. Every name is the
 package's own object, from the module of this package that holds it. The names the seed's
 profiles module (``_NamedProfile``, ``load_dynamic_offload_profile``, ...) resolve here
 too; the seed's private names DDO replaced raise an ImportError naming the

@@ -1,5 +1,5 @@
-"""The seed's event payload of the DDO route (research/seed-ddo.md §1.5), from the settings and
-the module's DynamicOffloadState."""
+"""The seed's event payload of the DDO route (docs/seed.md, "the event payload"), from the
+settings and the module's DynamicOffloadState."""
 
 from __future__ import annotations
 

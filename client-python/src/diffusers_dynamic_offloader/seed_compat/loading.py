@@ -1,5 +1,6 @@
 """Loading one component on its own, then (optionally) putting it on DDO: the seed's
-``from_pretrained_with_dynamic_offload`` (research/seed-ddo.md §7.2).
+``from_pretrained_with_dynamic_offload`` (docs/seed.md, "Phases, staged runs and loading one
+component").
 
 Typical use loads the transformer with ``device_map="cpu"`` before building the pipeline, so
 that it never goes through the full pipeline first, and leaves routing to a later

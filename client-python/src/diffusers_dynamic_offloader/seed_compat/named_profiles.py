@@ -1,5 +1,5 @@
 """Named workload profiles (the seed's ``profile_name`` / ``build_profile``,
-research/seed-ddo.md §5.2): a calibration run measures the peak VRAM of a run with nothing
+docs/seed.md, "Profiles"): a calibration run measures the peak VRAM of a run with nothing
 resident and saves the resident budget that fits; later runs with the same name apply it.
 
 Identity: ``{"name", "model_class", "identity_version": 2}``, stored as a capacity profile

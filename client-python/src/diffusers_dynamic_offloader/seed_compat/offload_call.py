@@ -269,7 +269,7 @@ def with_named_profile(module: nn.Module, call: ResolvedCall,
                        choice: RouteChoice) -> Tuple[ResolvedCall, RouteChoice]:
     """A named profile's adjustment between steps 2 and 3 (``profile_name`` /
     ``build_profile``): calibration keeps nothing resident, a later run applies the measured
-    budget (research/seed-ddo.md §5.2); ddod resolves again with that.
+    budget (docs/seed.md, "Profiles"); ddod resolves again with that.
 
     Raises:
         ValueError: calibration off the DDO route, or what NamedProfile.prepare refuses.

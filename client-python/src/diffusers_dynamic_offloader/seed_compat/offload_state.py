@@ -1,7 +1,7 @@
-"""The seed's ``DynamicOffloadState`` and ``DynamicOffloadPlanEntry`` (research/seed-ddo.md
-§1.4) for a module on the DDO route: what ddod placed where, what setting up cost, and the
-planner's decisions, built from the streaming session (or, in plan mode, from ddod's plan
-explanation without a session).
+"""The seed's ``DynamicOffloadState`` and ``DynamicOffloadPlanEntry`` (docs/seed.md,
+"the data classes") for a module on the DDO route: what ddod placed where, what setting up
+cost, and the planner's decisions, built from the streaming session (or, in plan mode, from
+ddod's plan explanation without a session).
 
 Placements keep the seed's names: ``streamed_large`` (streamed through the ring),
 ``resident_module`` (a streamable weight kept resident by the planner: a resident block or an

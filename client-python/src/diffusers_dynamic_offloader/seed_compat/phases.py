@@ -1,4 +1,4 @@
-"""Pipeline phases and the seed's Windows standby purge (research/seed-ddo.md §6).
+"""Pipeline phases and the seed's Windows standby purge (docs/seed.md, "Phases").
 
 A staged runner moves through phases (``before_run``, ``prompt``, ``denoise``, ``decode``,
 ``after_run``). :func:`enter_phase` is the cleanup the seed's users wrote by hand between

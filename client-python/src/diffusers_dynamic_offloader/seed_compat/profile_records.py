@@ -1,4 +1,4 @@
-"""Capacity profile records, in the seed's file format (research/seed-ddo.md §5.1): keys,
+"""Capacity profile records, in the seed's file format (docs/seed.md, "Profiles"): keys,
 validation, merging, and ddod's store of them.
 
 A profile is a JSON record keyed by a hash of its context (what was run: model, GPU, settings,

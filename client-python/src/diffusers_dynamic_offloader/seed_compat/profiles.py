@@ -1,5 +1,5 @@
 """The seed's ``diffusers_dynamic_offloader.profiles``: capacity profiles and their sessions
-(research/seed-ddo.md §5.1), and the names of its named-profile machinery (§5.2).
+(docs/seed.md, "Profiles"), and the names of its named-profile machinery.
 
 The records themselves (keys, validation, merging, ddod's store) are :mod:`.profile_records`;
 named workload profiles are :mod:`.named_profiles`. This module gives them under the seed's

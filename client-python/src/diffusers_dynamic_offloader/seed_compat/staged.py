@@ -1,5 +1,5 @@
 """Staged runs: a Diffusers pipeline in three passes with cleanup between them (the seed's
-pattern, research/seed-ddo.md §6.1, as a library helper instead of hand-written runners).
+pattern, docs/seed.md "Phases, staged runs", as a library helper instead of hand-written runners).
 
 1. **prompt**: the text encoders are routed (usually Diffusers group offload) and the prompt
    is encoded; their results are released;

@@ -5,6 +5,9 @@
 // std::filesystem's symbols (built with an older toolchain): a call to
 // std::filesystem::remove_all from the client then binds to torch's copy and crashed on the GPU
 // machine (torch 2.11). The client, and the tests linked with it, use these instead.
+//
+// Thread-safety: any thread; POSIX calls only, no state (RemoveTree must not race with another
+// thread writing the same tree).
 #ifndef DDO_WIRE_FILE_TREE_H_
 #define DDO_WIRE_FILE_TREE_H_
 

@@ -3,6 +3,9 @@
 // Linux futexes on words of a shared mapping (the control block, the doorbell). The operations
 // are plain FUTEX_WAIT / FUTEX_WAKE without FUTEX_PRIVATE_FLAG: the kernel then keys the word
 // by its physical page, so a wake in one process reaches a waiter in another.
+//
+// Thread-safety: any thread or process: these are futex system calls on words that others change
+// concurrently; the caller re-reads the word after each wait.
 #ifndef DDO_WIRE_FUTEX_H_
 #define DDO_WIRE_FUTEX_H_
 

@@ -2,6 +2,9 @@
 //
 // The one place where errno values become absl::Status. The message names what was being
 // done ("open /run/ddo/ddod.sock.lock") and the system's words for the error.
+//
+// Thread-safety: any thread: it formats the error number it is given, never reads errno, and
+// copies glibc's std::strerror text (a constant string for every known number) at once.
 #ifndef DDO_WIRE_POSIX_ERROR_H_
 #define DDO_WIRE_POSIX_ERROR_H_
 

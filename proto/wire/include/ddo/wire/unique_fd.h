@@ -1,6 +1,9 @@
 // File: proto/wire/include/ddo/wire/unique_fd.h
 //
 // UniqueFd owns one file descriptor and closes it when destroyed. Move-only.
+//
+// Thread-safety: a UniqueFd is used by one thread at a time, as any move-only owner; the
+// descriptor it holds may be used from any thread.
 #ifndef DDO_WIRE_UNIQUE_FD_H_
 #define DDO_WIRE_UNIQUE_FD_H_
 
