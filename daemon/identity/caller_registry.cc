@@ -106,6 +106,10 @@ void CallerRegistry::Grant(const std::string& token, const std::string& shm_name
   granted = granted || writable;
 }
 
+void CallerRegistry::Grant(const std::string& token, const std::vector<SegmentGrant>& grants) {
+  for (const SegmentGrant& grant : grants) Grant(token, grant.shm_name, grant.writable);
+}
+
 absl::Status CallerRegistry::CheckGrant(const std::string& token, const std::string& shm_name,
                                         bool writable) const {
   absl::MutexLock lock(&mu_);

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/identity/caller.h"
+#include "daemon/identity/segment_grant.h"
 #include "ddo/wire/unique_fd.h"
 
 namespace ddo {
@@ -63,6 +64,9 @@ class CallerRegistry {
   // Lets the caller open segment `shm_name` through OPEN; read-write only if `writable`.
   // A second grant of the same name widens it, never narrows it.
   void Grant(const std::string& token, const std::string& shm_name, bool writable);
+  // Each of `grants` as above (the rules that make the list: store/segment_grants.h,
+  // stream/session_grants.h).
+  void Grant(const std::string& token, const std::vector<SegmentGrant>& grants);
   // FAILED_PRECONDITION unless the segment was granted (PERMISSION_DENIED for read-write
   // access to a read-only grant). The message never says whether the segment exists.
   absl::Status CheckGrant(const std::string& token, const std::string& shm_name,

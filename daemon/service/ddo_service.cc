@@ -27,6 +27,8 @@
 #include "daemon/service/stream_opener.h"
 #include "daemon/service/stream_proto.h"
 #include "daemon/service/tensor_proto.h"
+#include "daemon/store/segment_grants.h"
+#include "daemon/stream/session_grants.h"
 
 namespace ddo {
 namespace {
@@ -140,14 +142,6 @@ std::string DdoService::TokenOf(grpc::ServerContext* ctx) {
   auto it = metadata.find("ddo-token");
   if (it == metadata.end()) return "";
   return std::string(it->second.data(), it->second.size());
-}
-
-void DdoService::GrantSegments(grpc::ServerContext* ctx,
-                               const ddo::v1::ComponentInfo& component) {
-  const std::string token = TokenOf(ctx);
-  for (const auto& segment : component.segments()) {
-    callers_.Grant(token, segment.shm_name(), /*writable=*/false);
-  }
 }
 
 grpc::Status DdoService::GetInfo(grpc::ServerContext*, const ddo::v1::GetInfoRequest*,
@@ -372,9 +366,7 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
       // Only the segment the upload writes is listed, and writable: a derived version's shared
       // segments stay read-only for everyone.
       UploadLayoutToProto(result->component, response);
-      for (const auto& segment : response->segments()) {
-        callers_.Grant(TokenOf(ctx), segment.shm_name(), /*writable=*/true);
-      }
+      callers_.Grant(TokenOf(ctx), UploadGrants(result->component));
       response->set_upload_id(result->upload_id);
     }
     writer->Write(last);
@@ -600,17 +592,7 @@ grpc::Status DdoService::Attach(grpc::ServerContext* ctx, const ddo::v1::AttachR
       }
       if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return open;
       ToProto(opened->component, /*with_layout=*/true, response->mutable_component());
-      GrantSegments(ctx, response->component());
-      const std::string token = TokenOf(ctx);
-      const auto& resources = response->device();
-      // The runner writes its counters into the control block and rings the doorbell; it only
-      // reads the host backend's slab and ring.
-      for (const std::string& name : {resources.control_block_shm(), resources.doorbell_shm()}) {
-        if (!name.empty()) callers_.Grant(token, name, /*writable=*/true);
-      }
-      for (const std::string& name : {resources.resident_slab_shm(), resources.ring_shm()}) {
-        if (!name.empty()) callers_.Grant(token, name, /*writable=*/false);
-      }
+      callers_.Grant(TokenOf(ctx), SessionGrants(*opened));
       return absl::OkStatus();
     }
     absl::StatusOr<HostAttachment> attached = store_.AttachHost(*lease, request->cache_key());
@@ -618,7 +600,7 @@ grpc::Status DdoService::Attach(grpc::ServerContext* ctx, const ddo::v1::AttachR
     if (absl::Status open = ReleaseIfLeaseEnded(*lease); !open.ok()) return open;
     response->set_session_id(attached->session_id);
     ToProto(attached->component, /*with_layout=*/true, response->mutable_component());
-    GrantSegments(ctx, response->component());
+    callers_.Grant(TokenOf(ctx), ReadGrants(attached->component));
     return absl::OkStatus();
   });
 }

@@ -176,8 +176,6 @@ class DdoService final : public ddo::v1::Ddo::Service {
   std::function<bool()> CancelledFor(grpc::ServerContext* ctx, const std::string& lease_id);
   // The token this call carries ("" when none).
   static std::string TokenOf(grpc::ServerContext* ctx);
-  // Lets the caller open these segments through the identity socket (docs/security.md).
-  void GrantSegments(grpc::ServerContext* ctx, const ddo::v1::ComponentInfo& component);
   // The platform ddod runs on (the facts the settings' platform rules read).
   PlatformFacts Platform() const;
   // The platform, the named device's VRAM (else the first GPU's) and the available RAM.

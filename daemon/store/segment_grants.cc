@@ -1,0 +1,19 @@
+#include "daemon/store/segment_grants.h"
+
+namespace ddo {
+
+std::vector<SegmentGrant> ReadGrants(const ComponentSnapshot& component) {
+  std::vector<SegmentGrant> grants;
+  grants.reserve(component.segments.size());
+  for (const ComponentSnapshot::Segment& segment : component.segments) {
+    grants.push_back({segment.name, /*writable=*/false});
+  }
+  return grants;
+}
+
+std::vector<SegmentGrant> UploadGrants(const ComponentSnapshot& component) {
+  if (component.segment_name.empty()) return {};
+  return {{component.segment_name, /*writable=*/true}};
+}
+
+}  // namespace ddo

@@ -1,0 +1,29 @@
+// File: daemon/store/segment_grants.h
+//
+// Which of a component's segments an answer lets its caller map, and how: the grant rules of the
+// store's answers (Attach, GetComponent, RegisterComponent), kept beside the segments they cover
+// rather than in the handlers.
+//   - A component's segments are read-only to everyone, a derived version's shared ones too:
+//     the pool's bytes change only through an upload.
+//   - An upload's caller may write the one segment the upload fills, the component's own.
+//
+// Thread-safety: pure functions of their arguments.
+#ifndef DDO_DAEMON_STORE_SEGMENT_GRANTS_H_
+#define DDO_DAEMON_STORE_SEGMENT_GRANTS_H_
+
+#include <vector>
+
+#include "daemon/identity/segment_grant.h"
+#include "daemon/store/component_store.h"
+
+namespace ddo {
+
+// Every segment of `component`, read-only.
+std::vector<SegmentGrant> ReadGrants(const ComponentSnapshot& component);
+
+// The segment an upload of `component` writes, read-write (none while it has no segment).
+std::vector<SegmentGrant> UploadGrants(const ComponentSnapshot& component);
+
+}  // namespace ddo
+
+#endif  // DDO_DAEMON_STORE_SEGMENT_GRANTS_H_
