@@ -3,6 +3,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/store/direct_reader.h"
+
 namespace ddo {
 
 const std::shared_ptr<PoolSegment>& ComponentBytes::own() const {
@@ -15,6 +19,29 @@ bool ComponentBytes::AllPinned() const {
     if (segment == nullptr || !segment->pinned()) return false;
   }
   return !segments_.empty();
+}
+
+absl::Status ComponentBytes::ReadTensor(size_t index, char* dst, FileSystem* fs) const {
+  if (!InFile(index)) {
+    return absl::FailedPreconditionError(absl::StrCat("tensor ", index, " is not in a file"));
+  }
+  const FileRange& range = files_->ranges()[index];
+  return ReadRange(files_->FileOf(range), range, dst, fs);
+}
+
+absl::Status ComponentBytes::ReadRanges(const std::vector<FileRange>& ranges, char* dst,
+                                        FileSystem* fs) const {
+  if (files_ == nullptr) {
+    return absl::FailedPreconditionError("the component has no backing files");
+  }
+  for (const FileRange& range : ranges) {
+    if (range.file >= files_->files().size()) {
+      return absl::InvalidArgumentError(absl::StrCat("no backing file ", range.file));
+    }
+    DDO_RETURN_IF_ERROR(ReadRange(files_->FileOf(range), range, dst, fs));
+    dst += range.bytes;
+  }
+  return absl::OkStatus();
 }
 
 std::string OwnContentHash(const std::vector<TensorEntry>& tensors, const ComponentBytes& bytes,

@@ -176,6 +176,9 @@ ComponentSnapshot ComponentStore::SnapshotLocked(const Component& component) con
     snapshot.segment_size = component.segments.front()->size();
     snapshot.pinned = component.segments.front()->pinned();
   }
+  const bool in_file = component.info.tier == ComponentTier::kFile;
+  snapshot.pool_bytes = in_file ? 0 : component.info.total_bytes;
+  snapshot.file_bytes = in_file ? component.info.total_bytes : 0;
   return snapshot;
 }
 
@@ -214,7 +217,11 @@ void ComponentStore::PersistLocked() {
   }
   std::vector<ManifestComponent> entries;
   for (const auto& [key, component] : components_) {
-    if (component.info.state != ComponentState::kReady) continue;
+    // A file-tier entry lives on descriptors, which do not outlive this ddod.
+    if (component.info.state != ComponentState::kReady ||
+        component.info.tier == ComponentTier::kFile) {
+      continue;
+    }
     ManifestComponent entry;
     entry.cache_key = component.info.cache_key;
     entry.component_id = component.info.component_id;
@@ -326,7 +333,7 @@ void ComponentStore::AddPlaceholderLocked(const Lease& lease, const std::string&
 absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     const Lease& lease, const std::string& cache_key, std::vector<TensorEntry> tensors,
     const std::string& content_hash, const std::vector<FileIdentity>& sources,
-    WorkProgress* progress, bool client_written) {
+    WorkProgress* progress, bool client_written, bool* refused_for_room) {
   const Caller& caller = lease.caller;
   if (cache_key.empty()) {
     return absl::InvalidArgumentError("cache_key is empty");
@@ -350,7 +357,10 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
                          ClearKeyLocked(caller, cache_key, same));
     if (warm.has_value()) return RegisterResult{*std::move(warm), /*warm_hit=*/true, ""};
     DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, span, {}, tensors));
-    DDO_RETURN_IF_ERROR(MakeRoomLocked(KeyOf(caller.uid, cache_key), span));
+    if (absl::Status room = MakeRoomLocked(KeyOf(caller.uid, cache_key), span); !room.ok()) {
+      if (refused_for_room != nullptr) *refused_for_room = true;
+      return room;
+    }
     Component placeholder;
     placeholder.info.cache_key = cache_key;
     placeholder.info.structure_hash = structure_hash;
@@ -604,12 +614,34 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
     }
     // Other bytes (or the component went meanwhile): on to the ordinary rules below.
   }
-  DDO_ASSIGN_OR_RETURN(RegisterResult begun, BeginUpload(lease, request.cache_key, tensors,
-                                                         request.content_hash, sources));
-  if (begun.warm_hit) {
-    return LoadResult{std::move(begun.component), true,
+  bool refused_for_room = false;
+  absl::StatusOr<RegisterResult> begun =
+      BeginUpload(lease, request.cache_key, tensors, request.content_hash, sources, nullptr,
+                  /*client_written=*/false, &refused_for_room);
+  if (!begun.ok() && refused_for_room && request.file_tier == FileTier::kAuto) {
+    Logger("store")->info("'{}' does not fit the pool ({}): serving it from its {} file(s)",
+                          EscapeForDisplay(request.cache_key), begun.status().message(),
+                          set.files.size());
+    DDO_ASSIGN_OR_RETURN(LoadResult loaded, LoadFileBacked(lease, request, set,
+                                                           std::move(tensors), sources,
+                                                           cancelled));
+    loaded.seconds = absl::ToDoubleSeconds(absl::Now() - started);
+    return loaded;
+  }
+  if (!begun.ok()) return begun.status();
+  if (begun->warm_hit) {
+    return LoadResult{std::move(begun->component), true,
                       absl::ToDoubleSeconds(absl::Now() - started)};
   }
+  DDO_ASSIGN_OR_RETURN(ComponentSnapshot ready,
+                       ReadAndCommit(lease, *begun, set, progress, cancelled, started));
+  return LoadResult{std::move(ready), false, absl::ToDoubleSeconds(absl::Now() - started)};
+}
+
+absl::StatusOr<ComponentSnapshot> ComponentStore::ReadAndCommit(
+    const Lease& lease, const RegisterResult& begun, const SafetensorsSet& set,
+    const std::function<void(uint64_t, uint64_t)>& progress,
+    const std::function<bool()>& cancelled, absl::Time started) {
   std::vector<TensorEntry> laid_out;
   std::string expected_hash;
   absl::StatusOr<ComponentBytes> bytes =
@@ -645,10 +677,10 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   Logger("store")->info(
       "loaded '{}' from {} file(s): {} in {:.2f} s ({:.2f} GB/s; reading {:.2f} s on {} threads)",
-      request.cache_key, set.files.size(), FormatBytes(total), seconds,
+      ready.cache_key, set.files.size(), FormatBytes(total), seconds,
       seconds > 0 ? static_cast<double>(total) / seconds / 1e9 : 0.0, read_s,
       options_.read_threads);
-  return LoadResult{std::move(ready), false, seconds};
+  return ready;
 }
 
 absl::StatusOr<ComponentSnapshot> ComponentStore::Get(const std::string& cache_key,
@@ -711,18 +743,29 @@ ComponentStore::FindOwnedLocked(const std::string& cache_key, const Caller& call
 }
 
 absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
-                                                          const std::string& cache_key) {
+                                                          const std::string& cache_key,
+                                                          bool file_tier_ok) {
   absl::MutexLock lock(&mu_);
   auto it = components_.find(KeyOf(lease.caller.uid, cache_key));
   if (it == components_.end() || it->second.info.state != ComponentState::kReady) {
     return absl::NotFoundError(
         absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
   }
+  // The streaming engine reads units from the pool only, for now (DataOf): a file-tier
+  // component is refused to it until it reads them from files too (the file tier's next step).
+  const bool in_file = it->second.info.tier == ComponentTier::kFile;
+  if (in_file && !file_tier_ok) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "'", EscapeForDisplay(cache_key), "' is served from its files (it is larger than the ",
+        "host pool can hold), and streaming from files is not supported yet; raise "
+        "--ram-budget-gb"));
+  }
   DDO_ASSIGN_OR_RETURN(const std::string session_id, sessions_.Add(lease, cache_key));
   it->second.info.sessions += 1;
   it->second.info.last_used = Now();
   return HostAttachment{session_id, SnapshotLocked(it->second),
-                        ComponentBytes(it->second.segments)};
+                        in_file ? ComponentBytes(it->second.files)
+                                : ComponentBytes(it->second.segments)};
 }
 
 void ComponentStore::UnpinLocked(uid_t uid, const std::string& cache_key) {
@@ -767,6 +810,10 @@ StoreStats ComponentStore::Stats() const {
   for (const auto& [key, component] : components_) {
     if (component.info.state != ComponentState::kReady) continue;
     ++stats.components;
+    if (component.files != nullptr) {
+      stats.file_bytes += component.info.file_bytes;
+      stats.backing_files += static_cast<uint32_t>(component.files->descriptors());
+    }
     for (const auto& segment : component.segments) {
       if (segment != nullptr && counted.insert(segment.get()).second) {
         stats.used_bytes += segment->size();

@@ -44,6 +44,7 @@
 #include "daemon/pool/host_pool.h"
 #include "daemon/session/lease_registry.h"
 #include "daemon/session/session_registry.h"
+#include "daemon/store/backing_files.h"
 #include "daemon/store/component_bytes.h"
 #include "daemon/store/file_identity.h"
 #include "daemon/store/safetensors.h"
@@ -54,6 +55,11 @@ namespace ddo {
 struct ManifestComponent;
 
 enum class ComponentState { kUploading, kReady };
+
+// Where a READY component's bytes are served from: its pool segments, or (the file tier, for a
+// component larger than the pool can give it) the safetensors files it was loaded from, whose
+// descriptors ddod keeps (backing_files.h) and reads with pread.
+enum class ComponentTier { kPool, kFile };
 
 // A consistent copy of one component's state, for answers and listings.
 struct ComponentSnapshot {
@@ -87,6 +93,11 @@ struct ComponentSnapshot {
   int64_t uploader_pid = 0;
   uid_t owner_uid = 0;  // whose name the key is: only they (or an admin) evict it
   std::vector<TensorEntry> tensors;
+  // kFile: no pool segment (segments and segment_name are empty); the tensors' bytes are in
+  // the backing files. pool_bytes + file_bytes == total_bytes.
+  ComponentTier tier = ComponentTier::kPool;
+  uint64_t pool_bytes = 0;
+  uint64_t file_bytes = 0;
 };
 
 
@@ -96,12 +107,18 @@ struct RegisterResult {
   std::string upload_id;  // empty on a warm hit
 };
 
+// Whether LoadSafetensors may leave a component in its files (the file tier) instead of the
+// pool. kAuto: only when the pool cannot make room for it (MakeRoomLocked would refuse);
+// kNever: that refusal is the answer (RESOURCE_EXHAUSTED, as before the file tier).
+enum class FileTier { kAuto, kNever };
+
 struct SafetensorsRequest {
   std::string cache_key;
   std::vector<SafetensorsSource> files;     // open descriptors; read only through them
   std::optional<SafetensorsSource> index;   // a *.safetensors.index.json, when there is one
   std::string content_hash;
   std::map<std::string, uint32_t> units;  // empty: one unit per tensor
+  FileTier file_tier = FileTier::kAuto;
 };
 
 // RegisterDerived's request: see RegisterComponentRequest.base_cache_key.
@@ -131,6 +148,8 @@ struct StoreStats {
   uint32_t sessions = 0;
   uint64_t evictions = 0;
   uint32_t adopted = 0;
+  uint64_t file_bytes = 0;     // tensor bytes of READY file-tier components
+  uint32_t backing_files = 0;  // descriptors they hold
 };
 
 struct StoreOptions {
@@ -207,7 +226,11 @@ class ComponentStore {
   absl::StatusOr<uint64_t> Abort(const std::string& lease_id, const std::string& upload_id);
 
   // Reads safetensors files straight into a new component (or finds it warm), through the
-  // request's descriptors (validated first; see safetensors.h). `progress` gets
+  // request's descriptors (validated first; see safetensors.h). When the pool cannot make
+  // room for it and request.file_tier is kAuto, the component is READY on the file tier
+  // instead: nothing is read into the pool, the descriptors are kept (evicting it closes
+  // them), a given content hash is checked by streaming the files through a bounded buffer,
+  // and it is never another uid's sharing-proof target. `progress` gets
   // (bytes_done, bytes_total) from any thread; `cancelled` stops the validation and the read.
   absl::StatusOr<LoadResult> LoadSafetensors(
       const Lease& lease, SafetensorsRequest request,
@@ -244,7 +267,11 @@ class ComponentStore {
   // A host session: the component stays until Detach or the lease ends. The component is the
   // lease caller's own (NOT_FOUND otherwise, as if absent); the session is
   // added to the registry (RESOURCE_EXHAUSTED at the uid's limit of sessions).
-  absl::StatusOr<HostAttachment> AttachHost(const Lease& lease, const std::string& cache_key);
+  // A file-tier component has no segment (its bytes are read with ComponentBytes::ReadTensor
+  // or ReadRanges): it is attached only when `file_tier_ok` says the caller reads files;
+  // otherwise FAILED_PRECONDITION (the streaming engine reads from the pool only, for now).
+  absl::StatusOr<HostAttachment> AttachHost(const Lease& lease, const std::string& cache_key,
+                                            bool file_tier_ok = false);
   // Ends a session and lets its component go: NOT_FOUND, or PERMISSION_DENIED unless `caller`
   // runs as the session's uid or is an admin (SessionRegistry::FindFor).
   absl::Status Detach(const std::string& session_id, const Caller& caller);
@@ -271,6 +298,9 @@ class ComponentStore {
     // The SHA-256 other users' files must match to share it (safetensors_hash.h's
     // ProofDigest): computed when a proof first needs it, not at load; "" until then.
     std::string proof_digest;
+    // The file tier (info.tier kFile): the descriptors and each tensor's range. Shared with
+    // the ComponentBytes handed out, so a reader keeps them open while it reads.
+    std::shared_ptr<const BackingFiles> files;
   };
   // The map's key: the owner uid and its cache key.
   static std::string KeyOf(uid_t uid, const std::string& cache_key);
@@ -333,13 +363,33 @@ class ComponentStore {
 
   // Steps shared by Register and LoadSafetensors. `sources` (LoadSafetensors only) are the
   // identities of the caller's files, kept as the hint FindProofTarget uses;
-  // `client_written`: a client writes the upload (copied at commit).
+  // `client_written`: a client writes the upload (copied at commit); `refused_for_room`
+  // (optional) is set when the error is MakeRoomLocked's (the pool cannot make room).
   absl::StatusOr<RegisterResult> BeginUpload(const Lease& lease, const std::string& cache_key,
                                              std::vector<TensorEntry> tensors,
                                              const std::string& content_hash,
                                              const std::vector<FileIdentity>& sources = {},
                                              WorkProgress* progress = nullptr,
-                                             bool client_written = false);
+                                             bool client_written = false,
+                                             bool* refused_for_room = nullptr);
+  // LoadSafetensors's read of the set into the upload `begun` and its commit (the load
+  // began at `started`, for the log).
+  absl::StatusOr<ComponentSnapshot> ReadAndCommit(
+      const Lease& lease, const RegisterResult& begun, const SafetensorsSet& set,
+      const std::function<void(uint64_t, uint64_t)>& progress,
+      const std::function<bool()>& cancelled, absl::Time started);
+  // LoadSafetensors's file tier (component_store_file_tier.cc): takes the set's descriptors,
+  // checks a given content hash by streaming the files, and inserts the caller's READY
+  // file-backed entry under request.cache_key (or answers a warm hit found meanwhile).
+  absl::StatusOr<LoadResult> LoadFileBacked(const Lease& lease,
+                                            const SafetensorsRequest& request,
+                                            SafetensorsSet& set, std::vector<TensorEntry> tensors,
+                                            const std::vector<FileIdentity>& sources,
+                                            const std::function<bool()>& cancelled);
+  // Inserts `component` (READY, file tier) under the caller's key after the replacement rules
+  // and limits of an upload; a warm hit when the key holds the same component.
+  absl::StatusOr<LoadResult> InsertFileBackedLocked(const Lease& lease, Component component)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<ComponentBytes> BytesOfUpload(const std::string& lease_id,
                                                const std::string& upload_id,
                                                std::vector<TensorEntry>* tensors,

@@ -187,6 +187,11 @@ absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::BeginDerivedLoc
                                             EscapeForDisplay(request.cache_key), "' from"));
   }
   const Component& parent = base->second;
+  if (parent.info.tier == ComponentTier::kFile) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "'", EscapeForDisplay(request.base_cache_key),
+        "' is served from its files, not the pool: a derived version needs its base in the pool"));
+  }
   DDO_ASSIGN_OR_RETURN(DerivedPlan plan, PlanDerived(parent.info, parent.segments, request));
   auto same = [&](const Component& existing) {
     return SameDerivedVersion(existing.info, existing.segments, parent.info.structure_hash,

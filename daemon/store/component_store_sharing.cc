@@ -35,11 +35,12 @@ std::vector<ComponentStore::ProofTarget> ComponentStore::FindProofTargets(
   for (auto it = components_.begin(); it != components_.end(); ++it) {
     const Component& other = it->second;
     // Never shared by proof: an upload from memory (ddod did not read it from files, and
-    // docs/security.md promises it stays its owner's) and a derived version (its owner's edit
-    // of a model).
+    // docs/security.md promises it stays its owner's), a derived version (its owner's edit
+    // of a model) and a file-tier entry (its bytes are in a file its owner can change).
     if (other.info.owner_uid == caller.uid || other.info.state != ComponentState::kReady ||
         other.info.structure_hash != structure_hash || other.client_written ||
         other.sources.empty() || !other.info.base_cache_key.empty() ||
+        other.info.tier == ComponentTier::kFile ||
         other.segments.empty() || other.segments.front() == nullptr) {
       continue;
     }
