@@ -94,24 +94,37 @@ absl::StatusOr<std::vector<PassedFile>> CallerRegistry::TakeFiles(
 
 void CallerRegistry::Grant(const std::string& token, const std::string& shm_name,
                            bool writable) {
+  Grant(token, SegmentGrant{shm_name, writable});
+}
+
+void CallerRegistry::Grant(const std::string& token, const SegmentGrant& grant) {
+  const bool is_file = grant.kind == SegmentKind::kFile;
+  if (is_file && grant.file == nullptr) return;
+  std::shared_ptr<const UniqueFd> replaced;  // closes after the lock is released
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(token);
   if (it == entries_.end()) return;
   auto& grants = it->second.grants;
-  if (grants.size() >= kMaxGrants && grants.count(shm_name) == 0) {
+  if (grants.size() >= kMaxGrants && grants.count(grant.shm_name) == 0) {
     // Bounded memory for a client that attaches forever: an arbitrary old grant goes.
+    replaced = std::move(grants.begin()->second.file);
     grants.erase(grants.begin());
   }
-  bool& granted = grants[shm_name];
-  granted = granted || writable;
+  auto [slot, fresh] = grants.try_emplace(grant.shm_name);
+  SegmentGrant& granted = slot->second;
+  const bool widens = !fresh && !is_file && granted.kind == SegmentKind::kShm && granted.writable;
+  if (granted.file != nullptr) replaced = std::move(granted.file);
+  granted = grant;
+  granted.writable = !is_file && (grant.writable || widens);
 }
 
 void CallerRegistry::Grant(const std::string& token, const std::vector<SegmentGrant>& grants) {
-  for (const SegmentGrant& grant : grants) Grant(token, grant.shm_name, grant.writable);
+  for (const SegmentGrant& grant : grants) Grant(token, grant);
 }
 
-absl::Status CallerRegistry::CheckGrant(const std::string& token, const std::string& shm_name,
-                                        bool writable) const {
+absl::StatusOr<SegmentGrant> CallerRegistry::FindGrant(const std::string& token,
+                                                       const std::string& shm_name,
+                                                       bool writable) const {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(token);
   if (it == entries_.end()) return UnknownToken();
@@ -121,10 +134,15 @@ absl::Status CallerRegistry::CheckGrant(const std::string& token, const std::str
         "that segment was not granted to this connection: attach, upload or stream first, "
         "with this connection's token");
   }
-  if (writable && !grant->second) {
+  if (writable && !grant->second.writable) {
     return absl::PermissionDeniedError("that segment was granted read-only");
   }
-  return absl::OkStatus();
+  return grant->second;
+}
+
+absl::Status CallerRegistry::CheckGrant(const std::string& token, const std::string& shm_name,
+                                        bool writable) const {
+  return FindGrant(token, shm_name, writable).status();
 }
 
 size_t CallerRegistry::size() const {

@@ -4,8 +4,9 @@
 // that connection was given. An entry holds what the caller handed ddod or was granted:
 //   - files: descriptors the caller opened and passed (FILE), each taken once by the request
 //     that names its handle;
-//   - grants: shared-memory segments the caller may have opened for it (OPEN), read-only or
-//     read-write, added by the calls that gave the caller the segment's name.
+//   - grants: segments the caller may have opened for it (OPEN), added by the calls that gave
+//     the caller the segment's name: shared-memory segments, read-only or read-write, and
+//     backing files, read-only (the grant shares the descriptor OPEN serves).
 // Everything an entry holds goes when its connection closes.
 //
 // Thread-safety: all methods may be called from any thread; state is guarded by mu_.
@@ -61,14 +62,22 @@ class CallerRegistry {
   absl::StatusOr<std::vector<PassedFile>> TakeFiles(const std::string& token,
                                                     const std::vector<uint64_t>& handles);
 
-  // Lets the caller open segment `shm_name` through OPEN; read-write only if `writable`.
-  // A second grant of the same name widens it, never narrows it.
+  // Lets the caller open shared-memory segment `shm_name` through OPEN; read-write only if
+  // `writable`. A second grant of the same name widens it, never narrows it.
   void Grant(const std::string& token, const std::string& shm_name, bool writable);
-  // Each of `grants` as above (the rules that make the list: store/segment_grants.h,
+  // As above for one grant of either kind. A file grant (SegmentKind::kFile) is read-only
+  // whatever its `writable` says, and replaces an earlier grant of the same name; one without
+  // a descriptor grants nothing.
+  void Grant(const std::string& token, const SegmentGrant& grant);
+  // Each of `grants` (the rules that make the list: store/segment_grants.h,
   // stream/session_grants.h).
   void Grant(const std::string& token, const std::vector<SegmentGrant>& grants);
-  // FAILED_PRECONDITION unless the segment was granted (PERMISSION_DENIED for read-write
-  // access to a read-only grant). The message never says whether the segment exists.
+  // The grant OPEN serves: FAILED_PRECONDITION unless the segment was granted,
+  // PERMISSION_DENIED for read-write access to a read-only grant (every file grant). The
+  // message never says whether the segment exists, nor echoes its name.
+  absl::StatusOr<SegmentGrant> FindGrant(const std::string& token, const std::string& shm_name,
+                                         bool writable) const;
+  // FindGrant's status alone.
   absl::Status CheckGrant(const std::string& token, const std::string& shm_name,
                           bool writable) const;
 
@@ -79,7 +88,7 @@ class CallerRegistry {
     Caller caller;
     std::map<uint64_t, PassedFile> files;
     uint64_t next_handle = 1;
-    std::map<std::string, bool> grants;  // shm name -> writable
+    std::map<std::string, SegmentGrant> grants;  // by shm_name
   };
 
   mutable absl::Mutex mu_;

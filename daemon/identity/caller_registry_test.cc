@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <memory>
+
 #include "gtest/gtest.h"
 
 namespace ddo {
@@ -75,6 +77,31 @@ TEST(CallerRegistryTest, GrantsAreTheOnlyWayToASegment) {
   EXPECT_TRUE(callers.CheckGrant(token, "/ddo-x", true).ok());
   callers.Grant(token, "/ddo-x", /*writable=*/false);  // never narrows
   EXPECT_TRUE(callers.CheckGrant(token, "/ddo-x", true).ok());
+}
+
+TEST(CallerRegistryTest, FileGrantsKeepTheirDescriptorAndAreReadOnly) {
+  CallerRegistry callers;
+  const std::string token = callers.Add(CallerFromCredentials(1001, 1001, 1));
+  auto file = std::make_shared<const UniqueFd>(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(file->valid());
+  SegmentGrant grant = SegmentGrant::File("/ddo-file-x", file);
+  grant.writable = true;  // asked for, never given
+  callers.Grant(token, grant);
+  auto found = callers.FindGrant(token, "/ddo-file-x", /*writable=*/false);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->kind, SegmentKind::kFile);
+  EXPECT_EQ(found->file, file);  // the same descriptor, shared
+  EXPECT_FALSE(found->writable);  // a file grant is read-only, whatever it asked
+  EXPECT_TRUE(absl::IsPermissionDenied(callers.CheckGrant(token, "/ddo-file-x", true)));
+  // Without a descriptor a file grant grants nothing.
+  callers.Grant(token, SegmentGrant::File("/ddo-file-y", nullptr));
+  EXPECT_TRUE(absl::IsFailedPrecondition(callers.CheckGrant(token, "/ddo-file-y", false)));
+  // The registry lets go of the descriptor with the connection.
+  found = absl::CancelledError("dropped");
+  grant.file.reset();
+  EXPECT_GT(file.use_count(), 1);
+  callers.Remove(token);
+  EXPECT_EQ(file.use_count(), 1);
 }
 
 }  // namespace

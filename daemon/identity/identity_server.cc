@@ -37,6 +37,29 @@ bool Answer(int socket, const std::string& text, int fd = -1) {
   return SendPacket(socket, text, fd, MSG_DONTWAIT);
 }
 
+// What OPEN hands over for a grant, with the access granted: a shared-memory segment opened
+// by name, or a duplicate of the read-only descriptor a file grant holds. The messages never
+// echo the name.
+absl::StatusOr<UniqueFd> OpenGranted(const SegmentGrant& grant, bool writable) {
+  if (grant.kind == SegmentKind::kFile) {
+    // Only ever read-only: a descriptor ddod holds that could write is not handed out.
+    const int flags = ::fcntl(grant.file->get(), F_GETFL);
+    if (writable || flags < 0 || (flags & O_ACCMODE) != O_RDONLY) {
+      return absl::PermissionDeniedError(
+          "that file is served read-only, and only from a descriptor opened read-only");
+    }
+    UniqueFd copy(::fcntl(grant.file->get(), F_DUPFD_CLOEXEC, 0));
+    if (!copy.valid()) return PosixError("duplicating the file's descriptor", errno);
+    return copy;
+  }
+  UniqueFd segment(::shm_open(grant.shm_name.c_str(),
+                              (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC, 0));
+  if (!segment.valid()) {
+    return absl::NotFoundError(absl::StrCat("the segment is gone: ", std::strerror(errno)));
+  }
+  return segment;
+}
+
 // Milliseconds until `when` for poll: -1 for never, at least 1 otherwise.
 int PollTimeout(absl::Time now, absl::Time when) {
   if (when == absl::InfiniteFuture()) return -1;
@@ -322,19 +345,12 @@ bool IdentityServer::Serve(Connection& connection) {
     return Answer(connection.fd.get(), IdentityOk(absl::StrCat(*handle)));
   }
   // OPEN: only what this connection was granted, with no more access than granted.
-  if (absl::Status granted = callers_.CheckGrant(connection.token, request->name,
-                                                 request->writable);
-      !granted.ok()) {
-    return Answer(connection.fd.get(), IdentityError(granted.message()));
-  }
-  UniqueFd segment(::shm_open(request->name.c_str(),
-                              (request->writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC,
-                              0));
-  if (!segment.valid()) {
-    return Answer(connection.fd.get(),
-                      IdentityError(absl::StrCat("the segment is gone: ", std::strerror(errno))));
-  }
-  return Answer(connection.fd.get(), IdentityOk(), segment.get());
+  absl::StatusOr<SegmentGrant> granted =
+      callers_.FindGrant(connection.token, request->name, request->writable);
+  if (!granted.ok()) return Answer(connection.fd.get(), IdentityError(granted.status().message()));
+  absl::StatusOr<UniqueFd> opened = OpenGranted(*granted, request->writable);
+  if (!opened.ok()) return Answer(connection.fd.get(), IdentityError(opened.status().message()));
+  return Answer(connection.fd.get(), IdentityOk(), opened->get());
 }
 
 void IdentityServer::Drop(int fd) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -167,6 +168,57 @@ TEST_F(IdentityServerTest, OpenServesOnlyGrantedSegmentsWithTheGrantedAccess) {
   ASSERT_TRUE(received.valid());
   EXPECT_EQ(::fcntl(received.get(), F_GETFL) & O_ACCMODE, O_RDONLY);
   ::shm_unlink(name.c_str());
+}
+
+TEST_F(IdentityServerTest, OpenOfAFileGrantServesItsDescriptorReadOnly) {
+  const std::string path = dir_.path() + "/w.safetensors";
+  {
+    UniqueFd made(::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600));
+    ASSERT_TRUE(made.valid());
+    ASSERT_EQ(::write(made.get(), "weights", 7), 7);
+  }
+  auto held = std::make_shared<const UniqueFd>(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(held->valid());
+  const std::string name = "/ddo-file-test-" + std::to_string(::getpid());
+  Client client(server_->socket_path());
+  const std::string token = client.Ask("HELLO 1").substr(3);
+  UniqueFd received;
+  const std::string refused = client.Ask("OPEN " + name + " ro", -1, &received);
+  EXPECT_EQ(refused.rfind("ERR ", 0), 0u);
+  EXPECT_EQ(refused.find(name), std::string::npos) << "an ungranted name is not echoed";
+  EXPECT_FALSE(received.valid());
+  SegmentGrant grant = SegmentGrant::File(name, held);
+  grant.writable = true;  // asked for, never given
+  callers_.Grant(token, grant);
+  // Read-write is refused, even though the grant asked for it.
+  const std::string denied = client.Ask("OPEN " + name + " rw", -1, &received);
+  EXPECT_EQ(denied.rfind("ERR ", 0), 0u) << denied;
+  EXPECT_NE(denied.find("read-only"), std::string::npos) << denied;
+  EXPECT_FALSE(received.valid());
+  ASSERT_EQ(client.Ask("OPEN " + name + " ro", -1, &received), "OK");
+  ASSERT_TRUE(received.valid());
+  EXPECT_NE(received.get(), held->get());
+  EXPECT_EQ(::fcntl(received.get(), F_GETFL) & O_ACCMODE, O_RDONLY);
+  struct stat got {};
+  struct stat want {};
+  ASSERT_EQ(::fstat(received.get(), &got), 0);
+  ASSERT_EQ(::fstat(held->get(), &want), 0);
+  EXPECT_EQ(got.st_ino, want.st_ino);
+  EXPECT_EQ(got.st_dev, want.st_dev);
+  char bytes[8] = {};
+  ASSERT_EQ(::pread(received.get(), bytes, 7, 0), 7);
+  EXPECT_EQ(std::string(bytes, 7), "weights");
+  // A grant over a descriptor that could write is never served, not even read-only.
+  auto writable = std::make_shared<const UniqueFd>(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  callers_.Grant(token, SegmentGrant::File(name + "-rw", writable));
+  UniqueFd none;
+  EXPECT_EQ(client.Ask("OPEN " + name + "-rw ro", -1, &none).rfind("ERR ", 0), 0u);
+  EXPECT_FALSE(none.valid());
+  // The file grant is this connection's only.
+  Client other(server_->socket_path());
+  other.Ask("HELLO 1");
+  EXPECT_EQ(other.Ask("OPEN " + name + " ro", -1, &none).rfind("ERR ", 0), 0u);
+  EXPECT_FALSE(none.valid());
 }
 
 TEST_F(IdentityServerTest, ConnectionsPerUidAreBounded) {

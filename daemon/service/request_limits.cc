@@ -245,6 +245,8 @@ absl::Status CheckRequest(const ddo::v1::LoadSafetensorsRequest& request) {
     if (!check.ok()) break;
     check.Text(MapKey("units"), unit.first, kMaxTensorNameBytes, Chars::kPrintable);
   }
+  check.Enum(Field("file_tier"), request.file_tier(),
+             ddo::v1::FileTier_IsValid(request.file_tier()));
   return check.status();
 }
 

@@ -281,6 +281,22 @@ TEST(RequestLimitsTest, LoadSafetensors) {
     r->clear_files();
     for (size_t i = 0; i < n; ++i) r->add_files("/m/a.safetensors");
   });
+  for (ddo::v1::FileTier tier : {ddo::v1::FILE_TIER_AUTO, ddo::v1::FILE_TIER_NEVER,
+                                 ddo::v1::FILE_TIER_PREFER}) {
+    R known = normal;
+    known.set_file_tier(tier);
+    EXPECT_TRUE(CheckRequest(known).ok()) << tier;
+  }
+  // An enum value off the wire (proto3 keeps unknown values) is refused.
+  std::string wire;
+  ASSERT_TRUE(normal.SerializeToString(&wire));
+  wire += std::string("\x50\x07", 2);  // field 10 (file_tier), varint 7
+  R parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire));
+  const absl::Status status = CheckRequest(parsed);
+  EXPECT_TRUE(absl::IsInvalidArgument(status));
+  EXPECT_THAT(status.message(),
+              HasSubstr("LoadSafetensorsRequest.file_tier: 7 is not a known value"));
 }
 
 TEST(RequestLimitsTest, GetAndEvictComponent) {

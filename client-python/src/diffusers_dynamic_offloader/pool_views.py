@@ -1,6 +1,10 @@
 """A component's host pool mapped into this process: its segments copy-on-write, and a
 zero-copy tensor over each entry of its table.
 
+A component's segments are shared-memory segments of the pool, or (ddod's file tier) its
+backing files, mapped read-only (``MAP_PRIVATE``, ``PROT_READ``) with each tensor at its offset
+in the file.
+
 Both ways a process reads a component from ddod's pool start here: an attached component
 (:mod:`.store`, :mod:`.attached`) and a streaming session, whose module is bound to these views
 wherever ddod does not place a weight on the device (:mod:`.streaming`).
@@ -23,23 +27,42 @@ __all__ = ["map_component", "component_views"]
 def map_component(
     info: components_pb2.ComponentInfo, opener: SegmentOpener
 ) -> Tuple[List[SegmentMapping], Dict[str, torch.Tensor]]:
-    """Maps every segment of ``info`` copy-on-write and returns the mappings (the caller
-    closes them) and a view per entry, in table order; on failure nothing stays mapped.
+    """Maps every segment of ``info`` (shared-memory segments copy-on-write, backing files
+    read-only) and returns the mappings (the caller closes them) and a view per entry, in table
+    order; on failure nothing stays mapped.
 
     Raises:
-        DdoError: a segment cannot be mapped, or ddod's layout is inconsistent.
+        DdoError: a segment cannot be mapped, is of a kind this client does not know, or ddod's
+            layout is inconsistent.
     """
     mappings: List[SegmentMapping] = []
     try:
         for segment in info.segments:
-            mappings.append(
-                SegmentMapping(segment.shm_name, segment.size_bytes, writable=False, opener=opener)
-            )
+            mappings.append(_map_segment(segment, opener))
         return mappings, component_views(info, mappings)
     except BaseException:
         for mapping in mappings:
             mapping.close()
         raise
+
+
+def _map_segment(segment: components_pb2.SharedSegment, opener: SegmentOpener) -> SegmentMapping:
+    """One segment of a component, mapped as its kind says."""
+    if segment.kind == components_pb2.SEGMENT_KIND_SHM:
+        return SegmentMapping(segment.shm_name, segment.size_bytes, writable=False, opener=opener)
+    if segment.kind == components_pb2.SEGMENT_KIND_FILE:
+        return SegmentMapping(
+            segment.shm_name,
+            segment.size_bytes,
+            writable=False,
+            opener=opener,
+            what="backing file",
+            backing_file=True,
+        )
+    raise DdoError(
+        f"ddod sent segment {segment.shm_name!r} of kind {segment.kind}, which this client does "
+        f"not know: upgrade diffusers_dynamic_offloader"
+    )
 
 
 def component_views(

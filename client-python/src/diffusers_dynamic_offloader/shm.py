@@ -8,6 +8,11 @@ copies the page it touches into that process's private memory, so it never reach
 another runner and never kills the writer. Memory ddod keeps changing (a session's ring) is
 mapped shared and read-only instead (``copy_on_write=False``), so that every update shows.
 
+A component may also have backing files (ddod's file tier): segments of kind
+``SEGMENT_KIND_FILE``, which have no ``/dev/shm`` file. Their name is only something to ask
+ddod for: ``OPEN <name> ro`` answers a read-only descriptor of the file, and this process maps
+it ``MAP_PRIVATE``, ``PROT_READ`` (``backing_file=True``), its tensors at their file offsets.
+
 A :class:`SegmentOpener` says how this process opens a segment: by its name when ddod runs as
 this user (as before), otherwise, or when the file's permissions refuse it (a group member of
 a root ddod, whose segments are 0600), through ddod itself, which opens the segments it granted
@@ -98,6 +103,25 @@ class SegmentOpener:
         except DdoError as error:
             raise DdoError(f"cannot open the {what} {path} {access}: {error}") from error
 
+    def open_file(self, name: str, what: str = "backing file") -> int:
+        """A read-only descriptor of a component's backing file (a segment of kind
+        ``SEGMENT_KIND_FILE``), always from ddod (``OPEN <name> ro``): such a segment has no
+        file to open by name, and ddod never grants it read-write. The caller closes it.
+
+        Raises:
+            DdoError: the name is invalid, this opener cannot ask ddod, or ddod refused.
+        """
+        segment_path(name)  # the same form as a shared-memory name
+        if self._ask_daemon is None:
+            raise DdoError(
+                f"cannot open the {what} {name}: only ddod serves it (OPEN on the identity "
+                f"socket), and this opener has no connection to ddod"
+            )
+        try:
+            return self._ask_daemon(name, False)
+        except DdoError as error:
+            raise DdoError(f"cannot open the {what} {name} read-only: {error}") from error
+
     def _check_owner(self, fd: int, path: str, what: str) -> None:
         """A segment opened by name must be ddod's: refuses one another user created."""
         if self._daemon_uid is None:
@@ -145,6 +169,7 @@ class SegmentMapping(Closeable):
         copy_on_write: bool = True,
         what: str = "shared-memory segment",
         populate: bool = True,
+        backing_file: bool = False,
     ) -> None:
         """Opens ``/dev/shm/<name>`` (through ``opener``: the client's
         ``rpc.segment_opener``; default: by name) and maps its first ``size`` bytes: read-write
@@ -155,20 +180,30 @@ class SegmentMapping(Closeable):
         writable mapping maps every page at once (an upload writes them all); False for the
         small control segments, whose pages fault in as they are touched.
 
+        ``backing_file``: the segment is a component's backing file (``SEGMENT_KIND_FILE``):
+        opened through ``opener.open_file`` and mapped ``MAP_PRIVATE``, ``PROT_READ`` (a write
+        to a view faults); ``writable`` must be False.
+
         Raises:
             DdoError: the segment does not exist, is not a regular file, is smaller than
                 ``size``, or cannot be mapped; the message names it.
         """
+        if backing_file and writable:
+            raise DdoError(f"the {what} {shm_name} is a backing file: it is mapped read-only")
         self.name = shm_name
-        self.path = segment_path(shm_name)
+        self.path = shm_name if backing_file else segment_path(shm_name)
         self.size = int(size)
         self.writable = writable
-        self.copy_on_write = copy_on_write and not writable
+        self.backing_file = backing_file
+        self.copy_on_write = copy_on_write and not writable and not backing_file
         self._what = what
         self._populate = populate and writable
         if self.size <= 0:
             raise DdoError(f"ddod sent the {what} {shm_name!r} with size {size}")
-        fd = (opener or BY_NAME).open(shm_name, writable, what)
+        opener = opener or BY_NAME
+        fd = opener.open_file(shm_name, what) if backing_file else opener.open(
+            shm_name, writable, what
+        )
         try:
             status = os.fstat(fd)
             if not stat.S_ISREG(status.st_mode):
@@ -185,6 +220,11 @@ class SegmentMapping(Closeable):
         self._unshared_refcount = sys.getrefcount(self._mmap)
 
     def _map(self, fd: int) -> mmap.mmap:
+        if self.backing_file:
+            try:
+                return mmap.mmap(fd, self.size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+            except (OSError, ValueError) as error:
+                raise DdoError(f"cannot map the {self._what} {self.path}: {error}") from error
         if self.copy_on_write:
             try:
                 return mmap.mmap(fd, self.size, flags=mmap.MAP_PRIVATE | _MAP_NORESERVE,
@@ -307,7 +347,10 @@ class SegmentMapping(Closeable):
         return True
 
     def __repr__(self) -> str:
-        mode = "rw" if self.writable else "cow" if self.copy_on_write else "ro"
+        mode = (
+            "file" if self.backing_file
+            else "rw" if self.writable else "cow" if self.copy_on_write else "ro"
+        )
         state = ", closed" if self.closed else ""
         return f"SegmentMapping({self.path!r}, {self.size} bytes, {mode}{state})"
 
