@@ -1,5 +1,7 @@
 #include "daemon/pool/host_pool.h"
 
+#include <algorithm>
+
 #include <dirent.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -53,6 +55,23 @@ void HostPool::CountPinned(uint64_t bytes) {
   pinned_bytes_ += bytes;
 }
 
+bool HostPool::TryHold(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (bytes > options_.budget_bytes || reserved_bytes_ > options_.budget_bytes - bytes) {
+    return false;
+  }
+  reserved_bytes_ += bytes;
+  held_bytes_ += bytes;
+  return true;
+}
+
+void HostPool::ReleaseHold(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t released = std::min(bytes, held_bytes_);
+  held_bytes_ -= released;
+  reserved_bytes_ -= released;
+}
+
 bool HostPool::Fits(uint64_t bytes) const {
   absl::MutexLock lock(&mu_);
   return reserved_bytes_ + Footprint(bytes) <= options_.budget_bytes;
@@ -60,7 +79,7 @@ bool HostPool::Fits(uint64_t bytes) const {
 
 PoolUsage HostPool::Usage() const {
   absl::MutexLock lock(&mu_);
-  return {options_.budget_bytes, reserved_bytes_, pinned_bytes_, segments_};
+  return {options_.budget_bytes, reserved_bytes_, held_bytes_, pinned_bytes_, segments_};
 }
 
 absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes,

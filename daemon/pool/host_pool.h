@@ -77,7 +77,8 @@ struct PoolOptions {
 
 struct PoolUsage {
   uint64_t budget_bytes = 0;
-  uint64_t reserved_bytes = 0;
+  uint64_t reserved_bytes = 0;  // segments and holds
+  uint64_t held_bytes = 0;      // holds: RAM outside the pool's segments (TryHold)
   uint64_t pinned_bytes = 0;
   uint32_t segments = 0;
 };
@@ -107,6 +108,12 @@ class HostPool {
   // SharedSegment::Open otherwise. On failure the budget is as before.
   absl::StatusOr<std::shared_ptr<PoolSegment>> Adopt(const std::string& name);
 
+  // Counts `bytes` of RAM that ddod holds outside the pool's segments (a host-backend session's
+  // slab and ring) against the same budget, so that one RAM budget bounds both: false, with
+  // nothing counted, when they do not fit. ReleaseHold gives them back.
+  bool TryHold(uint64_t bytes);
+  void ReleaseHold(uint64_t bytes);
+
   // The bytes a new allocation of `bytes` would take.
   static uint64_t Footprint(uint64_t bytes) { return RoundUpToSegmentGranularity(bytes); }
   // Whether an allocation of `bytes` would fit now.
@@ -134,6 +141,7 @@ class HostPool {
   mutable absl::Mutex mu_;
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t segments_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

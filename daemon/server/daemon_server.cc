@@ -99,7 +99,8 @@ StreamSessionsOptions StreamSessionsOptionsOf(const DaemonContext& context) {
       context.options.vram_budget_gb ? GiBToBytes(*context.options.vram_budget_gb) : 0;
   streams.host_devices = context.options.host_devices;
   // Host-backend slabs and rings live in RAM beside the pool: bounded like it, so that no
-  // caller can fill the machine's memory with sessions (docs/security.md).
+  // caller can fill the machine's memory with sessions (docs/security.md); they also count in
+  // the pool's budget (host_pool, set once the pool exists), so that both share one budget.
   streams.host_budget_bytes = context.ram_budget_bytes;
   // warm_process (DDO_CACHE_PINNED_WEIGHTS): slabs stay warm for the next runner.
   const auto& env = context.options.setting_environment;
@@ -153,9 +154,11 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   LogMachine(context, system);
 
   DDO_RETURN_IF_ERROR(daemon->OpenPool(system));
+  StreamSessionsOptions streams = StreamSessionsOptionsOf(context);
+  // One RAM budget: host-backend sessions' slabs and rings count in the pool's.
+  streams.host_pool = daemon->pool_.get();
   daemon->streams_ = std::make_unique<StreamSessions>(
-      *daemon->store_, *daemon->session_registry_, *daemon->pool_, context.gpus,
-      StreamSessionsOptionsOf(context));
+      *daemon->store_, *daemon->session_registry_, *daemon->pool_, context.gpus, streams);
   // Callers identify themselves before their first RPC: the identity socket comes first.
   IdentityServerOptions identity;
   identity.socket_path = IdentitySocketPath(socket_path);

@@ -42,26 +42,30 @@ void DeviceBudget::Reservation::Release() {
 
 std::optional<DeviceBudget::Reservation> DeviceBudget::TryReserve(const std::string& device,
                                                                   uint64_t limit_bytes,
-                                                                  uint64_t bytes) {
+                                                                  uint64_t bytes, HostPool* ram) {
   absl::MutexLock lock(&mu_);
-  uint64_t& reserved = reserved_[device];
-  if (limit_bytes != 0 && (bytes > limit_bytes || reserved > limit_bytes - bytes)) {
+  Device& totals = devices_[device];
+  if (limit_bytes != 0 && (bytes > limit_bytes || totals.reserved > limit_bytes - bytes)) {
     return std::nullopt;
   }
-  reserved += bytes;
+  if (ram != nullptr && !ram->TryHold(bytes)) return std::nullopt;
+  totals.ram = ram;
+  totals.reserved += bytes;
   return Reservation(this, device, bytes);
 }
 
 uint64_t DeviceBudget::reserved(const std::string& device) const {
   absl::MutexLock lock(&mu_);
-  auto it = reserved_.find(device);
-  return it == reserved_.end() ? 0 : it->second;
+  auto it = devices_.find(device);
+  return it == devices_.end() ? 0 : it->second.reserved;
 }
 
 void DeviceBudget::GiveBack(const std::string& device, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
-  uint64_t& reserved = reserved_[device];
-  reserved -= std::min(reserved, bytes);
+  Device& totals = devices_[device];
+  const uint64_t returned = std::min(totals.reserved, bytes);
+  totals.reserved -= returned;
+  if (totals.ram != nullptr) totals.ram->ReleaseHold(returned);
 }
 
 }  // namespace ddo

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/pool/host_pool.h"
+
 namespace ddo {
 namespace {
 
@@ -59,6 +61,34 @@ TEST(DeviceBudgetTest, MovedSplitMergedAndReleasedReservationsCountOnce) {
   EXPECT_EQ(budget.reserved("gpu"), 0u);
   DeviceBudget::Reservation too_much = next.Split(5);
   EXPECT_EQ(too_much.bytes(), 0u) << "a split takes at most what is held";
+}
+
+TEST(DeviceBudgetTest, AHostDevicesBytesAreCountedInThePoolsBudgetToo) {
+  PoolOptions options;
+  options.budget_bytes = 100;
+  HostPool ram(options);
+  DeviceBudget budget;
+  {
+    std::optional<DeviceBudget::Reservation> session = budget.TryReserve("cpu", 0, 60, &ram);
+    ASSERT_TRUE(session.has_value());
+    EXPECT_EQ(ram.Usage().held_bytes, 60u);
+    EXPECT_EQ(ram.Usage().reserved_bytes, 60u);
+    EXPECT_FALSE(ram.Fits(41)) << "the pool sees the session's bytes";
+    EXPECT_FALSE(budget.TryReserve("cpu", 0, 41, &ram).has_value()) << "the pool is the limit";
+    EXPECT_EQ(budget.reserved("cpu"), 60u) << "a refusal reserves nothing";
+    EXPECT_EQ(ram.Usage().held_bytes, 60u);
+    // Split and merged shares stay one count in the pool.
+    DeviceBudget::Reservation warm = session->Split(20);
+    EXPECT_EQ(ram.Usage().held_bytes, 60u);
+    warm.Release();
+    EXPECT_EQ(ram.Usage().held_bytes, 40u);
+    EXPECT_EQ(budget.reserved("cpu"), 40u);
+    EXPECT_TRUE(budget.TryReserve("gpu", 0, 1000).has_value()) << "a GPU's bytes are not RAM";
+    EXPECT_EQ(ram.Usage().held_bytes, 40u);
+  }
+  EXPECT_EQ(ram.Usage().held_bytes, 0u);
+  EXPECT_EQ(ram.Usage().reserved_bytes, 0u);
+  EXPECT_EQ(budget.reserved("cpu"), 0u);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // File: daemon/stream/device_table.cc
 #include "daemon/stream/device_table.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -20,6 +21,26 @@ DeviceTable::DeviceTable(GpuInventory gpus, DeviceTableOptions options,
 
 std::string DeviceTable::NewSegmentName(char kind) const {
   return absl::StrCat(segment_prefix_, std::string(1, kind), RandomId().substr(0, 15));
+}
+
+namespace {
+
+// For a host device: what the one RAM budget, shared with the pool, has left.
+std::string RamBudgetNote(const HostPool* ram) {
+  if (ram == nullptr) return "";
+  const PoolUsage usage = ram->Usage();
+  return absl::StrCat("; its bytes are RAM, counted in ddod's RAM budget of ",
+                      FormatBytes(usage.budget_bytes), " with the host pool, which has ",
+                      FormatBytes(usage.budget_bytes - std::min(usage.reserved_bytes,
+                                                                usage.budget_bytes)),
+                      " free (raise --ram-budget-gb or evict components)");
+}
+
+}  // namespace
+
+HostPool* DeviceTable::RamOf(const std::string& device_label) const {
+  const bool host = device_label == "cpu" || absl::StartsWith(device_label, "cpu:");
+  return host ? options_.host_pool : nullptr;
 }
 
 absl::StatusOr<StreamDevice> DeviceTable::Resolve(const std::string& requested) const {
@@ -100,7 +121,8 @@ absl::StatusOr<DeviceRoom> DeviceTable::ReserveRoom(const StreamDevice& device,
       needed += plan.slab_bytes;
     }
     std::optional<DeviceBudget::Reservation> reserved;
-    while (!(reserved = budget_.TryReserve(device.label, device.budget_bytes, needed)) &&
+    while (!(reserved = budget_.TryReserve(device.label, device.budget_bytes, needed,
+                                                  RamOf(device.label))) &&
            DropWarmSlabLocked(device.label, /*spare_prefetched=*/false, &dropped)) {
     }
     if (!reserved) {
@@ -110,7 +132,8 @@ absl::StatusOr<DeviceRoom> DeviceTable::ReserveRoom(const StreamDevice& device,
           FormatBytes(plan.slab_bytes), " + ring ", FormatBytes(plan.ring_bytes()),
           "); ddod's budget there is ", FormatBytes(device.budget_bytes),
           " of which sessions hold ",
-          FormatBytes(budget_.reserved(device.label) - room.reservation.bytes())));
+          FormatBytes(budget_.reserved(device.label) - room.reservation.bytes()),
+          RamBudgetNote(RamOf(device.label))));
     }
     room.reservation.Merge(*std::move(reserved));
     // Recipes are kept per uid, as the keys are (ComponentStore).

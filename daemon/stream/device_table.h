@@ -42,6 +42,10 @@ struct DeviceTableOptions {
   // "cpu" sessions (host backend): a budget of their own per host device; 0: unlimited
   // (ddod sets its RAM budget).
   uint64_t host_budget_bytes = 0;
+  // When set, host-backend sessions' slabs and rings are also counted in this pool's budget
+  // (ddod's one RAM budget: segments, and the RAM its sessions hold beside them). It must
+  // outlive the table.
+  HostPool* host_pool = nullptr;
   // Host-backend devices: "cpu" (also "cpu:0"), then "cpu:1" ... "cpu:<host_devices - 1>",
   // each with its own copy worker and budget.
   int host_devices = 1;
@@ -119,12 +123,16 @@ class DeviceTable {
   bool PutWarm(const std::string& slab_key, WarmSlab& slab);
   std::optional<DeviceBudget::Reservation> TryReserve(const std::string& device,
                                                       uint64_t budget_bytes, uint64_t bytes) {
-    return budget_.TryReserve(device, budget_bytes, bytes);
+    return budget_.TryReserve(device, budget_bytes, bytes, RamOf(device));
   }
 
   // Frees the warm slabs and stops the workers (joins their threads): after the last session
   // closed.
   void Shutdown();
+
+  // The pool a device's bytes are also counted in: the host pool for a host device, none for a
+  // GPU.
+  HostPool* RamOf(const std::string& device_label) const;
 
   // A fresh segment name of `kind` ('s' slab, 'r' ring, 'c' control block, 'b' doorbell).
   std::string NewSegmentName(char kind) const;

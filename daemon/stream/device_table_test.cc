@@ -34,9 +34,11 @@ class DeviceTableTest : public StreamTestBed {
     StreamTestBed::TearDown();
   }
 
-  void Start(uint64_t host_budget_bytes, bool keep_slabs_warm, int host_devices = 1) {
+  void Start(uint64_t host_budget_bytes, bool keep_slabs_warm, int host_devices = 1,
+             HostPool* host_pool = nullptr) {
     DeviceTableOptions options;
     options.host_budget_bytes = host_budget_bytes;
+    options.host_pool = host_pool;
     options.keep_slabs_warm = keep_slabs_warm;
     options.host_devices = host_devices;
     table_ = std::make_unique<DeviceTable>(GpuInventory{}, options, pool_->name_prefix());
@@ -104,6 +106,36 @@ TEST_F(DeviceTableTest, RoomOverTheBudgetIsRefusedWithTheSizesAndHoldsNothing) {
   EXPECT_THAT(room.status().message(), HasSubstr("a session of 'model' needs "));
   EXPECT_THAT(room.status().message(), HasSubstr("ddod's budget there is 64.0 KiB"));
   EXPECT_EQ(table_->reserved("cpu"), 0u);
+  Detach(planned);
+}
+
+TEST_F(DeviceTableTest, AHostSessionsRoomIsCountedInThePoolAndRefusedWhenThePoolIsFull) {
+  Start(/*host_budget_bytes=*/0, /*keep_slabs_warm=*/false, /*host_devices=*/1, pool_.get());
+  Upload("model");
+  Planned planned = AttachAndPlan("model");
+  const uint64_t before = pool_->Usage().reserved_bytes;
+  {
+    absl::StatusOr<DeviceRoom> room = table_->ReserveRoom(Cpu(), planned.attached, planned.plan);
+    ASSERT_TRUE(room.ok()) << room.status();
+    EXPECT_EQ(pool_->Usage().held_bytes, planned.plan.device_bytes());
+    EXPECT_EQ(pool_->Usage().reserved_bytes, before + planned.plan.device_bytes());
+  }
+  EXPECT_EQ(pool_->Usage().held_bytes, 0u) << "the room went with its reservation";
+
+  // Fill the pool's budget with a segment (whole 2 MiB granules): the same room, under 2 MiB,
+  // no longer fits in RAM.
+  ASSERT_LT(planned.plan.device_bytes(), 2 * kMiB);
+  const uint64_t free_bytes = pool_->Usage().budget_bytes - pool_->Usage().reserved_bytes;
+  absl::StatusOr<std::shared_ptr<PoolSegment>> filler =
+      pool_->Allocate(free_bytes / (2 * kMiB) * (2 * kMiB));
+  ASSERT_TRUE(filler.ok()) << filler.status();
+  absl::StatusOr<DeviceRoom> room = table_->ReserveRoom(Cpu(), planned.attached, planned.plan);
+  ASSERT_TRUE(absl::IsResourceExhausted(room.status())) << room.status();
+  EXPECT_THAT(room.status().message(), HasSubstr("counted in ddod's RAM budget of 64.0 MiB"));
+  EXPECT_THAT(room.status().message(), HasSubstr("raise --ram-budget-gb or evict components"));
+  EXPECT_EQ(table_->reserved("cpu"), 0u);
+  EXPECT_EQ(pool_->Usage().held_bytes, 0u);
+  (*filler)->MarkDiscarded();
   Detach(planned);
 }
 
