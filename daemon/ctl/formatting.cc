@@ -162,6 +162,12 @@ std::string FormatStats(const ddo::v1::Stats& stats) {
                          FormatBytes(pool.used_bytes()));
   out += absl::StrFormat("      %d components, %d adopted at start, %d evicted to make room\n",
                          pool.components(), pool.adopted(), pool.evictions());
+  if (pool.file_bytes() > 0 || pool.held_bytes() > 0) {
+    out += absl::StrFormat(
+        "      %s on the file tier in %d backing file(s); %s held outside segments "
+        "(host sessions, staging)\n",
+        FormatBytes(pool.file_bytes()), pool.backing_files(), FormatBytes(pool.held_bytes()));
+  }
   if (!stats.rpcs().empty()) {
     out += absl::StrFormat("%-20s %10s %10s\n", "rpc", "ok", "failed");
     for (const auto& rpc : stats.rpcs()) {
@@ -201,6 +207,10 @@ std::string FormatComponents(const ddo::v1::ListComponentsResponse& components,
         component.pinned() ? "yes" : "no", component.sessions(),
         absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(component.last_used_unix_ms()),
                          absl::LocalTimeZone()));
+    if (component.tier() == ddo::v1::COMPONENT_TIER_FILE) {
+      out += absl::StrFormat("%-*s  on the file tier: read from its files as it streams\n",
+                             static_cast<int>(width), "");
+    }
     if (!component.base_cache_key().empty()) {
       out += absl::StrFormat("%-*s  derived from %s, %d changed tensor%s, %s own\n",
                              static_cast<int>(width), "", Shown(component.base_cache_key()),

@@ -98,6 +98,15 @@ void AppendPoolMetrics(const ddo::v1::PoolStats& pool, Exposition* out) {
            "Components evicted since start: to make room in the pool, or unused past their "
            "keep-alive.",
            pool.evictions());
+  out->One("ddo_pool_file_bytes", "gauge",
+           "Tensor bytes of ready components served from their files (the file tier).",
+           pool.file_bytes());
+  out->One("ddo_pool_backing_files", "gauge",
+           "File descriptors ddod holds for file-tier components.", uint64_t{pool.backing_files()});
+  out->One("ddo_pool_held_bytes", "gauge",
+           "RAM under the pool's budget outside its segments: host sessions' slabs and rings, "
+           "file-tier staging.",
+           pool.held_bytes());
 }
 
 // The streaming totals since start.
@@ -120,6 +129,11 @@ void AppendStreamMetrics(const ddo::v1::StreamTotals& stream, Exposition* out) {
   out->One("ddo_stream_runner_waits_total", "counter",
            "Units published while the runner was blocked waiting for one (stalls).",
            stream.runner_waits());
+  out->One("ddo_stream_file_bytes_read_total", "counter",
+           "Bytes file-tier sessions read from backing files into staging buffers.",
+           stream.file_bytes_read());
+  out->One("ddo_stream_staging_waits_total", "counter",
+           "Times a file-tier unit waited for a free staging buffer.", stream.staging_waits());
 }
 
 // Answered RPCs by method and result.

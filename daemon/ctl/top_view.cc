@@ -43,7 +43,12 @@ void AppendTopHeader(const ddo::v1::DaemonInfo& info, const TopSnapshot& now,
   absl::StrAppend(out, "pool      ", FormatBytes(pool.used_bytes()), " in ", pool.components(),
                   " component(s), ", FormatBytes(pool.reserved_bytes()), " reserved of ",
                   FormatBytes(pool.budget_bytes()), ", ", FormatBytes(pool.pinned_bytes()),
-                  " pinned, ", pool.evictions(), " eviction(s)\n");
+                  " pinned, ", pool.evictions(), " eviction(s)",
+                  pool.file_bytes() > 0
+                      ? absl::StrCat("; files ", FormatBytes(pool.file_bytes()), " (",
+                                     pool.backing_files(), " backing file(s))")
+                      : std::string(),
+                  "\n");
   std::optional<double> rate, waits;
   if (before) {
     rate = Rate(stream.bytes_streamed(), before->stats.stream().bytes_streamed(), elapsed);
@@ -53,7 +58,12 @@ void AppendTopHeader(const ddo::v1::DaemonInfo& info, const TopSnapshot& now,
                   " since start; runner stalls ",
                   waits ? absl::StrFormat("%.1f/s", *waits) : std::string("-"), " (",
                   stream.runner_waits(), " in all); warm slabs ", stream.warm_slab_hits(), " hit, ",
-                  stream.warm_slab_misses(), " missed\n\n");
+                  stream.warm_slab_misses(), " missed",
+                  stream.file_bytes_read() > 0
+                      ? absl::StrCat("; read from files ", FormatBytes(stream.file_bytes_read()),
+                                     ", staging waits ", stream.staging_waits())
+                      : std::string(),
+                  "\n\n");
 }
 
 // One row per session, with its rate since the earlier snapshot.

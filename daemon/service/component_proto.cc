@@ -13,6 +13,26 @@ void AddPlacement(const TensorEntry& tensor, uint32_t segment,
   placement->set_byte_size(tensor.byte_size);
 }
 
+// A file-tier component's layout: a SEGMENT_KIND_FILE segment per backing file, and each
+// tensor placed at its offset in its file (the client maps the files read-only).
+void FileLayoutToProto(const ComponentSnapshot& snapshot, ddo::v1::ComponentInfo* info) {
+  const BackingFiles& files = *snapshot.files;
+  for (size_t index = 0; index < files.files().size(); ++index) {
+    auto* segment = info->add_segments();
+    segment->set_shm_name(BackingFileSegmentName(snapshot.component_id, index));
+    segment->set_size_bytes(files.files()[index].size);
+    segment->set_kind(ddo::v1::SEGMENT_KIND_FILE);
+    segment->set_file_size(files.files()[index].size);
+  }
+  for (size_t index = 0; index < snapshot.tensors.size(); ++index) {
+    TensorEntry placed = snapshot.tensors[index];
+    const FileRange& range = files.ranges()[index];
+    placed.offset = range.offset;
+    AddPlacement(placed, static_cast<uint32_t>(range.file), info->add_placements());
+    ToProto(snapshot.tensors[index], info->add_tensors());
+  }
+}
+
 }  // namespace
 
 void ToProto(const ComponentSnapshot& snapshot, ddo::v1::ComponentRef* ref) {
@@ -39,13 +59,22 @@ void ToProto(const ComponentSnapshot& snapshot, bool with_layout, ddo::v1::Compo
   info->set_base_cache_key(snapshot.base_cache_key);
   info->set_changed_tensors(snapshot.changed_tensors);
   info->set_own_bytes(snapshot.own_bytes);
+  info->set_tier(snapshot.tier == ComponentTier::kFile ? ddo::v1::COMPONENT_TIER_FILE
+                                                       : ddo::v1::COMPONENT_TIER_POOL);
+  info->set_pool_bytes(snapshot.pool_bytes);
+  info->set_file_bytes(snapshot.file_bytes);
   if (!with_layout) {
+    return;
+  }
+  if (snapshot.files != nullptr) {
+    FileLayoutToProto(snapshot, info);
     return;
   }
   for (const ComponentSnapshot::Segment& used : snapshot.segments) {
     auto* segment = info->add_segments();
     segment->set_shm_name(used.name);
     segment->set_size_bytes(used.size);
+    segment->set_kind(ddo::v1::SEGMENT_KIND_SHM);
   }
   for (const TensorEntry& tensor : snapshot.tensors) {
     AddPlacement(tensor, tensor.segment, info->add_placements());

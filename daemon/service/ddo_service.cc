@@ -172,6 +172,9 @@ grpc::Status DdoService::GetStats(grpc::ServerContext* ctx, const ddo::v1::GetSt
     pool->set_components(store.components);
     pool->set_evictions(store.evictions);
     pool->set_adopted(store.adopted);
+    pool->set_file_bytes(store.file_bytes);
+    pool->set_backing_files(store.backing_files);
+    pool->set_held_bytes(usage.held_bytes);
     for (const auto& [method, count] : counters_.Snapshot()) {
       auto* rpc = response->add_rpcs();
       rpc->set_method(method);
@@ -190,6 +193,8 @@ grpc::Status DdoService::GetStats(grpc::ServerContext* ctx, const ddo::v1::GetSt
     stream->set_warm_slab_hits(totals.warm_slab_hits);
     stream->set_warm_slab_misses(totals.warm_slab_misses);
     stream->set_runner_waits(totals.runner_waits);
+    stream->set_file_bytes_read(totals.file_bytes_read);
+    stream->set_staging_waits(totals.staging_waits);
     for (double bound : kLatencyBucketsSeconds) response->add_latency_bucket_seconds(bound);
     return absl::OkStatus();
   });
@@ -478,6 +483,9 @@ grpc::Status DdoService::LoadSafetensors(grpc::ServerContext* ctx,
     DDO_RETURN_IF_ERROR(OpenRequestedFiles(ctx, *request, caller, load));
     load.content_hash = request->content_hash();
     load.units.insert(request->units().begin(), request->units().end());
+    load.file_tier = request->file_tier() == ddo::v1::FILE_TIER_NEVER    ? FileTier::kNever
+                     : request->file_tier() == ddo::v1::FILE_TIER_PREFER ? FileTier::kPrefer
+                                                                         : FileTier::kAuto;
 
     // Progress arrives from the reader threads; the writer takes one message at a time.
     absl::Mutex writer_mu;

@@ -35,6 +35,10 @@ std::string BaseName(const std::string& name) {
   return slash == std::string::npos ? name : name.substr(slash + 1);
 }
 
+std::string BackingFileSegmentName(const std::string& component_id, size_t index) {
+  return absl::StrCat("/ddo-file-", component_id, "-", index);
+}
+
 absl::StatusOr<BackingFiles> BackingFiles::TakeFrom(SafetensorsSet& set, FileSystem* fs) {
   FileSystem& files_fs = fs != nullptr ? *fs : *FileSystem::Default();
   BackingFiles result;

@@ -70,6 +70,12 @@ class BackingFiles {
 // The part of `name` after its last '/' (all of it when there is none).
 std::string BaseName(const std::string& name);
 
+// The name a client asks ddod's identity socket to OPEN for backing file `index` of the
+// component `component_id` (a SEGMENT_KIND_FILE segment of its answers): made up by ddod in the
+// form of a shared-memory name ("/ddo-file-<id>-<index>"), never a path, and served only from
+// the descriptor ddod holds (identity/segment_grant.h).
+std::string BackingFileSegmentName(const std::string& component_id, size_t index);
+
 }  // namespace ddo
 
 #endif  // DDO_DAEMON_STORE_BACKING_FILES_H_

@@ -179,6 +179,7 @@ ComponentSnapshot ComponentStore::SnapshotLocked(const Component& component) con
   const bool in_file = component.info.tier == ComponentTier::kFile;
   snapshot.pool_bytes = in_file ? 0 : component.info.total_bytes;
   snapshot.file_bytes = in_file ? component.info.total_bytes : 0;
+  if (in_file) snapshot.files = component.files;
   return snapshot;
 }
 
@@ -614,6 +615,13 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
     }
     // Other bytes (or the component went meanwhile): on to the ordinary rules below.
   }
+  if (request.file_tier == FileTier::kPrefer) {
+    DDO_ASSIGN_OR_RETURN(LoadResult loaded, LoadFileBacked(lease, request, set,
+                                                           std::move(tensors), sources,
+                                                           cancelled));
+    loaded.seconds = absl::ToDoubleSeconds(absl::Now() - started);
+    return loaded;
+  }
   bool refused_for_room = false;
   absl::StatusOr<RegisterResult> begun =
       BeginUpload(lease, request.cache_key, tensors, request.content_hash, sources, nullptr,
@@ -743,23 +751,14 @@ ComponentStore::FindOwnedLocked(const std::string& cache_key, const Caller& call
 }
 
 absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
-                                                          const std::string& cache_key,
-                                                          bool file_tier_ok) {
+                                                          const std::string& cache_key) {
   absl::MutexLock lock(&mu_);
   auto it = components_.find(KeyOf(lease.caller.uid, cache_key));
   if (it == components_.end() || it->second.info.state != ComponentState::kReady) {
     return absl::NotFoundError(
         absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
   }
-  // The streaming engine reads units from the pool only, for now (DataOf): a file-tier
-  // component is refused to it until it reads them from files too (the file tier's next step).
   const bool in_file = it->second.info.tier == ComponentTier::kFile;
-  if (in_file && !file_tier_ok) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "'", EscapeForDisplay(cache_key), "' is served from its files (it is larger than the ",
-        "host pool can hold), and streaming from files is not supported yet; raise "
-        "--ram-budget-gb"));
-  }
   DDO_ASSIGN_OR_RETURN(const std::string session_id, sessions_.Add(lease, cache_key));
   it->second.info.sessions += 1;
   it->second.info.last_used = Now();

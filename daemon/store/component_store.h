@@ -98,6 +98,8 @@ struct ComponentSnapshot {
   ComponentTier tier = ComponentTier::kPool;
   uint64_t pool_bytes = 0;
   uint64_t file_bytes = 0;
+  // kFile: the backing files (their descriptors stay open while a snapshot holds them).
+  std::shared_ptr<const BackingFiles> files;
 };
 
 
@@ -109,8 +111,9 @@ struct RegisterResult {
 
 // Whether LoadSafetensors may leave a component in its files (the file tier) instead of the
 // pool. kAuto: only when the pool cannot make room for it (MakeRoomLocked would refuse);
-// kNever: that refusal is the answer (RESOURCE_EXHAUSTED, as before the file tier).
-enum class FileTier { kAuto, kNever };
+// kNever: that refusal is the answer (RESOURCE_EXHAUSTED, as before the file tier); kPrefer:
+// always, nothing read into the pool (the streaming sessions read the files).
+enum class FileTier { kAuto, kNever, kPrefer };
 
 struct SafetensorsRequest {
   std::string cache_key;
@@ -226,8 +229,8 @@ class ComponentStore {
   absl::StatusOr<uint64_t> Abort(const std::string& lease_id, const std::string& upload_id);
 
   // Reads safetensors files straight into a new component (or finds it warm), through the
-  // request's descriptors (validated first; see safetensors.h). When the pool cannot make
-  // room for it and request.file_tier is kAuto, the component is READY on the file tier
+  // request's descriptors (validated first; see safetensors.h). When request.file_tier is
+  // kPrefer, or kAuto and the pool cannot make room for it, the component is READY on the file tier
   // instead: nothing is read into the pool, the descriptors are kept (evicting it closes
   // them), a given content hash is checked by streaming the files through a bounded buffer,
   // and it is never another uid's sharing-proof target. `progress` gets
@@ -267,11 +270,9 @@ class ComponentStore {
   // A host session: the component stays until Detach or the lease ends. The component is the
   // lease caller's own (NOT_FOUND otherwise, as if absent); the session is
   // added to the registry (RESOURCE_EXHAUSTED at the uid's limit of sessions).
-  // A file-tier component has no segment (its bytes are read with ComponentBytes::ReadTensor
-  // or ReadRanges): it is attached only when `file_tier_ok` says the caller reads files;
-  // otherwise FAILED_PRECONDITION (the streaming engine reads from the pool only, for now).
-  absl::StatusOr<HostAttachment> AttachHost(const Lease& lease, const std::string& cache_key,
-                                            bool file_tier_ok = false);
+  // A file-tier component has no segment: its attachment's bytes are its backing files
+  // (read with ComponentBytes::ReadTensor or ReadRanges, never DataOf).
+  absl::StatusOr<HostAttachment> AttachHost(const Lease& lease, const std::string& cache_key);
   // Ends a session and lets its component go: NOT_FOUND, or PERMISSION_DENIED unless `caller`
   // runs as the session's uid or is an admin (SessionRegistry::FindFor).
   absl::Status Detach(const std::string& session_id, const Caller& caller);

@@ -142,9 +142,7 @@ TEST_F(FileTierStoreTest, AComponentThatFitsStaysInThePool) {
 
 TEST_F(FileTierStoreTest, BytesReadBackEqualTheFiles) {
   ASSERT_TRUE(Load("big").ok());
-  // The streaming engine does not read files yet: refused unless the caller says it does.
-  EXPECT_TRUE(absl::IsFailedPrecondition(store_->AttachHost(lease_, "big").status()));
-  auto attached = store_->AttachHost(lease_, "big", /*file_tier_ok=*/true);
+  auto attached = store_->AttachHost(lease_, "big");
   ASSERT_TRUE(attached.ok()) << attached.status();
   const ComponentBytes& bytes = attached->bytes;
   ASSERT_NE(bytes.files(), nullptr);
@@ -181,9 +179,12 @@ TEST_F(FileTierStoreTest, EvictionClosesTheDescriptors) {
 
 TEST_F(FileTierStoreTest, AGivenContentHashIsCheckedOnTheFiles) {
   const size_t before = OpenDescriptors();
-  auto good = Load("big", FileTier::kAuto, HashOfPayloads());
-  ASSERT_TRUE(good.ok()) << good.status();
-  EXPECT_EQ(good->component.content_hash, HashOfPayloads());
+  {
+    // (A snapshot of a file-tier component holds its files open while it lives.)
+    auto good = Load("big", FileTier::kAuto, HashOfPayloads());
+    ASSERT_TRUE(good.ok()) << good.status();
+    EXPECT_EQ(good->component.content_hash, HashOfPayloads());
+  }
   ASSERT_TRUE(store_->Evict("big", DaemonCaller()).ok());
   auto bad = Load("big", FileTier::kAuto, "xxh3-64:0123456789abcdef");
   ASSERT_FALSE(bad.ok());

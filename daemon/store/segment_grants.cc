@@ -5,6 +5,13 @@ namespace ddo {
 std::vector<SegmentGrant> ReadGrants(const ComponentSnapshot& component) {
   std::vector<SegmentGrant> grants;
   grants.reserve(component.segments.size());
+  if (component.files != nullptr) {
+    const std::vector<BackingFile>& files = component.files->files();
+    for (size_t index = 0; index < files.size(); ++index) {
+      grants.push_back(SegmentGrant::File(
+          BackingFileSegmentName(component.component_id, index), files[index].fd));
+    }
+  }
   for (const ComponentSnapshot::Segment& segment : component.segments) {
     grants.push_back({segment.name, /*writable=*/false});
   }

@@ -5,6 +5,8 @@
 // rather than in the handlers.
 //   - A component's segments are read-only to everyone, a derived version's shared ones too:
 //     the pool's bytes change only through an upload.
+//   - A file-tier component's backing files are read-only file grants, served from the
+//     descriptors ddod holds (never reopened by path).
 //   - An upload's caller may write the one segment the upload fills, the component's own.
 //
 // Thread-safety: pure functions of their arguments.
@@ -18,7 +20,7 @@
 
 namespace ddo {
 
-// Every segment of `component`, read-only.
+// Every segment (and every backing file) of `component`, read-only.
 std::vector<SegmentGrant> ReadGrants(const ComponentSnapshot& component);
 
 // The segment an upload of `component` writes, read-write (none while it has no segment).

@@ -133,6 +133,9 @@ class DeviceTable {
   // The pool a device's bytes are also counted in: the host pool for a host device, none for a
   // GPU.
   HostPool* RamOf(const std::string& device_label) const;
+  // ddod's one RAM budget (the host pool), whatever the device: a file-tier session's staging
+  // buffers count in it; null in tests that give none.
+  HostPool* host_pool() const { return options_.host_pool; }
 
   // A fresh segment name of `kind` ('s' slab, 'r' ring, 'c' control block, 'b' doorbell).
   std::string NewSegmentName(char kind) const;

@@ -1,8 +1,12 @@
 // File: daemon/stream/stream_session.cc
 #include "daemon/stream/stream_session.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
 
 namespace ddo {
 namespace {
@@ -16,13 +20,14 @@ StreamSession::StreamSession(std::string id, std::string lease_id, std::string c
                              std::string device, std::vector<TensorEntry> tensors,
                              ComponentBytes host, SessionPlan plan,
                              std::shared_ptr<ResidentSlab> slab, bool slab_filled,
-                             std::unique_ptr<SessionDevice> device_memory, ControlBlock control)
+                             std::unique_ptr<SessionDevice> device_memory, ControlBlock control,
+                             std::unique_ptr<StagingBuffers> staging)
     : id_(std::move(id)),
       lease_id_(std::move(lease_id)),
       cache_key_(std::move(cache_key)),
       device_(std::move(device)),
       tensors_(std::move(tensors)),
-      host_(std::move(host)),
+      source_(std::move(host), std::move(staging)),
       plan_(std::move(plan)),
       slab_(std::move(slab)),
       slab_filled_(slab_filled),
@@ -34,7 +39,7 @@ StreamSession::~StreamSession() = default;
 
 absl::Status StreamSession::FillSlab() {
   if (slab_filled_) return absl::OkStatus();
-  if (absl::Status filled = FillResidentSlab(*slab_, plan_.resident, tensors_, host_);
+  if (absl::Status filled = FillResidentSlab(*slab_, plan_.resident, tensors_, source_.host());
       !filled.ok()) {
     return filled;
   }
@@ -47,13 +52,40 @@ absl::Status StreamSession::FillSlab() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The most a slab fill reads from a file at once (through one bounce buffer).
+constexpr uint64_t kSlabReadChunk = uint64_t{16} << 20;
+
+// Copies a tensor that lies in a backing file into the slab, a chunk at a time.
+absl::Status CopyFileTensorToSlab(ResidentSlab& slab, uint64_t slab_offset, size_t index,
+                                  const ComponentBytes& host, std::vector<char>& bounce) {
+  const FileRange& whole = host.files()->ranges()[index];
+  bounce.resize(std::min(kSlabReadChunk, whole.bytes));
+  for (uint64_t done = 0; done < whole.bytes; done += bounce.size()) {
+    const uint64_t bytes = std::min<uint64_t>(bounce.size(), whole.bytes - done);
+    const FileRange part{whole.file, whole.offset + done, bytes};
+    DDO_RETURN_IF_ERROR(host.ReadRanges({part}, bounce.data()));
+    // The slab copies from pageable memory before returning (or synchronously), so the
+    // bounce buffer may be refilled at once.
+    DDO_RETURN_IF_ERROR(slab.Copy(slab_offset + done, bounce.data(), bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status FillResidentSlab(ResidentSlab& slab, const std::vector<PlannedTensor>& resident,
                               const std::vector<TensorEntry>& tensors, const ComponentBytes& host) {
+  std::vector<char> bounce;
   for (const PlannedTensor& placed : resident) {
     const TensorEntry& tensor = tensors[placed.table_index];
     if (tensor.byte_size == 0) continue;
-    if (absl::Status copied = slab.Copy(placed.offset, host.DataOf(tensor), tensor.byte_size);
-        !copied.ok()) {
+    absl::Status copied =
+        host.InFile(placed.table_index)
+            ? CopyFileTensorToSlab(slab, placed.offset, placed.table_index, host, bounce)
+            : slab.Copy(placed.offset, host.DataOf(tensor), tensor.byte_size);
+    if (!copied.ok()) {
       return absl::Status(copied.code(),
                           absl::StrCat("filling the slab with '", tensor.name, "': ", copied.message()));
     }
@@ -172,6 +204,7 @@ bool StreamSession::PublishFinished(bool& published, bool& waiting) {
     }
     const InFlight finished = in_flight_.front();
     in_flight_.pop_front();
+    source_.Release(finished.staged);
     control_.slot_offset(finished.slot).store(finished.ring_offset);
     control_.slot_use(finished.slot).store(finished.use);
     control_.ready().store(finished.use + 1);
@@ -189,6 +222,8 @@ bool StreamSession::PublishFinished(bool& published, bool& waiting) {
     waiting = true;
     return true;
   }
+  source_.Release(sync_staged_);
+  sync_staged_ = {};
   control_.slot_use(sync_slot).store(sync_in_flight_);
   control_.sync_done().store(sync_in_flight_);
   sync_uses_.fetch_add(1);
@@ -213,7 +248,9 @@ std::optional<StreamSession::StepResult> StreamSession::ServeSyncRequest() {
     return StepResult::kWorked;
   }
   if (!*free) return StepResult::kWaitingOnDevice;
-  if (!CopyUnit(unit, sync_slot, plan_.arena_bytes)) return StepResult::kWorked;
+  const CopyResult copied = CopyUnit(unit, sync_slot, plan_.arena_bytes, &sync_staged_);
+  if (copied == CopyResult::kNoStaging) return StepResult::kWaitingOnDevice;
+  if (copied == CopyResult::kFailed) return StepResult::kWorked;
   sync_served_ = request;
   sync_in_flight_ = request;
   return StepResult::kWorked;
@@ -237,32 +274,70 @@ std::optional<StreamSession::StepResult> StreamSession::EnqueueNextUse(bool& wai
   }
   const uint32_t slot = static_cast<uint32_t>(use % plan_.ring_slots);
   const uint64_t ring_offset = room->start % packing_.arena_bytes;
-  if (!CopyUnit(unit, slot, ring_offset)) return StepResult::kWorked;
+  UnitSource::Staged staged;
+  const CopyResult copied = CopyUnit(unit, slot, ring_offset, &staged);
+  if (copied == CopyResult::kNoStaging) {
+    waiting = true;  // a copy in flight holds every staging buffer
+    return std::nullopt;
+  }
+  if (copied == CopyResult::kFailed) return StepResult::kWorked;
   placed_.push_back({use, slot, room->start});
-  in_flight_.push_back({use, slot, ring_offset});
+  in_flight_.push_back({use, slot, ring_offset, staged});
   next_use_ = use + 1;
   return StepResult::kWorked;
 }
 
-bool StreamSession::CopyUnit(uint32_t unit, uint32_t slot, uint64_t ring_offset) {
+StreamSession::CopyResult StreamSession::CopyUnit(uint32_t unit, uint32_t slot,
+                                                  uint64_t ring_offset,
+                                                  UnitSource::Staged* staged) {
   const StreamUnit& planned = plan_.units[unit];
-  for (const PlannedTensor& placed : planned.tensors) {
-    const TensorEntry& tensor = tensors_[placed.table_index];
-    if (absl::Status copied = device_memory_->CopyToRing(ring_offset + placed.offset,
-                                                         host_.DataOf(tensor),
-                                                         tensor.byte_size);
-        !copied.ok()) {
-      Fail(copied);
-      return false;
-    }
+  absl::StatusOr<std::optional<UnitSource::Staged>> source = source_.Stage(planned, tensors_);
+  if (!source.ok()) {
+    Fail(source.status());
+    return CopyResult::kFailed;
   }
-  if (absl::Status ready = device_memory_->MarkReady(slot); !ready.ok()) {
-    Fail(ready);
-    return false;
+  if (!source->has_value()) {
+    staging_waits_.fetch_add(1);
+    return CopyResult::kNoStaging;
   }
+  *staged = **source;
+  absl::Status copied = staged->buffer ? CopyImage(planned, staged->image, ring_offset)
+                                       : CopyInPlace(planned, ring_offset);
+  if (copied.ok()) copied = device_memory_->MarkReady(slot);
+  if (!copied.ok()) {
+    // Whatever the device still reads of the buffer, the session is over: nothing reuses it.
+    Fail(copied);
+    return CopyResult::kFailed;
+  }
+  file_bytes_read_.store(source_.file_bytes_read());
   streamed_bytes_.fetch_add(planned.tensor_bytes);
   streamed_units_.fetch_add(1);
-  return true;
+  return CopyResult::kCopied;
+}
+
+absl::Status StreamSession::CopyInPlace(const StreamUnit& planned, uint64_t ring_offset) {
+  for (const PlannedTensor& placed : planned.tensors) {
+    const TensorEntry& tensor = tensors_[placed.table_index];
+    DDO_RETURN_IF_ERROR(device_memory_->CopyToRing(ring_offset + placed.offset,
+                                                   source_.host().DataOf(tensor),
+                                                   tensor.byte_size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StreamSession::CopyImage(const StreamUnit& planned, const char* image,
+                                      uint64_t ring_offset) {
+  // One copy from the first tensor's start to the last one's end (the gaps are padding).
+  uint64_t begin = UINT64_MAX;
+  uint64_t end = 0;
+  for (const PlannedTensor& placed : planned.tensors) {
+    const uint64_t bytes = tensors_[placed.table_index].byte_size;
+    if (bytes == 0) continue;
+    begin = std::min(begin, placed.offset);
+    end = std::max(end, placed.offset + bytes);
+  }
+  if (end == 0) return absl::OkStatus();
+  return device_memory_->CopyToRing(ring_offset + begin, image + begin, end - begin);
 }
 
 void StreamSession::Fail(const absl::Status& status) {
@@ -289,6 +364,9 @@ StreamSessionStats StreamSession::Stats() {
   stats.slab_bytes_filled = slab_bytes_filled_.load();
   stats.slab_was_warm = slab_was_warm_;
   stats.runner_waits = runner_waits_.load();
+  stats.file_bytes_read = file_bytes_read_.load();
+  stats.staging_bytes = source_.staging_bytes();
+  stats.staging_waits = staging_waits_.load();
   stats.consumed_uses = control_.consumed_uses();
   stats.skipped_uses = control_.skipped_uses();
   {

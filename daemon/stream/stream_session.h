@@ -31,6 +31,8 @@
 #include "daemon/stream/cycle_packing.h"
 #include "daemon/stream/resident_slab.h"
 #include "daemon/stream/session_device.h"
+#include "daemon/stream/staging_buffers.h"
+#include "daemon/stream/unit_source.h"
 #include "daemon/layout/session_plan.h"
 
 namespace ddo {
@@ -47,6 +49,9 @@ struct StreamSessionStats {
   uint64_t slab_bytes_filled = 0;  // 0 for a slab that arrived warm
   bool slab_was_warm = false;
   uint64_t runner_waits = 0;  // units published while the runner was blocked on one
+  uint64_t file_bytes_read = 0;  // read from backing files (the file tier)
+  uint64_t staging_bytes = 0;    // staging buffers held for those reads
+  uint64_t staging_waits = 0;    // times a file unit waited for a free staging buffer
 };
 
 class StreamSession {
@@ -54,7 +59,8 @@ class StreamSession {
   StreamSession(std::string id, std::string lease_id, std::string cache_key, std::string device,
                 std::vector<TensorEntry> tensors, ComponentBytes host,
                 SessionPlan plan, std::shared_ptr<ResidentSlab> slab, bool slab_filled,
-                std::unique_ptr<SessionDevice> device_memory, ControlBlock control);
+                std::unique_ptr<SessionDevice> device_memory, ControlBlock control,
+                std::unique_ptr<StagingBuffers> staging = nullptr);
   StreamSession(const StreamSession&) = delete;
   StreamSession& operator=(const StreamSession&) = delete;
   ~StreamSession();
@@ -94,9 +100,16 @@ class StreamSession {
   const ControlBlock& control() const { return control_; }
 
  private:
-  // Enqueues the copy of one unit to `ring_offset` and the "ready" record of `slot`; false (and
-  // the session marked failed) on a device error.
-  bool CopyUnit(uint32_t unit, uint32_t slot, uint64_t ring_offset);
+  // Enqueues the copy of one unit to `ring_offset` and the "ready" record of `slot`, reading it
+  // into a staging buffer first when it lies in a file (`staged` says which, to release once
+  // the copy finished). kFailed marks the session failed (a device or read error); kNoStaging:
+  // every staging buffer waits on a copy, nothing was done.
+  enum class CopyResult { kCopied, kNoStaging, kFailed };
+  CopyResult CopyUnit(uint32_t unit, uint32_t slot, uint64_t ring_offset,
+                      UnitSource::Staged* staged);
+  // CopyUnit's two ways: each tensor from the pool, or the unit's image from its staging buffer.
+  absl::Status CopyInPlace(const StreamUnit& planned, uint64_t ring_offset);
+  absl::Status CopyImage(const StreamUnit& planned, const char* image, uint64_t ring_offset);
   // Step's parts. Publishes the copies that finished, in use order, and the out-of-schedule
   // one; sets `published`, and `waiting` when a copy is still in flight; false when the
   // session failed.
@@ -135,7 +148,9 @@ class StreamSession {
   const std::string cache_key_;
   const std::string device_;
   const std::vector<TensorEntry> tensors_;
-  const ComponentBytes host_;  // every segment the tensors lie in (a derived version: several)
+  // Where the units' bytes are: every segment the tensors lie in (a derived version: several),
+  // or the backing files read through staging buffers.
+  UnitSource source_;
   const SessionPlan plan_;
   const std::shared_ptr<ResidentSlab> slab_;
   bool slab_filled_;
@@ -155,6 +170,7 @@ class StreamSession {
     uint64_t use;
     uint32_t slot;
     uint64_t ring_offset;
+    UnitSource::Staged staged;  // released once the copy finished
   };
   std::deque<InFlight> in_flight_;  // copies enqueued, not yet published, in use order
   // Uses whose bytes are in the arena, until the runner is done with them, in use order.
@@ -168,6 +184,7 @@ class StreamSession {
   uint64_t next_use_ = 0;
   uint64_t sync_served_ = 0;     // the last request copied
   uint64_t sync_in_flight_ = 0;  // that request, until its copy finished and was published
+  UnitSource::Staged sync_staged_;
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> produced_{0};
   std::atomic<uint64_t> sync_uses_{0};
@@ -175,6 +192,8 @@ class StreamSession {
   std::atomic<uint64_t> streamed_units_{0};
   std::atomic<uint64_t> slab_bytes_filled_{0};
   std::atomic<uint64_t> runner_waits_{0};
+  std::atomic<uint64_t> file_bytes_read_{0};
+  std::atomic<uint64_t> staging_waits_{0};
 };
 
 }  // namespace ddo

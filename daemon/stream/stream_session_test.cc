@@ -6,6 +6,10 @@
 // each tensor's own segment: a derived version's tensors lie in several).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -18,6 +22,7 @@
 #include "daemon/stream/control_block.h"
 #include "daemon/stream/stream_session.h"
 #include "daemon/stream/stream_worker.h"
+#include "daemon/stream/unit_source.h"
 
 namespace ddo {
 namespace {
@@ -139,11 +144,13 @@ class TestRunner {
 // A component of `units` Linear weights (each distinct bytes) in a pool segment, and a
 // session streaming it on the host backend. `derived`: laid out as a derived version, the
 // weights of odd units and the biases of even ones in a second segment (its base's, other
-// bytes at the same offsets), so that a copy from the wrong segment shows.
+// bytes at the same offsets), so that a copy from the wrong segment shows. `from_files`: the
+// session reads the component from a file holding the segment's bytes (the file tier), through
+// staging buffers counted in `pool`; the runner still checks against the segment.
 class StreamFixture {
  public:
   StreamFixture(HostPool& pool, StreamWorker& worker, int units, uint32_t slots,
-                bool derived = false) {
+                bool derived = false, bool from_files = false) {
     for (int u = 0; u < units; ++u) {
       TensorEntry weight;
       weight.name = absl::StrCat("blocks.", u, ".linear.weight");
@@ -175,6 +182,8 @@ class StreamFixture {
       }
     }
     bytes = ComponentBytes(segments);
+    ComponentBytes session_bytes = bytes;
+    if (from_files) session_bytes = FileCopyOf(total);
     StreamSettings settings = *ParseStreamSettings(
         {{"DDO_SMALL_TENSOR_THRESHOLD_KB", "0"}, {"DDO_RING_SLOTS", absl::StrCat(slots)}});
     SessionPlan plan = *PlanSession(tensors, streamable, settings);
@@ -185,9 +194,10 @@ class StreamFixture {
         *OpenHostSlab(pool.name_prefix() + "s" + RandomId().substr(0, 15), plan.slab_bytes);
     auto control = *ControlBlock::Create(pool.name_prefix() + "c" + RandomId().substr(0, 15),
                                          plan.ring_slots, plan.units.size(), plan.arena_bytes);
-    session = std::make_shared<StreamSession>(RandomId(), "lease", "key", "cpu", tensors, bytes,
-                                              std::move(plan), slab, /*slab_filled=*/false,
-                                              std::move(memory), std::move(control));
+    auto staging = *StagingFor(session_bytes, plan, /*pin=*/false, &pool);
+    session = std::make_shared<StreamSession>(
+        RandomId(), "lease", "key", "cpu", tensors, session_bytes, std::move(plan), slab,
+        /*slab_filled=*/false, std::move(memory), std::move(control), std::move(staging));
     EXPECT_TRUE(session->FillSlab().ok());
     (void)session->device_memory().Export(&memory_export);
     (void)session->slab()->Export(&memory_export);
@@ -200,6 +210,28 @@ class StreamFixture {
     // The component's segments leave /dev/shm.
     if (host != nullptr) host->MarkDiscarded();
     if (base != nullptr) base->MarkDiscarded();
+    if (!file_path.empty()) ::unlink(file_path.c_str());
+  }
+
+  // The component's bytes as a file-tier component has them: a file holding the segment's
+  // first `total` bytes, each tensor at its segment offset.
+  ComponentBytes FileCopyOf(uint64_t total) {
+    file_path = absl::StrCat("/tmp/ddo-stream-test-", RandomId().substr(0, 12));
+    std::FILE* file = std::fopen(file_path.c_str(), "wb");
+    EXPECT_NE(file, nullptr);
+    EXPECT_EQ(std::fwrite(host->data(), 1, total, file), total);
+    std::fclose(file);
+    SafetensorsSet set;
+    SafetensorsFile& only = set.files.emplace_back();
+    only.name = file_path;
+    only.fd = UniqueFd(::open(file_path.c_str(), O_RDONLY | O_CLOEXEC));
+    for (const TensorEntry& tensor : tensors) {
+      only.tensors.push_back({tensor.name, tensor.dtype, tensor.shape, tensor.offset,
+                              tensor.byte_size});
+    }
+    auto files = BackingFiles::TakeFrom(set);
+    EXPECT_TRUE(files.ok()) << files.status();
+    return ComponentBytes(std::make_shared<const BackingFiles>(*std::move(files)));
   }
 
   std::vector<TensorEntry> tensors;
@@ -210,6 +242,7 @@ class StreamFixture {
   std::shared_ptr<StreamSession> session;
   DeviceExport memory_export;
   std::unique_ptr<TestRunner> runner;
+  std::string file_path;  // `from_files` only
 };
 
 class StreamSessionTest : public ::testing::Test {
@@ -402,6 +435,65 @@ TEST_F(StreamSessionTest, ClosingWakesAWaitingRunner) {
   EXPECT_LT(absl::Now() - closed, absl::Seconds(1));
   EXPECT_EQ(result.code(), absl::StatusCode::kCancelled) << result;
   EXPECT_EQ(fixture.runner->state(), static_cast<uint32_t>(SessionState::kClosed));
+}
+
+TEST_F(StreamSessionTest, AFileTierComponentStreamsExactBytesThroughStaging) {
+  for (uint32_t slots : {2u, 5u}) {
+    StreamFixture fixture(*pool_, *worker_, 7, slots, /*derived=*/false, /*from_files=*/true);
+    // The staging buffers are RAM under the pool's budget while the session lives.
+    const uint64_t staging = fixture.session->Stats().staging_bytes;
+    EXPECT_EQ(staging, kFileStagingBuffers * fixture.session->plan().slot_bytes);
+    EXPECT_EQ(pool_->Usage().held_bytes, staging);
+    ASSERT_TRUE(fixture.session->SetSchedule(Iota(7)).ok());
+    fixture.runner->SetSchedule(Iota(7));
+    worker_->Ring();
+    for (int step = 0; step < 30; ++step) {
+      for (uint32_t unit = 0; unit < 7; ++unit) {
+        auto served = fixture.runner->Use(unit);
+        ASSERT_TRUE(served.ok()) << served.status() << " step " << step << " unit " << unit;
+        EXPECT_EQ(*served, TestRunner::Served::kInSchedule);
+      }
+    }
+    const StreamSessionStats stats = fixture.session->Stats();
+    EXPECT_GE(stats.file_bytes_read, stats.streamed_bytes);
+    EXPECT_GE(stats.streamed_bytes, 30 * fixture.session->plan().streamed_bytes);
+    worker_->Remove(fixture.session->id());
+    fixture.session->Close(SessionState::kClosed);
+    fixture.session.reset();
+    EXPECT_EQ(pool_->Usage().held_bytes, 0u);
+  }
+}
+
+TEST_F(StreamSessionTest, AFileTierComponentServesOutOfScheduleUnitsAndFillsItsSlab) {
+  StreamFixture fixture(*pool_, *worker_, 6, 2, /*derived=*/false, /*from_files=*/true);
+  // The slab (the biases) was filled from the file.
+  auto slab = SharedSegment::Open(fixture.memory_export.resident_slab_shm);
+  ASSERT_TRUE(slab.ok()) << slab.status();
+  for (const PlannedTensor& placed : fixture.session->plan().resident) {
+    const TensorEntry& tensor = fixture.tensors[placed.table_index];
+    EXPECT_EQ(std::memcmp(slab->data() + placed.offset, fixture.bytes.DataOf(tensor),
+                          tensor.byte_size), 0) << tensor.name;
+  }
+  for (uint32_t unit = 0; unit < 6; ++unit) {
+    auto served = fixture.runner->Use(unit);
+    ASSERT_TRUE(served.ok()) << served.status();
+    EXPECT_EQ(*served, TestRunner::Served::kOutOfSchedule);
+  }
+  worker_->Remove(fixture.session->id());
+}
+
+TEST_F(StreamSessionTest, AFileThatShrankFailsTheSessionNotTheDaemon) {
+  StreamFixture fixture(*pool_, *worker_, 6, 2, /*derived=*/false, /*from_files=*/true);
+  ASSERT_EQ(::truncate(fixture.file_path.c_str(), 100), 0);
+  ASSERT_TRUE(fixture.session->SetSchedule(Iota(6)).ok());
+  fixture.runner->SetSchedule(Iota(6));
+  worker_->Ring();
+  absl::Status result;
+  for (int use = 0; use < 12 && result.ok(); ++use) result = fixture.runner->Use(use % 6).status();
+  EXPECT_EQ(result.code(), absl::StatusCode::kCancelled) << result;
+  EXPECT_EQ(fixture.runner->state(), static_cast<uint32_t>(SessionState::kFailed));
+  EXPECT_TRUE(fixture.session->Stats().failed);
+  worker_->Remove(fixture.session->id());
 }
 
 }  // namespace

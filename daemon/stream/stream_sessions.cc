@@ -52,7 +52,13 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
   DDO_ASSIGN_OR_RETURN(StreamDevice device, devices_.Resolve(requested_device));
   const ComponentName name{attached.component.owner_uid, attached.component.cache_key,
                            attached.component.base_cache_key};
-  if (device.ordinal >= 0 && !attached.bytes.AllPinned()) {
+  if (attached.bytes.files() != nullptr) {
+    plan.decisions.push_back(
+        {"host_memory", "backing files",
+         absl::StrCat("the component is on the file tier: each streamed unit is read from its ",
+                      "files into one of ", kFileStagingBuffers, " staging buffers",
+                      device.ordinal >= 0 ? " (pinned)" : "", ", then copied")});
+  } else if (device.ordinal >= 0 && !attached.bytes.AllPinned()) {
     plan.decisions.push_back({"host_memory", "not pinned",
                               "copies from pageable memory are staged by the driver (slower)"});
   }
@@ -69,11 +75,14 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
                        ControlBlock::Create(devices_.NewSegmentName('c'), plan.ring_slots,
                                             static_cast<uint32_t>(plan.units.size()),
                                             plan.arena_bytes));
+  DDO_ASSIGN_OR_RETURN(std::unique_ptr<StagingBuffers> staging,
+                       StagingFor(attached.bytes, plan, /*pin=*/device.ordinal >= 0,
+                                  devices_.host_pool()));
   DDO_ASSIGN_OR_RETURN(StreamWorker * worker, devices_.WorkerFor(device));
   auto session = std::make_shared<StreamSession>(
       attached.session_id, lease.id, name.cache_key, device.label, attached.component.tensors,
       attached.bytes, std::move(plan), room.slab, room.slab_warm, std::move(memory),
-      std::move(control));
+      std::move(control), std::move(staging));
   const absl::Time fill_start = absl::Now();
   DDO_RETURN_IF_ERROR(session->FillSlab());
   const double fill_seconds = absl::ToDoubleSeconds(absl::Now() - fill_start);
@@ -159,6 +168,8 @@ void AddTo(StreamTotals& totals, const StreamSessionStats& stats) {
   totals.slab_bytes_filled += stats.slab_bytes_filled;
   (stats.slab_was_warm ? totals.warm_slab_hits : totals.warm_slab_misses) += 1;
   totals.runner_waits += stats.runner_waits;
+  totals.file_bytes_read += stats.file_bytes_read;
+  totals.staging_waits += stats.staging_waits;
 }
 
 }  // namespace
@@ -181,7 +192,9 @@ StreamTotals StreamSessions::Totals() {
                              {&totals.slab_bytes_filled, &last_totals_.slab_bytes_filled},
                              {&totals.warm_slab_hits, &last_totals_.warm_slab_hits},
                              {&totals.warm_slab_misses, &last_totals_.warm_slab_misses},
-                             {&totals.runner_waits, &last_totals_.runner_waits}}) {
+                             {&totals.runner_waits, &last_totals_.runner_waits},
+                             {&totals.file_bytes_read, &last_totals_.file_bytes_read},
+                             {&totals.staging_waits, &last_totals_.staging_waits}}) {
     *field = std::max(*field, *last);
     *last = *field;
   }

@@ -76,6 +76,8 @@ struct StreamTotals {
   uint64_t warm_slab_hits = 0;
   uint64_t warm_slab_misses = 0;
   uint64_t runner_waits = 0;
+  uint64_t file_bytes_read = 0;
+  uint64_t staging_waits = 0;
 };
 
 class StreamSessions {

@@ -84,14 +84,14 @@ def two_files(tmp_path):
     return entries
 
 
-def test_file_segments_are_mapped_read_only_and_viewed_at_their_file_offsets(two_files):
+def test_file_segments_are_mapped_copy_on_write_and_viewed_at_their_file_offsets(two_files):
     info = file_component(two_files)
     opener = FileOpener({f"/ddo-file-test-{i}": path for i, (path, _, _) in enumerate(two_files)})
     mappings, views = map_component(info, opener)
     try:
         # Each file asked for once, read-only, through ddod's OPEN (never by a /dev/shm name).
         assert sorted(opener.asked) == [("/ddo-file-test-0", False), ("/ddo-file-test-1", False)]
-        assert all(m.backing_file and not m.writable and not m.copy_on_write for m in mappings)
+        assert all(m.backing_file and not m.writable and m.copy_on_write for m in mappings)
         expected = {name: t for _, tensors, _ in two_files for name, t in tensors.items()}
         assert list(views) == list(expected)
         for name, tensor in expected.items():
@@ -104,6 +104,13 @@ def test_file_segments_are_mapped_read_only_and_viewed_at_their_file_offsets(two
             f.seek(offset)
             f.write(torch.full((1,), 2.5, dtype=torch.float16).view(torch.uint8).numpy().tobytes())
         assert views["head.weight"][0, 0].item() == 2.5
+        # A runner that writes a weight changes its own copy of the page, never the file.
+        views["head.weight"][0, 0] = 7.0
+        assert views["head.weight"][0, 0].item() == 7.0
+        with open(path, "rb") as f:
+            f.seek(offset)
+            assert f.read(2) == torch.full((1,), 2.5, dtype=torch.float16).view(
+                torch.uint8).numpy().tobytes()
     finally:
         for mapping in mappings:
             mapping.close()

@@ -66,6 +66,9 @@ struct TensorSpec {
 struct Segment {
   std::string shm_name;
   uint64_t size_bytes = 0;
+  // A component's backing file (ddod's file tier, SEGMENT_KIND_FILE): no /dev/shm file; opened
+  // only through ddod (open_backing_file), read-only, its placements at file offsets.
+  bool backing_file = false;
 };
 
 // Where a tensor's bytes are: `segment` indexes the segments of the same answer.
@@ -308,6 +311,9 @@ class DDO_CLIENT_API RpcClient {
   // owner checked), else by ddod on the identity socket (OPEN; only segments granted to this
   // client's earlier calls).
   StatusOr<UniqueFd> open_segment(const std::string& shm_name, bool writable);
+  // A read-only descriptor of a component's backing file (a Segment with backing_file), always
+  // from ddod (OPEN on the identity socket): such a segment has no file to open by name.
+  StatusOr<UniqueFd> open_backing_file(const std::string& shm_name);
 
   struct Impl;
 

@@ -11,7 +11,8 @@ namespace ddo {
 // Beside the public overloads (not in an anonymous namespace), so that AllFromProto's
 // unqualified FromProto finds them all.
 static Segment FromProto(const ddo::v1::SharedSegment& segment) {
-  return Segment{segment.shm_name(), segment.size_bytes()};
+  return Segment{segment.shm_name(), segment.size_bytes(),
+                 segment.kind() == ddo::v1::SEGMENT_KIND_FILE};
 }
 
 static Placement FromProto(const ddo::v1::TensorPlacement& placement) {

@@ -357,4 +357,18 @@ StatusOr<UniqueFd> RpcClient::open_segment(const std::string& shm_name, bool wri
   return *std::move(fd);
 }
 
+StatusOr<UniqueFd> RpcClient::open_backing_file(const std::string& shm_name) {
+  if (!IsSegmentName(shm_name)) {
+    return Status(StatusCode::kInvalidArgument,
+                  absl::StrCat("'", shm_name, "' is not a backing file's name"));
+  }
+  absl::StatusOr<UniqueFd> fd = impl_->identity->OpenSegment(shm_name, /*writable=*/false);
+  if (!fd.ok()) {
+    return Status(static_cast<StatusCode>(fd.status().code()),
+                  absl::StrCat("cannot open the backing file ", shm_name, " read-only: ",
+                               fd.status().message()));
+  }
+  return *std::move(fd);
+}
+
 }  // namespace ddo

@@ -12,7 +12,9 @@ namespace ddo::detail {
 std::map<std::string, torch::Tensor> MapComponent(RpcClient& rpc, const ComponentInfo& component) {
   std::vector<std::shared_ptr<SharedMapping>> mappings;
   for (const Segment& segment : component.segments) {
-    UniqueFd fd = ValueOrThrow(rpc.open_segment(segment.shm_name, /*writable=*/false));
+    UniqueFd fd = ValueOrThrow(segment.backing_file
+                                   ? rpc.open_backing_file(segment.shm_name)
+                                   : rpc.open_segment(segment.shm_name, /*writable=*/false));
     mappings.push_back(ValueOrThrow(SharedMapping::Map(fd.get(), segment.size_bytes,
                                                        MapMode::kCopyOnWrite, segment.shm_name)));
   }

@@ -381,6 +381,7 @@ class DdoClient(Closeable):
         log: Optional["LogFunction"] = None,
         stall_timeout: Optional[float] = None,
         keep_alive: Optional[Union[float, str]] = None,
+        file_tier: str = "auto",
     ) -> "Component":
         """Has ddod read safetensors files (or a model folder) into its pool; see
         :func:`diffusers_dynamic_offloader.store.load_safetensors`."""
@@ -397,6 +398,7 @@ class DdoClient(Closeable):
             log=log,
             stall_timeout=stall_timeout,
             keep_alive=keep_alive,
+            file_tier=file_tier,
         )
         self.stored_keys.add(cache_key)
         return stored

@@ -32,6 +32,10 @@ class Component:
         changed_tensors: For a derived version: the tensors it stores anew.
         own_bytes: The pool bytes this component holds itself (a derived version shares the
             rest with its base).
+        tier: Where its bytes are: ``"POOL"`` (ddod's host pool) or ``"FILE"`` (the
+            safetensors files it was loaded from, which ddod reads as it streams: the file tier).
+        pool_bytes: Bytes of its tensors in the host pool.
+        file_bytes: Bytes of its tensors read from its files.
     """
 
     cache_key: str
@@ -51,6 +55,9 @@ class Component:
     base_cache_key: str = ""
     changed_tensors: int = 0
     own_bytes: int = 0
+    tier: str = "POOL"
+    pool_bytes: int = 0
+    file_bytes: int = 0
     info: components_pb2.ComponentInfo = field(
         default_factory=components_pb2.ComponentInfo, repr=False, compare=False
     )
@@ -79,6 +86,9 @@ class Component:
             base_cache_key=getattr(info, "base_cache_key", ""),
             changed_tensors=getattr(info, "changed_tensors", 0),
             own_bytes=getattr(info, "own_bytes", 0) or info.ref.total_bytes,
+            tier=components_pb2.ComponentTier.Name(info.tier).replace("COMPONENT_TIER_", ""),
+            pool_bytes=info.pool_bytes,
+            file_bytes=info.file_bytes,
             info=info,
         )
 

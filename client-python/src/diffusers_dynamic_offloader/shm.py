@@ -11,7 +11,7 @@ mapped shared and read-only instead (``copy_on_write=False``), so that every upd
 A component may also have backing files (ddod's file tier): segments of kind
 ``SEGMENT_KIND_FILE``, which have no ``/dev/shm`` file. Their name is only something to ask
 ddod for: ``OPEN <name> ro`` answers a read-only descriptor of the file, and this process maps
-it ``MAP_PRIVATE``, ``PROT_READ`` (``backing_file=True``), its tensors at their file offsets.
+it copy-on-write (``MAP_PRIVATE``; ``backing_file=True``), its tensors at their file offsets.
 
 A :class:`SegmentOpener` says how this process opens a segment: by its name when ddod runs as
 this user (as before), otherwise, or when the file's permissions refuse it (a group member of
@@ -181,8 +181,9 @@ class SegmentMapping(Closeable):
         small control segments, whose pages fault in as they are touched.
 
         ``backing_file``: the segment is a component's backing file (``SEGMENT_KIND_FILE``):
-        opened through ``opener.open_file`` and mapped ``MAP_PRIVATE``, ``PROT_READ`` (a write
-        to a view faults); ``writable`` must be False.
+        opened through ``opener.open_file`` (always from ddod, read-only) and mapped
+        copy-on-write like a segment, or ``PROT_READ`` with ``copy_on_write=False`` (a write to a
+        view faults); ``writable`` must be False.
 
         Raises:
             DdoError: the segment does not exist, is not a regular file, is smaller than
@@ -195,7 +196,7 @@ class SegmentMapping(Closeable):
         self.size = int(size)
         self.writable = writable
         self.backing_file = backing_file
-        self.copy_on_write = copy_on_write and not writable and not backing_file
+        self.copy_on_write = copy_on_write and not writable
         self._what = what
         self._populate = populate and writable
         if self.size <= 0:
@@ -220,19 +221,20 @@ class SegmentMapping(Closeable):
         self._unshared_refcount = sys.getrefcount(self._mmap)
 
     def _map(self, fd: int) -> mmap.mmap:
-        if self.backing_file:
-            try:
-                return mmap.mmap(fd, self.size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
-            except (OSError, ValueError) as error:
-                raise DdoError(f"cannot map the {self._what} {self.path}: {error}") from error
         if self.copy_on_write:
             try:
                 return mmap.mmap(fd, self.size, flags=mmap.MAP_PRIVATE | _MAP_NORESERVE,
                                  prot=mmap.PROT_READ | mmap.PROT_WRITE)
             except OSError:
                 # Strict overcommit (vm.overcommit_memory=2) charges a private mapping in full:
-                # map it shared and read-only instead (the client guards its writes).
+                # map it read-only instead (the client guards its writes).
                 self.copy_on_write = False
+        if self.backing_file:
+            # Never shared: the file is the client's, and ddod's descriptor is read-only.
+            try:
+                return mmap.mmap(fd, self.size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+            except (OSError, ValueError) as error:
+                raise DdoError(f"cannot map the {self._what} {self.path}: {error}") from error
         protection = mmap.PROT_READ | (mmap.PROT_WRITE if self.writable else 0)
         flags = mmap.MAP_SHARED | (_MAP_POPULATE if self._populate else 0)
         try:

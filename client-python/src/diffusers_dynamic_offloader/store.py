@@ -522,6 +522,14 @@ def _keep_alive_seconds(keep_alive: Optional[Union[float, str]]) -> int:
     return int(keep_alive)
 
 
+# load_safetensors's file_tier argument.
+_FILE_TIERS = {
+    "auto": components_pb2.FILE_TIER_AUTO,
+    "never": components_pb2.FILE_TIER_NEVER,
+    "prefer": components_pb2.FILE_TIER_PREFER,
+}
+
+
 def load_safetensors(
     rpc: RpcChannel,
     cache_key: str,
@@ -534,6 +542,7 @@ def load_safetensors(
     log: Optional[LogFunction] = None,
     stall_timeout: Optional[float] = None,
     keep_alive: Optional[Union[float, str]] = None,
+    file_tier: str = "auto",
 ) -> Component:
     """Has ddod read ``*.safetensors`` files into its pool under ``cache_key``.
 
@@ -556,9 +565,14 @@ def load_safetensors(
             the larger of 60 s and 12 client timeouts).
         keep_alive: Seconds without a session after which ddod evicts the component, or
             ``"never"``; None: ddod's ``--keep-alive`` (docs/deploy.md).
+        file_tier: ``"auto"``: when the pool cannot hold the component, ddod keeps it in its
+            files (the file tier: nothing read into the pool; sessions read the files as they
+            stream); ``"never"``: refuse instead (RESOURCE_EXHAUSTED); ``"prefer"``: always
+            keep it in its files.
 
     Returns:
-        The READY component; ``warm_hit`` says whether it was already in the pool.
+        The READY component; ``warm_hit`` says whether it was already in the pool, ``tier``
+        where its bytes are (``"POOL"`` or ``"FILE"``).
 
     Raises:
         InputFileError: an input is missing, unreadable, a FIFO or device, a folder without
@@ -576,6 +590,11 @@ def load_safetensors(
             f"content_hash={content_hash!r} is not of the form 'xxh3-64:<16 lowercase hex>'"
         )
     keep_alive_seconds = _keep_alive_seconds(keep_alive)
+    tier = _FILE_TIERS.get(file_tier)
+    if tier is None:
+        raise ConfigurationError(
+            f"file_tier={file_tier!r}: use one of {', '.join(sorted(_FILE_TIERS))}"
+        )
     inputs = SafetensorsInputs.open(list(paths), index_file)
     passed = inputs.names_and_paths()
     try:
@@ -591,6 +610,7 @@ def load_safetensors(
         content_hash=content_hash,
         units=dict(units or {}),
         keep_alive_seconds=keep_alive_seconds,
+        file_tier=tier,
     )
     with ProgressReporter(cache_key, progress=progress, log=log) as reporter:
         begun = False
@@ -618,6 +638,11 @@ def load_safetensors(
             reporter.message(
                 f"ddo: {cache_key!r} is already in the pool ({format_bytes(total)}): "
                 "nothing to load"
+            )
+        elif final.component.tier == components_pb2.COMPONENT_TIER_FILE:
+            reporter.message(
+                f"ddo: {cache_key!r} ({format_bytes(total)}) stays in its files (the file "
+                "tier): ddod reads them as it streams"
             )
         else:
             reporter.finish("loaded", count=total, seconds=final.seconds or seconds)

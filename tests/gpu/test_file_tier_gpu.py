@@ -1,0 +1,152 @@
+"""GPU only: the file tier (issue 33) on the CUDA backend.
+
+A ddod whose RAM budget (``--ram-budget-gb 0.5``) is smaller than the model keeps it in its
+safetensors file (tier FILE); its CUDA sessions read each streamed unit from the file into
+page-locked staging buffers and copy it to the ring. Two models:
+
+1. a real FluxTransformer2DModel (tests/gpu/small_flux.py's size, about 1.2 GB in bf16),
+   saved by Diffusers itself (``save_pretrained``) and loaded from that folder by ddod;
+2. a tower of bf16 Linears twice the budget.
+
+Each streams bitwise equal to the same module all on the GPU, with both consumers (python,
+cpp), and ddod's pool holds none of it.
+
+    DDO_DDOD_BINARY=.bundle/bin/ddod PYTHONPATH=.device-deps/src:client-python/src \\
+      python3 -m pytest -v tests/gpu/test_file_tier_gpu.py
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "python"))
+
+from conftest import _find_ddod  # noqa: E402
+from streaming_support import CONSUMERS, use_consumer  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+DEVICE = "cuda:0"
+BF16 = torch.bfloat16
+BUDGET_GB = 0.5
+SETTINGS = {"DDO_RESIDENT_MODULE_BUDGET_GB": "0"}
+
+
+@pytest.fixture(scope="module")
+def small_ram_client():
+    """A ddod with a 0.5 GiB RAM budget (CUDA backend) and a client of it."""
+    from diffusers_dynamic_offloader import DdoClient
+    from support import start_ddod
+
+    binary = _find_ddod()
+    if binary is None:
+        pytest.skip("no ddod binary")
+    lib = binary.parent.parent / "lib"
+    saved = os.environ.get("LD_LIBRARY_PATH")
+    if lib.is_dir():
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(lib), saved]))
+    work = tempfile.mkdtemp(prefix="ddo-ft-", dir="/tmp")
+    try:
+        daemon = start_ddod(str(binary), os.path.join(work, "ddod.sock"),
+                            os.path.join(work, "ddod.log"), "--state-dir",
+                            os.path.join(work, "state"), "--discard", "--ram-budget-gb",
+                            str(BUDGET_GB))
+    finally:
+        if saved is None:
+            os.environ.pop("LD_LIBRARY_PATH", None)
+        else:
+            os.environ["LD_LIBRARY_PATH"] = saved
+    with DdoClient.connect(daemon.address, timeout=60) as client:
+        yield client, work
+    code = daemon.terminate()
+    log_tail = daemon.log()[-4000:]
+    shutil.rmtree(work, ignore_errors=True)
+    assert code == 0, f"ddod exited with {code}; log tail:\n{log_tail}"
+
+
+@pytest.fixture(autouse=True, params=CONSUMERS)
+def consumer(request, monkeypatch) -> str:
+    use_consumer(monkeypatch, request.param)
+    return request.param
+
+
+def test_a_diffusers_flux_saved_by_diffusers_streams_from_its_file(small_ram_client, consumer):
+    diffusers = pytest.importorskip("diffusers")
+    from small_flux import TRANSFORMER, transformer_inputs
+
+    client, work = small_ram_client
+    torch.manual_seed(0)
+    model = diffusers.FluxTransformer2DModel(**TRANSFORMER).to(BF16).eval().requires_grad_(False)
+    folder = os.path.join(work, f"flux-{consumer}")
+    model.save_pretrained(folder)  # Diffusers' own safetensors
+    reference = model.to(DEVICE)
+    with torch.no_grad():
+        expected = reference(**transformer_inputs())[0]
+    model = reference.to("cpu")
+    torch.cuda.empty_cache()
+
+    key = f"file-tier/flux-{consumer}"
+    loaded = client.load_safetensors(key, folder, progress=False)
+    assert loaded.tier == "FILE" and loaded.pool_bytes == 0
+    with client.stream(model, key, device=DEVICE, settings=SETTINGS) as session:
+        assert session.resources.units, "nothing streams"
+        started = time.perf_counter()
+        for step in range(3):
+            with torch.no_grad():
+                output = model(**transformer_inputs())[0]
+            assert torch.equal(output, expected), f"forward {step} differs"
+        seconds = time.perf_counter() - started
+        streamed = session.stats()["streamed_uses"]
+    stats = client.stats()
+    assert stats.pool.used_bytes == 0 and stats.stream.file_bytes_read > 0
+    assert stats.pool.reserved_bytes <= int(BUDGET_GB * (1 << 30))
+    print(f"flux from its file ({consumer}): 3 forwards in {seconds:.2f} s, {streamed} uses, "
+          f"{stats.stream.file_bytes_read / 2**30:.2f} GiB read from files, "
+          f"{stats.stream.staging_waits} staging waits")
+    client.evict(key)
+
+
+class Tower(nn.Module):
+    def __init__(self, width: int = 2048, depth: int = 64) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width, dtype=BF16) for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+def test_a_tower_twice_the_ram_budget_streams_bitwise_equal(small_ram_client, consumer):
+    from store_support import write_safetensors
+
+    client, work = small_ram_client
+    torch.manual_seed(1)
+    model = Tower().eval().requires_grad_(False)
+    total = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    assert total >= 2 * BUDGET_GB * (1 << 30) * 0.99
+    path = write_safetensors(os.path.join(work, f"tower-{consumer}.safetensors"),
+                             model.state_dict())
+    x = torch.randn(8, 2048, generator=torch.Generator().manual_seed(2)).to(DEVICE, BF16)
+    with torch.no_grad():
+        expected = model.to(DEVICE)(x)
+    model.to("cpu")
+    key = f"file-tier/tower-{consumer}"
+    assert client.load_safetensors(key, path, progress=False).tier == "FILE"
+    with client.stream(model, key, device=DEVICE, settings=SETTINGS):
+        for step in range(3):
+            with torch.no_grad():
+                assert torch.equal(model(x), expected), step
+    client.evict(key)
+    os.unlink(path)
