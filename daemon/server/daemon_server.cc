@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -207,6 +208,10 @@ absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
   store.read_threads = static_cast<int>(std::clamp(system.cpu_count, 2u, 16u));
   store.max_uploads_per_uid = static_cast<size_t>(options.max_uploads_per_user);
   store.max_bytes_per_uid = options.max_user_pool_gb ? GiBToBytes(*options.max_user_pool_gb) : 0;
+  // File-tier components keep descriptors: at most a quarter of what this process may open.
+  const size_t descriptors =
+      DescriptorReserve::ForThisProcess(static_cast<size_t>(options.descriptor_reserve)).limit();
+  store.max_backing_files = std::clamp<size_t>(descriptors / 4, 16, store.max_backing_files);
   session_registry_ =
       std::make_unique<SessionRegistry>(static_cast<size_t>(options.max_sessions_per_user));
   store_ = std::make_unique<ComponentStore>(*pool_, *session_registry_, store);

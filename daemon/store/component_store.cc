@@ -630,10 +630,14 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
     Logger("store")->info("'{}' does not fit the pool ({}): serving it from its {} file(s)",
                           EscapeForDisplay(request.cache_key), begun.status().message(),
                           set.files.size());
-    DDO_ASSIGN_OR_RETURN(LoadResult loaded, LoadFileBacked(lease, request, set,
-                                                           std::move(tensors), sources,
-                                                           cancelled));
-    loaded.seconds = absl::ToDoubleSeconds(absl::Now() - started);
+    absl::StatusOr<LoadResult> loaded =
+        LoadFileBacked(lease, request, set, std::move(tensors), sources, cancelled);
+    if (absl::IsResourceExhausted(loaded.status())) {
+      return absl::ResourceExhaustedError(absl::StrCat(begun.status().message(),
+                                                       "; nor can the file tier keep it: ",
+                                                       loaded.status().message()));
+    }
+    if (loaded.ok()) loaded->seconds = absl::ToDoubleSeconds(absl::Now() - started);
     return loaded;
   }
   if (!begun.ok()) return begun.status();

@@ -168,6 +168,11 @@ struct StoreOptions {
   // Per uid (admins excepted): tensor-table heap of its components, whatever
   // max_bytes_per_uid says (tables live in ddod's heap, outside the pool's budget).
   uint64_t max_table_bytes_per_uid = uint64_t{1} << 30;
+  // Descriptors file-tier components keep open: per uid (admins excepted) and in all. Such a
+  // component costs no pool bytes, so without them one user could hold every descriptor ddod
+  // has (and nobody could connect). DaemonServer caps the total by RLIMIT_NOFILE.
+  size_t max_backing_files_per_uid = 256;
+  size_t max_backing_files = 4096;
   // The manifest's writes, the safetensors reads and the removal of leftover segments go
   // through it (nullptr: the pool's, HostPool::file_system()); it must outlive the store.
   FileSystem* file_system = nullptr;
@@ -389,6 +394,10 @@ class ComponentStore {
                                             const std::function<bool()>& cancelled);
   // Inserts `component` (READY, file tier) under the caller's key after the replacement rules
   // and limits of an upload; a warm hit when the key holds the same component.
+  // RESOURCE_EXHAUSTED when `more` descriptors kept for the file tier would pass the caller's
+  // limit (not for admins) or ddod's (StoreOptions::max_backing_files*).
+  absl::Status CheckBackingFileLimitsLocked(const Caller& caller, size_t more) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<LoadResult> InsertFileBackedLocked(const Lease& lease, Component component)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<ComponentBytes> BytesOfUpload(const std::string& lease_id,

@@ -66,6 +66,30 @@ absl::StatusOr<LoadResult> ComponentStore::LoadFileBacked(
   return InsertFileBackedLocked(lease, std::move(component));
 }
 
+absl::Status ComponentStore::CheckBackingFileLimitsLocked(const Caller& caller,
+                                                          size_t more) const {
+  size_t own = 0;
+  size_t all = 0;
+  for (const auto& [key, component] : components_) {
+    if (component.files == nullptr) continue;
+    all += component.files->descriptors();
+    if (component.info.owner_uid == caller.uid) own += component.files->descriptors();
+  }
+  if (!caller.admin && own + more > options_.max_backing_files_per_uid) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "uid ", caller.uid, " keeps ", own, " backing file(s) open for components on the file ",
+        "tier; ", more, " more would pass the limit per user (",
+        options_.max_backing_files_per_uid, "); evict components you no longer need"));
+  }
+  if (all + more > options_.max_backing_files) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "ddod keeps ", all, " backing files open for components on the file tier; ", more,
+        " more would pass its limit (", options_.max_backing_files,
+        "); evict components you no longer need"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LoadResult> ComponentStore::InsertFileBackedLocked(const Lease& lease,
                                                                   Component component) {
   const Caller& caller = lease.caller;
@@ -81,6 +105,7 @@ absl::StatusOr<LoadResult> ComponentStore::InsertFileBackedLocked(const Lease& l
   if (warm.has_value()) return LoadResult{*std::move(warm), /*warm_hit=*/true, 0};
   DDO_RETURN_IF_ERROR(
       CheckUploadLimitsLocked(caller, 0, {}, info.tensors, /*upload=*/false));
+  DDO_RETURN_IF_ERROR(CheckBackingFileLimitsLocked(caller, component.files->descriptors()));
   info.component_id = ComponentId(info.cache_key, info.structure_hash);
   info.state = ComponentState::kReady;
   info.last_used = Now();

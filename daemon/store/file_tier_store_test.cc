@@ -58,8 +58,10 @@ class FileTierStoreTest : public ::testing::Test {
     store_.reset();
     registry_ = std::make_unique<SessionRegistry>();
     pool_ = std::make_unique<HostPool>(pool_options_);
-    store_ = std::make_unique<ComponentStore>(*pool_, *registry_,
-                                              StoreOptions{dir_.Join("manifest.json"), 2});
+    StoreOptions options{dir_.Join("manifest.json"), 2};
+    options.max_backing_files_per_uid = max_backing_files_per_uid_;
+    options.max_backing_files = max_backing_files_;
+    store_ = std::make_unique<ComponentStore>(*pool_, *registry_, options);
     store_->AdoptPrevious();
   }
   absl::StatusOr<LoadResult> Load(const std::string& key, FileTier tier = FileTier::kAuto,
@@ -86,6 +88,8 @@ class FileTierStoreTest : public ::testing::Test {
   const std::string first_ = Pattern(2 * kMiB, 1);
   const std::string second_ = Pattern(kMiB + 100, 2);
   PoolOptions pool_options_;
+  size_t max_backing_files_per_uid_ = 256;
+  size_t max_backing_files_ = 4096;
   std::unique_ptr<SessionRegistry> registry_;
   std::unique_ptr<HostPool> pool_;
   std::unique_ptr<ComponentStore> store_;
@@ -218,6 +222,49 @@ TEST_F(FileTierStoreTest, AFileTierBaseCannotBeDerivedFrom) {
   request.content_hash = "xxh3-64:0123456789abcdef";
   auto derived = store_->RegisterDerived(lease_, request);
   EXPECT_TRUE(absl::IsFailedPrecondition(derived.status())) << derived.status();
+}
+
+// The attack: file-tier components cost a user no pool bytes, so without a bound one user
+// could keep loading keys until ddod ran out of descriptors, and then nobody could connect.
+TEST_F(FileTierStoreTest, TheDescriptorsAUserMayKeepOpenAreBounded) {
+  max_backing_files_per_uid_ = 2;
+  max_backing_files_ = 3;
+  Restart();
+  const Lease user = LeaseOf(5001);
+  const Lease other = LeaseOf(5002);
+  const size_t before = OpenDescriptors();
+  ASSERT_TRUE(Load("one", FileTier::kPrefer, "", &user).ok());
+  ASSERT_TRUE(Load("two", FileTier::kPrefer, "", &user).ok());
+  auto third = Load("three", FileTier::kPrefer, "", &user);
+  ASSERT_FALSE(third.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(third.status())) << third.status();
+  EXPECT_THAT(std::string(third.status().message()), HasSubstr("uid 5001 keeps 2 backing file"));
+  EXPECT_THAT(std::string(third.status().message()), HasSubstr("evict"));
+  EXPECT_EQ(OpenDescriptors(), before + 2) << "the refused load's descriptor is closed";
+  // Another user is bound by what is left of ddod's total.
+  ASSERT_TRUE(Load("one", FileTier::kPrefer, "", &other).ok());
+  auto over = Load("two", FileTier::kPrefer, "", &other);
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(std::string(over.status().message()), HasSubstr("ddod keeps 3 backing files"));
+  // An administrator too (not bound per uid, bound in all).
+  auto admin = Load("admin", FileTier::kPrefer);
+  EXPECT_TRUE(absl::IsResourceExhausted(admin.status())) << admin.status();
+  // Evicting gives the room back.
+  ASSERT_TRUE(store_->Evict("one", user.caller).ok());
+  EXPECT_TRUE(Load("three", FileTier::kPrefer, "", &user).ok());
+  EXPECT_EQ(store_->Stats().backing_files, 3u);
+}
+
+// A load the pool cannot hold and the file tier may not keep gets both reasons.
+TEST_F(FileTierStoreTest, AnAutoLoadPastTheDescriptorBoundSaysWhy) {
+  max_backing_files_per_uid_ = 1;
+  Restart();
+  const Lease user = LeaseOf(5001);
+  ASSERT_TRUE(Load("one", FileTier::kAuto, "", &user).ok());
+  auto refused = Load("two", FileTier::kAuto, "", &user);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("backing file"));
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ def test_a_diffusers_flux_saved_by_diffusers_streams_from_its_file(small_ram_cli
 
 
 class Tower(nn.Module):
-    def __init__(self, width: int = 2048, depth: int = 64) -> None:
+    def __init__(self, width: int = 2048, depth: int = 128) -> None:
         super().__init__()
         self.layers = nn.ModuleList(nn.Linear(width, width, dtype=BF16) for _ in range(depth))
 
