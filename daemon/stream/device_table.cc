@@ -209,7 +209,21 @@ size_t DeviceTable::warm_slab_count() const {
   return warm_.size();
 }
 
+FileReadPool* DeviceTable::FileReaders() {
+  absl::MutexLock lock(&mu_);
+  if (file_readers_ == nullptr) {
+    file_readers_ = std::make_unique<FileReadPool>(FileReadThreadsFromEnvironment());
+  }
+  return file_readers_.get();
+}
+
 void DeviceTable::Shutdown() {
+  std::unique_ptr<FileReadPool> readers;
+  {
+    absl::MutexLock lock(&mu_);
+    readers.swap(file_readers_);
+  }
+  readers.reset();  // joins the read threads: no read rings a worker's doorbell after this
   std::vector<WarmSlab> warm;
   {
     absl::MutexLock lock(&mu_);

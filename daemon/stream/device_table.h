@@ -31,6 +31,7 @@
 #include "daemon/stream/device_budget.h"
 #include "daemon/stream/resident_slab.h"
 #include "daemon/layout/session_plan.h"
+#include "daemon/stream/file_read_pool.h"
 #include "daemon/stream/stream_worker.h"
 #include "daemon/stream/warm_slab_cache.h"
 
@@ -136,6 +137,9 @@ class DeviceTable {
   // ddod's one RAM budget (the host pool), whatever the device: a file-tier session's staging
   // buffers count in it; null in tests that give none.
   HostPool* host_pool() const { return options_.host_pool; }
+  // The read threads of file-tier sessions (DDO_FILE_READ_THREADS of them), started on first
+  // use.
+  FileReadPool* FileReaders();
 
   // A fresh segment name of `kind` ('s' slab, 'r' ring, 'c' control block, 'b' doorbell).
   std::string NewSegmentName(char kind) const;
@@ -158,6 +162,9 @@ class DeviceTable {
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<StreamWorker>> workers_ ABSL_GUARDED_BY(mu_);
+  // The file tier's read threads, started with the first session that reads files; stopped
+  // before the workers, whose doorbells their reads ring.
+  std::unique_ptr<FileReadPool> file_readers_ ABSL_GUARDED_BY(mu_);
   WarmSlabCache warm_ ABSL_GUARDED_BY(mu_);
 };
 

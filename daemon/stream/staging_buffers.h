@@ -15,6 +15,7 @@
 #ifndef DDO_DAEMON_STREAM_STAGING_BUFFERS_H_
 #define DDO_DAEMON_STREAM_STAGING_BUFFERS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -43,6 +44,9 @@ class StagingBuffers {
   char* data(uint32_t index) const { return base_ + uint64_t{index} * stride_; }
   uint64_t buffer_bytes() const { return stride_; }
   uint32_t count() const { return static_cast<uint32_t>(taken_.size()); }
+  uint32_t free_count() const {
+    return static_cast<uint32_t>(std::count(taken_.begin(), taken_.end(), false));
+  }
   // Bytes held (and counted in the budget).
   uint64_t total_bytes() const { return stride_ * taken_.size(); }
   bool pinned() const { return pinned_; }

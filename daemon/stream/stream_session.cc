@@ -21,13 +21,13 @@ StreamSession::StreamSession(std::string id, std::string lease_id, std::string c
                              ComponentBytes host, SessionPlan plan,
                              std::shared_ptr<ResidentSlab> slab, bool slab_filled,
                              std::unique_ptr<SessionDevice> device_memory, ControlBlock control,
-                             std::unique_ptr<StagingBuffers> staging)
+                             FileReading reading)
     : id_(std::move(id)),
       lease_id_(std::move(lease_id)),
       cache_key_(std::move(cache_key)),
       device_(std::move(device)),
       tensors_(std::move(tensors)),
-      source_(std::move(host), std::move(staging)),
+      source_(std::move(host), std::move(reading)),
       plan_(std::move(plan)),
       slab_(std::move(slab)),
       slab_filled_(slab_filled),
@@ -116,12 +116,18 @@ absl::Status StreamSession::SetSchedule(std::vector<uint32_t> schedule) {
 bool StreamSession::HasWork() {
   if (stopped_.load()) return false;
   if (!in_flight_.empty() || sync_in_flight_ != 0) return true;
-  if (control_.sync_request().load() > sync_served_) return true;
+  if (const uint64_t request = control_.sync_request().load(); request > sync_served_) {
+    const uint32_t unit = control_.sync_unit().load();
+    return unit >= plan_.units.size() ||
+           source_.CanStage(UnitSource::kSyncKeys + request, plan_.units[unit]);
+  }
   if (!LoadSchedule()) return false;
   const uint64_t consumed = control_.consumed().load();
   const uint64_t use = std::max(next_use_, consumed);
   if (use >= consumed + plan_.ring_slots) return false;
-  return WouldFit(use, consumed);
+  // A unit whose file read runs is not work yet: the read's end rings the doorbell.
+  return WouldFit(use, consumed) &&
+         source_.CanStage(use, plan_.units[worker_schedule_[use % worker_schedule_.size()]]);
 }
 
 uint64_t StreamSession::PlacementStart(uint64_t use) const {
@@ -237,6 +243,7 @@ std::optional<StreamSession::StepResult> StreamSession::ServeSyncRequest() {
   if (request <= sync_served_ || sync_in_flight_ != 0) return std::nullopt;
   const uint32_t sync_slot = plan_.ring_slots;
   const uint32_t unit = control_.sync_unit().load();
+  const uint64_t key = UnitSource::kSyncKeys + request;
   if (unit >= plan_.units.size()) {
     Fail(absl::InvalidArgumentError(absl::StrCat("the runner asked for unit ", unit, " of ",
                                                  plan_.units.size())));
@@ -248,8 +255,8 @@ std::optional<StreamSession::StepResult> StreamSession::ServeSyncRequest() {
     return StepResult::kWorked;
   }
   if (!*free) return StepResult::kWaitingOnDevice;
-  const CopyResult copied = CopyUnit(unit, sync_slot, plan_.arena_bytes, &sync_staged_);
-  if (copied == CopyResult::kNoStaging) return StepResult::kWaitingOnDevice;
+  const CopyResult copied = CopyUnit(unit, sync_slot, plan_.arena_bytes, key, &sync_staged_);
+  if (copied == CopyResult::kNotReady) return std::nullopt;  // its read's end wakes the worker
   if (copied == CopyResult::kFailed) return StepResult::kWorked;
   sync_served_ = request;
   sync_in_flight_ = request;
@@ -261,7 +268,11 @@ std::optional<StreamSession::StepResult> StreamSession::EnqueueNextUse(bool& wai
   if (!LoadSchedule()) return std::nullopt;
   const uint64_t consumed = control_.consumed().load();
   const uint64_t use = std::max(next_use_, consumed);
-  if (use >= consumed + plan_.ring_slots) return std::nullopt;
+  source_.DropBelow(use);  // reads of uses the runner skipped
+  if (use >= consumed + plan_.ring_slots) {
+    ReadAhead(use, consumed);
+    return std::nullopt;
+  }
   const uint32_t unit = worker_schedule_[use % worker_schedule_.size()];
   absl::StatusOr<Room> room = MakeRoom(use, consumed);
   if (!room.ok()) {
@@ -270,35 +281,48 @@ std::optional<StreamSession::StepResult> StreamSession::EnqueueNextUse(bool& wai
   }
   if (room->state != Room::kFits) {
     if (room->state == Room::kWaitingOnDevice) waiting = true;
+    ReadAhead(use, consumed);
     return std::nullopt;
   }
   const uint32_t slot = static_cast<uint32_t>(use % plan_.ring_slots);
   const uint64_t ring_offset = room->start % packing_.arena_bytes;
   UnitSource::Staged staged;
-  const CopyResult copied = CopyUnit(unit, slot, ring_offset, &staged);
-  if (copied == CopyResult::kNoStaging) {
-    waiting = true;  // a copy in flight holds every staging buffer
-    return std::nullopt;
+  const CopyResult copied = CopyUnit(unit, slot, ring_offset, use, &staged);
+  if (copied == CopyResult::kNotReady) {
+    ReadAhead(use + 1, consumed);
+    return std::nullopt;  // its read's end, or a copy that frees a buffer, wakes the worker
   }
   if (copied == CopyResult::kFailed) return StepResult::kWorked;
   placed_.push_back({use, slot, room->start});
   in_flight_.push_back({use, slot, ring_offset, staged});
   next_use_ = use + 1;
+  ReadAhead(next_use_, consumed);
   return StepResult::kWorked;
 }
 
+void StreamSession::ReadAhead(uint64_t from, uint64_t consumed) {
+  if (!source_.reads_files() || worker_schedule_.empty()) return;
+  const uint64_t end = consumed + plan_.ring_slots + kFileStagingBuffers;
+  for (uint64_t use = from; use < end; ++use) {
+    const uint32_t unit = worker_schedule_[use % worker_schedule_.size()];
+    if (!source_.Prefetch(use, plan_.units[unit], tensors_)) break;  // no buffer free
+  }
+}
+
 StreamSession::CopyResult StreamSession::CopyUnit(uint32_t unit, uint32_t slot,
-                                                  uint64_t ring_offset,
+                                                  uint64_t ring_offset, uint64_t key,
                                                   UnitSource::Staged* staged) {
   const StreamUnit& planned = plan_.units[unit];
-  absl::StatusOr<std::optional<UnitSource::Staged>> source = source_.Stage(planned, tensors_);
+  absl::StatusOr<std::optional<UnitSource::Staged>> source =
+      source_.Stage(key, planned, tensors_);
   if (!source.ok()) {
     Fail(source.status());
     return CopyResult::kFailed;
   }
   if (!source->has_value()) {
-    staging_waits_.fetch_add(1);
-    return CopyResult::kNoStaging;
+    if (key != last_wait_key_) staging_waits_.fetch_add(1);  // once per use that waited
+    last_wait_key_ = key;
+    return CopyResult::kNotReady;
   }
   *staged = **source;
   absl::Status copied = staged->buffer ? CopyImage(planned, staged->image, ring_offset)

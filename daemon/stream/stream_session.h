@@ -51,7 +51,7 @@ struct StreamSessionStats {
   uint64_t runner_waits = 0;  // units published while the runner was blocked on one
   uint64_t file_bytes_read = 0;  // read from backing files (the file tier)
   uint64_t staging_bytes = 0;    // staging buffers held for those reads
-  uint64_t staging_waits = 0;    // times a file unit waited for a free staging buffer
+  uint64_t staging_waits = 0;    // uses whose file read was not done when the ring had room
 };
 
 class StreamSession {
@@ -60,7 +60,7 @@ class StreamSession {
                 std::vector<TensorEntry> tensors, ComponentBytes host,
                 SessionPlan plan, std::shared_ptr<ResidentSlab> slab, bool slab_filled,
                 std::unique_ptr<SessionDevice> device_memory, ControlBlock control,
-                std::unique_ptr<StagingBuffers> staging = nullptr);
+                FileReading reading = {});
   StreamSession(const StreamSession&) = delete;
   StreamSession& operator=(const StreamSession&) = delete;
   ~StreamSession();
@@ -100,13 +100,15 @@ class StreamSession {
   const ControlBlock& control() const { return control_; }
 
  private:
-  // Enqueues the copy of one unit to `ring_offset` and the "ready" record of `slot`, reading it
-  // into a staging buffer first when it lies in a file (`staged` says which, to release once
-  // the copy finished). kFailed marks the session failed (a device or read error); kNoStaging:
-  // every staging buffer waits on a copy, nothing was done.
-  enum class CopyResult { kCopied, kNoStaging, kFailed };
-  CopyResult CopyUnit(uint32_t unit, uint32_t slot, uint64_t ring_offset,
+  // Enqueues the copy of one unit, for use `key` (UnitSource's keys), to `ring_offset` and the
+  // "ready" record of `slot`, from a staging buffer when it lies in a file (`staged` says
+  // which, to release once the copy finished). kFailed marks the session failed (a device or
+  // read error); kNotReady: its read runs or waits for a buffer, nothing was done.
+  enum class CopyResult { kCopied, kNotReady, kFailed };
+  CopyResult CopyUnit(uint32_t unit, uint32_t slot, uint64_t ring_offset, uint64_t key,
                       UnitSource::Staged* staged);
+  // Starts the file reads of the uses after `from` that the ring and the staging may take.
+  void ReadAhead(uint64_t from, uint64_t consumed);
   // CopyUnit's two ways: each tensor from the pool, or the unit's image from its staging buffer.
   absl::Status CopyInPlace(const StreamUnit& planned, uint64_t ring_offset);
   absl::Status CopyImage(const StreamUnit& planned, const char* image, uint64_t ring_offset);
@@ -185,6 +187,7 @@ class StreamSession {
   uint64_t sync_served_ = 0;     // the last request copied
   uint64_t sync_in_flight_ = 0;  // that request, until its copy finished and was published
   UnitSource::Staged sync_staged_;
+  uint64_t last_wait_key_ = ~uint64_t{0};  // the last use whose file read was not done
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> produced_{0};
   std::atomic<uint64_t> sync_uses_{0};

@@ -79,10 +79,14 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
                        StagingFor(attached.bytes, plan, /*pin=*/device.ordinal >= 0,
                                   devices_.host_pool()));
   DDO_ASSIGN_OR_RETURN(StreamWorker * worker, devices_.WorkerFor(device));
+  FileReading reading;
+  if (staging != nullptr) {
+    reading = FileReading{std::move(staging), devices_.FileReaders(), [worker] { worker->Ring(); }};
+  }
   auto session = std::make_shared<StreamSession>(
       attached.session_id, lease.id, name.cache_key, device.label, attached.component.tensors,
       attached.bytes, std::move(plan), room.slab, room.slab_warm, std::move(memory),
-      std::move(control), std::move(staging));
+      std::move(control), std::move(reading));
   const absl::Time fill_start = absl::Now();
   DDO_RETURN_IF_ERROR(session->FillSlab());
   const double fill_seconds = absl::ToDoubleSeconds(absl::Now() - fill_start);
