@@ -10,9 +10,15 @@ next to each other with the bounds measured in the same run:
 
 - C: the step with every weight on the GPU (compute);
 - B: pinned host-to-device bandwidth; S/B for the bytes a step streams;
-- D: the files' read bandwidth with 4 threads of 8 MiB preads (page cache warm); S/D.
+- D: the files' read bandwidth with --read-threads threads of 8 MiB preads (page cache warm),
+  the threads ddod reads with too; S/D.
 
-A file-tier step is bounded by max(C, S/B, S/D); the pool step by max(C, S/B).
+A file-tier step is bounded by max(C, S/B, S_file/D), S_file the streamed bytes read from the
+files (all of S when the whole component is in files); the pool step by max(C, S/B).
+
+With --split-budget-gb, a second ddod whose RAM budget holds only part of the model loads it
+with ``file_tier="auto"``: ddod keeps what its pool can give (spread over the units) and reads
+the rest from the files (tier SPLIT): the issue's "pool at half the component" case.
 
     LD_LIBRARY_PATH=.bundle/lib PYTHONPATH=.device-deps/src:client-python/src \\
       python3 bench/bench_file_tier.py --ddod .bundle/bin/ddod --cap 8 --json-out out.json
@@ -117,6 +123,11 @@ def main() -> int:
     parser.add_argument("--shard-gib", type=float, default=5.0, help="shard size (5 GiB)")
     parser.add_argument("--dir", default="", help="where the shards go (default: a temp dir)")
     parser.add_argument("--skip-pool", action="store_true", help="only the file tier")
+    parser.add_argument("--split-budget-gb", type=float, default=0.0,
+                        help="also run a ddod with this RAM budget, the model split between its "
+                        "pool and the files (e.g. 13 for about half of FLUX)")
+    parser.add_argument("--read-threads", type=int, default=4,
+                        help="ddod's DDO_FILE_READ_THREADS, and the threads D is measured with (4)")
     parser.add_argument("--json-out", default="")
     args = parser.parse_args()
     args.setting, args.learned_plan = [], True
@@ -149,46 +160,65 @@ def main() -> int:
     started = time.perf_counter()
     paths = write_shards(model, folder, int(args.shard_gib * GIB))
     figures["write_s"] = time.perf_counter() - started
-    figures["D_gbps"] = read_bandwidth(paths)
+    figures["read_threads"] = args.read_threads
+    figures["D_gbps"] = read_bandwidth(paths, threads=args.read_threads)
     flux.log(f"{len(paths)} shards written in {figures['write_s']:.1f} s; "
-             f"D = {figures['D_gbps']:.1f} GB/s (4 threads, page cache)")
+             f"D = {figures['D_gbps']:.1f} GB/s ({args.read_threads} threads, page cache)")
+    os.environ["DDO_FILE_READ_THREADS"] = str(args.read_threads)  # ddod inherits it
 
     from diffusers_dynamic_offloader import DdoClient
 
-    work = Path(tempfile.mkdtemp(prefix="ddo-ftd-", dir="/tmp"))
-    ddod = flux.Ddod(args.ddod, work, ["--ram-budget-gb", str(max(64, total_bytes / GIB * 1.3))])
     settings = flux.ddo_settings(args.cap, reserve, args)
     device_total = props.total_memory
+
+    def measure(client, key: str, tier: str) -> None:
+        started = time.perf_counter()
+        loaded = client.load_safetensors(key, str(folder), file_tier=tier, progress=False)
+        load_s = time.perf_counter() - started
+        before = client.stats().stream
+        result = flux.ddo_at_cap(client, model, inputs, args.cap, settings, device_total, args,
+                                 key=key)
+        after = client.stats().stream
+        flux.restore_parameters(model, host)
+        streamed = result["stats"].get("streamed_bytes_per_cycle", 0)
+        file_streamed = streamed if loaded.tier == "FILE" else 0
+        for decision in result.get("plan", {}).get("decisions", []):
+            if decision["key"] == "file_bytes_per_pass":
+                file_streamed = int(decision["value"])
+        result.update(tier=loaded.tier, load_s=load_s, S_bytes=streamed,
+                      S_file_bytes=file_streamed, pool_bytes=loaded.pool_bytes,
+                      file_bytes=loaded.file_bytes,
+                      file_bytes_read=after.file_bytes_read - before.file_bytes_read,
+                      staging_waits=after.staging_waits - before.staging_waits)
+        bound = max(figures["C_s"], streamed / 1e9 / figures["B_gbps"],
+                    file_streamed / 1e9 / figures["D_gbps"])
+        result["bound_s"] = bound
+        result["step_over_bound"] = result["step_s"] / bound
+        figures["runs"][key] = result
+        flux.log(f"{key} ({loaded.tier}: {loaded.pool_bytes / GIB:.1f} GiB pool, "
+                 f"{loaded.file_bytes / GIB:.1f} GiB files; loaded in {load_s:.1f} s): "
+                 f"{result['step_s']:.3f} s/step; S = {streamed / 1e9:.2f} GB/step, S_file = "
+                 f"{file_streamed / 1e9:.2f}; bound {bound:.3f} s ({result['step_over_bound']:.2f}x); "
+                 f"staging waits {result['staging_waits']}")
+        client.evict(key)
+
+    budgets = [("big", max(64, total_bytes / GIB * 1.3), [("pool", "never"), ("file", "prefer")])]
+    if args.split_budget_gb > 0:
+        budgets.append(("small", args.split_budget_gb, [("split", "auto")]))
     try:
-        client = DdoClient.connect(ddod.address, timeout=600)
-        for key, tier in (("pool", "never"), ("file", "prefer")):
-            if key == "pool" and args.skip_pool:
-                continue
-            started = time.perf_counter()
-            loaded = client.load_safetensors(key, str(folder), file_tier=tier, progress=False)
-            load_s = time.perf_counter() - started
-            before = client.stats().stream
-            result = flux.ddo_at_cap(client, model, inputs, args.cap, settings, device_total, args,
-                                     key=key)
-            after = client.stats().stream
-            flux.restore_parameters(model, host)
-            streamed = result["stats"].get("streamed_bytes_per_cycle", 0)
-            result.update(tier=loaded.tier, load_s=load_s, S_bytes=streamed,
-                          file_bytes_read=after.file_bytes_read - before.file_bytes_read,
-                          staging_waits=after.staging_waits - before.staging_waits)
-            bound = max(figures["C_s"], streamed / 1e9 / figures["B_gbps"],
-                        streamed / 1e9 / figures["D_gbps"] if key == "file" else 0.0)
-            result["bound_s"] = bound
-            result["step_over_bound"] = result["step_s"] / bound
-            figures["runs"][key] = result
-            flux.log(f"{key} ({loaded.tier}, loaded in {load_s:.1f} s): {result['step_s']:.3f} "
-                     f"s/step; S = {streamed / 1e9:.2f} GB/step; bound {bound:.3f} s "
-                     f"({result['step_over_bound']:.2f}x); staging waits "
-                     f"{result['staging_waits']}")
-            client.evict(key)
-        client.close()
+        for label, budget_gb, runs in budgets:
+            work = Path(tempfile.mkdtemp(prefix="ddo-ftd-", dir="/tmp"))
+            ddod = flux.Ddod(args.ddod, work, ["--ram-budget-gb", f"{budget_gb:g}"])
+            try:
+                client = DdoClient.connect(ddod.address, timeout=600)
+                for key, tier in runs:
+                    if key == "pool" and args.skip_pool:
+                        continue
+                    measure(client, key, tier)
+                client.close()
+            finally:
+                ddod.stop()
     finally:
-        ddod.stop()
         if not args.dir:
             shutil.rmtree(folder, ignore_errors=True)
     runs = figures["runs"]

@@ -171,6 +171,21 @@ absl::StatusOr<int> ParseCount(absl::string_view what, absl::string_view value, 
   return count;
 }
 
+absl::Status ApplyFileReadThreads(absl::string_view what, absl::string_view value,
+                                  DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.file_read_threads, ParseCount(what, value, 64));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyFileStagingBuffers(absl::string_view what, absl::string_view value,
+                                     DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.file_staging_buffers, ParseCount(what, value, 32));
+  if (o.file_staging_buffers < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "=", value, ": from 2 to 32"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyPinWorkers(absl::string_view what, absl::string_view value, DaemonOptions& o) {
   DDO_ASSIGN_OR_RETURN(o.pin_workers, ParseCount(what, value, 256));
   return absl::OkStatus();
@@ -278,6 +293,12 @@ constexpr OptionSpec kOptions[] = {
     {"", "DDO_DISABLE_PIN_ON_WSL", "0|1", "never pin on WSL (default 1)", ApplyDisablePinOnWsl},
     {"", "DDO_PIN_CPU_WORKERS", "N", "threads that pre-touch segments before pinning (default 4)",
      ApplyPinWorkers},
+    {"", "DDO_FILE_READ_THREADS", "N",
+     "threads that read file-tier units from their files (default: the CPUs, 2 to 8)",
+     ApplyFileReadThreads},
+    {"", "DDO_FILE_STAGING_BUFFERS", "N",
+     "staging buffers (each the largest unit) per file-tier session, 2 to 32 (default 4)",
+     ApplyFileStagingBuffers},
     {"", "DDO_SYSTEM_RAM_HEADROOM_GB", "GIB",
      "RAM kept free when the RAM budget is derived (default 6; the auto preset sets 8)",
      ApplyHeadroom},

@@ -82,6 +82,10 @@ struct DaemonOptions {
   bool disable_pin_on_wsl = true;
   // DDO_PIN_CPU_WORKERS: threads that pre-touch segments before pinning.
   int pin_workers = 4;
+  // The file tier: DDO_FILE_READ_THREADS, threads that read file-tier units (0: the CPUs, 2 to
+  // 8); DDO_FILE_STAGING_BUFFERS, staging buffers per file-tier session.
+  int file_read_threads = 0;
+  int file_staging_buffers = 4;
 
   // The DDO_* settings in ddod's environment and configuration file (SettingVariables): a
   // layer of ResolveSettings.

@@ -57,6 +57,18 @@ TEST(DaemonOptionsTest, PoolSwitches) {
   EXPECT_EQ(pinned->pin_workers, 8);
 }
 
+TEST(DaemonOptionsTest, FileTierThreadsAndStaging) {
+  EXPECT_EQ(Resolve({})->file_read_threads, 0) << "0: ddod picks from the CPUs";
+  EXPECT_EQ(Resolve({})->file_staging_buffers, 4);
+  auto set = Resolve({}, {{"DDO_FILE_READ_THREADS", "8"}, {"DDO_FILE_STAGING_BUFFERS", "6"}});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->file_read_threads, 8);
+  EXPECT_EQ(set->file_staging_buffers, 6);
+  EXPECT_THAT(ErrorOf({}, {{"DDO_FILE_STAGING_BUFFERS", "1"}}), HasSubstr("from 2 to 32"));
+  EXPECT_THAT(ErrorOf({}, {{"DDO_FILE_STAGING_BUFFERS", "33"}}), HasSubstr("DDO_FILE_STAGING_BUFFERS"));
+  EXPECT_THAT(ErrorOf({}, {{"DDO_FILE_READ_THREADS", "0"}}), HasSubstr("DDO_FILE_READ_THREADS"));
+}
+
 TEST(DaemonOptionsTest, HostDevices) {
   EXPECT_EQ(Resolve({})->host_devices, 1);
   EXPECT_EQ(Resolve({"--host-devices", "2"})->host_devices, 2);

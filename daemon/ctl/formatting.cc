@@ -210,6 +210,10 @@ std::string FormatComponents(const ddo::v1::ListComponentsResponse& components,
     if (component.tier() == ddo::v1::COMPONENT_TIER_FILE) {
       out += absl::StrFormat("%-*s  on the file tier: read from its files as it streams\n",
                              static_cast<int>(width), "");
+    } else if (component.tier() == ddo::v1::COMPONENT_TIER_SPLIT) {
+      out += absl::StrFormat("%-*s  split: %s in the pool, %s read from its files as it streams\n",
+                             static_cast<int>(width), "", FormatBytes(component.pool_bytes()),
+                             FormatBytes(component.file_bytes()));
     }
     if (!component.base_cache_key().empty()) {
       out += absl::StrFormat("%-*s  derived from %s, %d changed tensor%s, %s own\n",

@@ -1,5 +1,5 @@
-// ddoctl's commands that change the pool: `load KEY PATH... [keep-alive=...]` and
-// `evict KEY [owner=USER|UID]`.
+// ddoctl's commands that change the pool: `load KEY PATH... [keep-alive=...]
+// [file-tier=...]` and `evict KEY [owner=USER|UID]`.
 #include <pwd.h>
 #include <unistd.h>
 
@@ -37,12 +37,30 @@ constexpr size_t kMaxPassedFiles = 256;
 struct LoadOperands {
   std::vector<std::string> paths;
   int64_t keep_alive_seconds = 0;  // ddod's default; -1: never
+  ddo::v1::FileTier file_tier = ddo::v1::FILE_TIER_AUTO;
 };
 
-// The paths and keep-alive after the key; the usage problem otherwise.
+// `file-tier=auto|never|prefer`.
+absl::StatusOr<ddo::v1::FileTier> ParseFileTier(const std::string& value) {
+  if (value == "auto") return ddo::v1::FILE_TIER_AUTO;
+  if (value == "never") return ddo::v1::FILE_TIER_NEVER;
+  if (value == "prefer") return ddo::v1::FILE_TIER_PREFER;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "file-tier takes auto (in its files when the pool cannot hold it), never or prefer, not '",
+      EscapeForDisplay(value), "'"));
+}
+
+// The paths, keep-alive and file tier after the key; the usage problem otherwise.
 absl::StatusOr<LoadOperands> ParseLoadOperands(const std::vector<std::string>& operands) {
   LoadOperands parsed;
   for (auto it = operands.begin() + 1; it != operands.end(); ++it) {
+    if (absl::StartsWith(*it, "file-tier=")) {
+      absl::StatusOr<ddo::v1::FileTier> tier =
+          ParseFileTier(it->substr(std::string("file-tier=").size()));
+      if (!tier.ok()) return tier.status();
+      parsed.file_tier = *tier;
+      continue;
+    }
     if (!absl::StartsWith(*it, "keep-alive=")) {
       parsed.paths.push_back(*it);
       continue;
@@ -127,10 +145,20 @@ void PrintLoaded(const CtlArgs& args, const ddo::v1::LoadProgress& last) {
     std::fputs((CtlJson(last) + "\n").c_str(), stdout);
     return;
   }
-  std::printf("loaded '%s': %s in %.2f s%s\n",
-              EscapeForDisplay(last.component().ref().cache_key()).c_str(),
-              FormatBytes(last.component().ref().total_bytes()).c_str(), last.seconds(),
-              last.warm_hit() ? " (warm: the pool held it already)" : "");
+  const ddo::v1::ComponentInfo& component = last.component();
+  const bool in_files = component.tier() == ddo::v1::COMPONENT_TIER_FILE;
+  std::string where;
+  if (last.warm_hit()) {
+    where = " (warm: the pool held it already)";
+  } else if (in_files) {
+    where = " (the file tier: ddod reads them as it streams)";
+  } else if (component.tier() == ddo::v1::COMPONENT_TIER_SPLIT) {
+    where = absl::StrCat(" (split: ", FormatBytes(component.pool_bytes()), " in the pool, ",
+                         FormatBytes(component.file_bytes()), " read from its files)");
+  }
+  std::printf("%s '%s': %s in %.2f s%s\n", in_files ? "kept in its files" : "loaded",
+              EscapeForDisplay(component.ref().cache_key()).c_str(),
+              FormatBytes(component.ref().total_bytes()).c_str(), last.seconds(), where.c_str());
 }
 
 // A user name or a number, as `ddoctl evict ... owner=` takes it.
@@ -180,6 +208,7 @@ int RunLoadCommand(const CtlArgs& args, CtlConnection& connection) {
   request.set_lease_id(event.connected().lease_id());
   request.set_cache_key(args.operands[0]);
   request.set_keep_alive_seconds(operands->keep_alive_seconds);
+  request.set_file_tier(operands->file_tier);
   if (!PassInputs(connection, *inputs, &request)) return kCtlExitRpcFailed;
   const bool bar = ::isatty(STDERR_FILENO) != 0 && !args.json;
   ddo::v1::LoadProgress last;

@@ -99,6 +99,8 @@ StreamSessionsOptions StreamSessionsOptionsOf(const DaemonContext& context) {
   streams.vram_budget_bytes =
       context.options.vram_budget_gb ? GiBToBytes(*context.options.vram_budget_gb) : 0;
   streams.host_devices = context.options.host_devices;
+  streams.file_read_threads = context.options.file_read_threads;
+  streams.file_staging_buffers = static_cast<uint32_t>(context.options.file_staging_buffers);
   // Host-backend slabs and rings live in RAM beside the pool: bounded like it, so that no
   // caller can fill the machine's memory with sessions (docs/security.md); they also count in
   // the pool's budget (host_pool, set once the pool exists), so that both share one budget.
@@ -428,6 +430,9 @@ std::vector<std::string> DaemonServer::Reload(const DaemonOptions& fresh) {
   differs("descriptor-reserve", fresh.descriptor_reserve != running.descriptor_reserve);
   differs("DDO_PIN_CPU_MEMORY", fresh.pin_cpu_memory != running.pin_cpu_memory);
   differs("DDO_PIN_CPU_WORKERS", fresh.pin_workers != running.pin_workers);
+  differs("DDO_FILE_READ_THREADS", fresh.file_read_threads != running.file_read_threads);
+  differs("DDO_FILE_STAGING_BUFFERS",
+          fresh.file_staging_buffers != running.file_staging_buffers);
   auto cache_pinned = [](const DaemonOptions& options) {
     auto it = options.setting_environment.find("DDO_CACHE_PINNED_WEIGHTS");
     return it == options.setting_environment.end() ? std::string() : it->second;

@@ -13,10 +13,18 @@ void AddPlacement(const TensorEntry& tensor, uint32_t segment,
   placement->set_byte_size(tensor.byte_size);
 }
 
-// A file-tier component's layout: a SEGMENT_KIND_FILE segment per backing file, and each
-// tensor placed at its offset in its file (the client maps the files read-only).
+// A file-tier or split component's layout: its pool segments (a split one's), then a
+// SEGMENT_KIND_FILE segment per backing file; each tensor placed in its segment, or at its
+// offset in its file (the client maps the files copy-on-write).
 void FileLayoutToProto(const ComponentSnapshot& snapshot, ddo::v1::ComponentInfo* info) {
   const BackingFiles& files = *snapshot.files;
+  for (const ComponentSnapshot::Segment& used : snapshot.segments) {
+    auto* segment = info->add_segments();
+    segment->set_shm_name(used.name);
+    segment->set_size_bytes(used.size);
+    segment->set_kind(ddo::v1::SEGMENT_KIND_SHM);
+  }
+  const auto first_file = static_cast<uint32_t>(snapshot.segments.size());
   for (size_t index = 0; index < files.files().size(); ++index) {
     auto* segment = info->add_segments();
     segment->set_shm_name(BackingFileSegmentName(snapshot.component_id, index));
@@ -25,11 +33,16 @@ void FileLayoutToProto(const ComponentSnapshot& snapshot, ddo::v1::ComponentInfo
     segment->set_file_size(files.files()[index].size);
   }
   for (size_t index = 0; index < snapshot.tensors.size(); ++index) {
-    TensorEntry placed = snapshot.tensors[index];
-    const FileRange& range = files.ranges()[index];
-    placed.offset = range.offset;
-    AddPlacement(placed, static_cast<uint32_t>(range.file), info->add_placements());
-    ToProto(snapshot.tensors[index], info->add_tensors());
+    const TensorEntry& tensor = snapshot.tensors[index];
+    if (snapshot.in_file != nullptr && !(*snapshot.in_file)[index]) {
+      AddPlacement(tensor, tensor.segment, info->add_placements());
+    } else {
+      TensorEntry placed = tensor;
+      const FileRange& range = files.ranges()[index];
+      placed.offset = range.offset;
+      AddPlacement(placed, first_file + range.file, info->add_placements());
+    }
+    ToProto(tensor, info->add_tensors());
   }
 }
 
@@ -59,8 +72,9 @@ void ToProto(const ComponentSnapshot& snapshot, bool with_layout, ddo::v1::Compo
   info->set_base_cache_key(snapshot.base_cache_key);
   info->set_changed_tensors(snapshot.changed_tensors);
   info->set_own_bytes(snapshot.own_bytes);
-  info->set_tier(snapshot.tier == ComponentTier::kFile ? ddo::v1::COMPONENT_TIER_FILE
-                                                       : ddo::v1::COMPONENT_TIER_POOL);
+  info->set_tier(snapshot.tier == ComponentTier::kFile    ? ddo::v1::COMPONENT_TIER_FILE
+                 : snapshot.tier == ComponentTier::kSplit ? ddo::v1::COMPONENT_TIER_SPLIT
+                                                          : ddo::v1::COMPONENT_TIER_POOL);
   info->set_pool_bytes(snapshot.pool_bytes);
   info->set_file_bytes(snapshot.file_bytes);
   if (!with_layout) {

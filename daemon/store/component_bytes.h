@@ -5,7 +5,8 @@
 // list. Holding a ComponentBytes keeps every segment (so every byte) alive; readers go
 // through DataOf instead of computing addresses themselves. A file-tier component has no
 // segment: its bytes are in its backing files (backing_files.h), which a ComponentBytes keeps
-// open, and a reader copies them into a buffer of its own with ReadTensor or ReadRanges.
+// open, and a reader copies them into a buffer of its own with ReadTensor or ReadRanges. A
+// split component has both: some tensors in its own segment, the others (InFile) in files.
 //
 // Thread-safety: immutable after construction; copies may be used from any thread. The bytes
 // themselves are read-only once the component is READY.
@@ -34,6 +35,12 @@ class ComponentBytes {
       : segments_(std::move(segments)) {}
   // A file-tier component's bytes: no segment, only its files.
   explicit ComponentBytes(std::shared_ptr<const BackingFiles> files) : files_(std::move(files)) {}
+  // A split component's: the tensors `in_file` marks (by table index) are read from `files`,
+  // the others lie in `segments`.
+  ComponentBytes(std::vector<std::shared_ptr<PoolSegment>> segments,
+                 std::shared_ptr<const BackingFiles> files,
+                 std::shared_ptr<const std::vector<bool>> in_file)
+      : segments_(std::move(segments)), files_(std::move(files)), in_file_(std::move(in_file)) {}
 
   // The first byte of `tensor` (its segment index must be valid: the store checks tables).
   const char* DataOf(const TensorEntry& tensor) const {
@@ -49,7 +56,10 @@ class ComponentBytes {
   // The backing files of a file-tier component; null for a pool component.
   const BackingFiles* files() const { return files_.get(); }
   // Whether the tensor at `index` of the table lies in a file (DataOf must not be used).
-  bool InFile(size_t index) const { return files_ != nullptr && index < files_->ranges().size(); }
+  bool InFile(size_t index) const {
+    return files_ != nullptr && index < files_->ranges().size() &&
+           (in_file_ == nullptr || (*in_file_)[index]);
+  }
   // Copies the bytes of the table's tensor `index` (which must lie in a file) into `dst`
   // (its byte_size): DataLoss when the file shrank, a read error naming the file;
   // FailedPrecondition when it is not in a file. Reads go through `fs` (nullptr: the default).
@@ -62,6 +72,7 @@ class ComponentBytes {
  private:
   std::vector<std::shared_ptr<PoolSegment>> segments_;
   std::shared_ptr<const BackingFiles> files_;
+  std::shared_ptr<const std::vector<bool>> in_file_;  // null: every tensor (with files_)
 };
 
 // "xxh3-64:<16 hex>" of the bytes of the tensors in the component's own segment (segment 0),

@@ -176,10 +176,15 @@ ComponentSnapshot ComponentStore::SnapshotLocked(const Component& component) con
     snapshot.segment_size = component.segments.front()->size();
     snapshot.pinned = component.segments.front()->pinned();
   }
-  const bool in_file = component.info.tier == ComponentTier::kFile;
-  snapshot.pool_bytes = in_file ? 0 : component.info.total_bytes;
-  snapshot.file_bytes = in_file ? component.info.total_bytes : 0;
-  if (in_file) snapshot.files = component.files;
+  if (component.files == nullptr) {
+    snapshot.pool_bytes = component.info.total_bytes;
+    snapshot.file_bytes = 0;
+  } else {
+    snapshot.files = component.files;
+    snapshot.in_file = component.in_file;
+    snapshot.file_bytes = component.info.file_bytes;
+    snapshot.pool_bytes = component.info.total_bytes - component.info.file_bytes;
+  }
   return snapshot;
 }
 
@@ -219,8 +224,7 @@ void ComponentStore::PersistLocked() {
   std::vector<ManifestComponent> entries;
   for (const auto& [key, component] : components_) {
     // A file-tier entry lives on descriptors, which do not outlive this ddod.
-    if (component.info.state != ComponentState::kReady ||
-        component.info.tier == ComponentTier::kFile) {
+    if (component.info.state != ComponentState::kReady || component.files != nullptr) {
       continue;
     }
     ManifestComponent entry;
@@ -637,6 +641,9 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
                                                        "; nor can the file tier keep it: ",
                                                        loaded.status().message()));
     }
+    if (loaded.ok() && !loaded->warm_hit) {
+      loaded->component = PromoteToFit(lease.caller, loaded->component, cancelled);
+    }
     if (loaded.ok()) loaded->seconds = absl::ToDoubleSeconds(absl::Now() - started);
     return loaded;
   }
@@ -762,13 +769,14 @@ absl::StatusOr<HostAttachment> ComponentStore::AttachHost(const Lease& lease,
     return absl::NotFoundError(
         absl::StrCat("no component '", EscapeForDisplay(cache_key), "' in the pool"));
   }
-  const bool in_file = it->second.info.tier == ComponentTier::kFile;
   DDO_ASSIGN_OR_RETURN(const std::string session_id, sessions_.Add(lease, cache_key));
   it->second.info.sessions += 1;
   it->second.info.last_used = Now();
   return HostAttachment{session_id, SnapshotLocked(it->second),
-                        in_file ? ComponentBytes(it->second.files)
-                                : ComponentBytes(it->second.segments)};
+                        it->second.files != nullptr
+                            ? ComponentBytes(it->second.segments, it->second.files,
+                                             it->second.in_file)
+                            : ComponentBytes(it->second.segments)};
 }
 
 void ComponentStore::UnpinLocked(uid_t uid, const std::string& cache_key) {

@@ -58,8 +58,9 @@ enum class ComponentState { kUploading, kReady };
 
 // Where a READY component's bytes are served from: its pool segments, or (the file tier, for a
 // component larger than the pool can give it) the safetensors files it was loaded from, whose
-// descriptors ddod keeps (backing_files.h) and reads with pread.
-enum class ComponentTier { kPool, kFile };
+// descriptors ddod keeps (backing_files.h) and reads with pread; or split, some units in a
+// pool segment of its own and the rest read from its files (what the pool could give it).
+enum class ComponentTier { kPool, kFile, kSplit };
 
 // A consistent copy of one component's state, for answers and listings.
 struct ComponentSnapshot {
@@ -98,8 +99,11 @@ struct ComponentSnapshot {
   ComponentTier tier = ComponentTier::kPool;
   uint64_t pool_bytes = 0;
   uint64_t file_bytes = 0;
-  // kFile: the backing files (their descriptors stay open while a snapshot holds them).
+  // kFile and kSplit: the backing files (their descriptors stay open while a snapshot holds
+  // them); kSplit: which tensors (by table index) are read from them, the others being in the
+  // pool segment.
   std::shared_ptr<const BackingFiles> files;
+  std::shared_ptr<const std::vector<bool>> in_file;
 };
 
 
@@ -304,9 +308,11 @@ class ComponentStore {
     // The SHA-256 other users' files must match to share it (safetensors_hash.h's
     // ProofDigest): computed when a proof first needs it, not at load; "" until then.
     std::string proof_digest;
-    // The file tier (info.tier kFile): the descriptors and each tensor's range. Shared with
-    // the ComponentBytes handed out, so a reader keeps them open while it reads.
+    // The file tier (info.tier kFile or kSplit): the descriptors and each tensor's range.
+    // Shared with the ComponentBytes handed out, so a reader keeps them open while it reads.
     std::shared_ptr<const BackingFiles> files;
+    // kSplit: the tensors still read from the files (the others are in segments[0]).
+    std::shared_ptr<const std::vector<bool>> in_file;
   };
   // The map's key: the owner uid and its cache key.
   static std::string KeyOf(uid_t uid, const std::string& cache_key);
@@ -394,6 +400,12 @@ class ComponentStore {
                                             const std::function<bool()>& cancelled);
   // Inserts `component` (READY, file tier) under the caller's key after the replacement rules
   // and limits of an upload; a warm hit when the key holds the same component.
+  // Moves some units of the file-tier component `key` of `caller` into a pool segment of its
+  // own, as many as the pool can give now while leaving room for streaming sessions (tier
+  // kSplit), spread over the component so that file reads alternate with pool units; the
+  // snapshot afterwards (the same one when nothing moved: no room, or a read failed).
+  ComponentSnapshot PromoteToFit(const Caller& caller, const ComponentSnapshot& loaded,
+                                 const std::function<bool()>& cancelled);
   // RESOURCE_EXHAUSTED when `more` descriptors kept for the file tier would pass the caller's
   // limit (not for admins) or ddod's (StoreOptions::max_backing_files*).
   absl::Status CheckBackingFileLimitsLocked(const Caller& caller, size_t more) const

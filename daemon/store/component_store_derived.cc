@@ -187,7 +187,7 @@ absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::BeginDerivedLoc
                                             EscapeForDisplay(request.cache_key), "' from"));
   }
   const Component& parent = base->second;
-  if (parent.info.tier == ComponentTier::kFile) {
+  if (parent.files != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "'", EscapeForDisplay(request.base_cache_key),
         "' is served from its files, not the pool: a derived version needs its base in the pool"));

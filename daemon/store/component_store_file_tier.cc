@@ -10,7 +10,10 @@
 //
 // Thread-safety: LoadFileBacked runs outside mu_ (the hash reads the files) and takes it to
 // insert; InsertFileBackedLocked is called with mu_ held.
+#include <algorithm>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +24,7 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/store/component_store.h"
 #include "daemon/store/direct_reader.h"
+#include "daemon/store/parallel_reader.h"
 #include "ddo/wire/display_text.h"
 
 namespace ddo {
@@ -118,6 +122,118 @@ absl::StatusOr<LoadResult> ComponentStore::InsertFileBackedLocked(const Lease& l
   auto it = components_.insert_or_assign(key, std::move(component)).first;
   PersistLocked();  // ClearKeyLocked may have removed a pool entry under the key
   return LoadResult{SnapshotLocked(it->second), /*warm_hit=*/false, 0};
+}
+
+namespace {
+
+// What a promotion leaves free in the pool for streaming sessions: a session's staging and a
+// host-backend ring (about 16 of the largest unit), and at least an eighth of the budget (at
+// most 2 GiB).
+uint64_t SessionMargin(const std::vector<TensorEntry>& tensors, uint64_t budget) {
+  std::map<uint32_t, uint64_t> unit_bytes;
+  for (const TensorEntry& tensor : tensors) unit_bytes[tensor.unit] += tensor.byte_size;
+  uint64_t largest = 0;
+  for (const auto& [unit, bytes] : unit_bytes) largest = std::max(largest, bytes);
+  return std::max(16 * largest, std::min(budget / 8, uint64_t{2} << 30));
+}
+
+// The units to keep in the pool, about `room` bytes of them, spread over the table's units in
+// order (error diffusion), so that a pass alternates units read from files with pool units.
+std::set<uint32_t> SpreadUnits(const std::vector<TensorEntry>& tensors, uint64_t room) {
+  std::map<uint32_t, uint64_t> unit_bytes;
+  uint64_t total = 0;
+  for (const TensorEntry& tensor : tensors) {
+    unit_bytes[tensor.unit] += tensor.byte_size + kTensorAlignment;
+    total += tensor.byte_size + kTensorAlignment;
+  }
+  std::set<uint32_t> chosen;
+  if (total == 0) return chosen;
+  const double fraction = std::min(1.0, static_cast<double>(room) / static_cast<double>(total));
+  uint64_t seen = 0;
+  uint64_t taken = 0;
+  for (const auto& [unit, bytes] : unit_bytes) {
+    seen += bytes;
+    if (taken + bytes <= room && static_cast<double>(taken + bytes) <= fraction * seen + bytes / 2.0) {
+      chosen.insert(unit);
+      taken += bytes;
+    }
+  }
+  return chosen;
+}
+
+}  // namespace
+
+ComponentSnapshot ComponentStore::PromoteToFit(const Caller& caller,
+                                               const ComponentSnapshot& loaded,
+                                               const std::function<bool()>& cancelled) {
+  const PoolUsage usage = pool_.Usage();
+  const uint64_t free = usage.budget_bytes - std::min(usage.reserved_bytes, usage.budget_bytes);
+  const uint64_t margin = SessionMargin(loaded.tensors, usage.budget_bytes);
+  const uint64_t least_worth_it = std::min(uint64_t{64} << 20, usage.budget_bytes / 16);
+  if (loaded.files == nullptr || free < margin + least_worth_it) return loaded;
+  const std::set<uint32_t> units = SpreadUnits(loaded.tensors, free - margin);
+  // The chosen tensors, laid out in a segment of their own.
+  std::vector<TensorEntry> pooled;
+  std::vector<size_t> indices;
+  for (size_t i = 0; i < loaded.tensors.size(); ++i) {
+    if (units.count(loaded.tensors[i].unit) == 0) continue;
+    pooled.push_back(loaded.tensors[i]);
+    indices.push_back(i);
+  }
+  if (pooled.empty()) return loaded;
+  const uint64_t span = LayOut(pooled);
+  absl::StatusOr<std::shared_ptr<PoolSegment>> segment = pool_.Allocate(span);
+  if (!segment.ok()) {
+    Logger("store")->info("'{}' stays in its files: {}", EscapeForDisplay(loaded.cache_key),
+                          segment.status().message());
+    return loaded;
+  }
+  std::vector<ReadJob> jobs;
+  for (size_t j = 0; j < pooled.size(); ++j) {
+    const FileRange& range = loaded.files->ranges()[indices[j]];
+    const BackingFile& file = loaded.files->FileOf(range);
+    jobs.push_back({file.get(), range.offset, (*segment)->data() + pooled[j].offset, range.bytes,
+                    file.name});
+  }
+  const absl::Time started = absl::Now();
+  absl::Status read = ReadInParallel(jobs, options_.read_threads, {}, cancelled,
+                                     kDefaultReadChunkBytes, &fs_);
+  if (read.ok()) read = (*segment)->Pin();
+  if (!read.ok()) {
+    Logger("store")->warn("'{}' stays in its files: reading part of it into the pool: {}",
+                          EscapeForDisplay(loaded.cache_key), read.ToString());
+    (*segment)->MarkDiscarded();
+    return loaded;
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = components_.find(KeyOf(caller.uid, loaded.cache_key));
+  // Replaced or evicted meanwhile: the segment goes with this function.
+  if (it == components_.end() || it->second.files != loaded.files ||
+      !it->second.segments.empty()) {
+    (*segment)->MarkDiscarded();
+    return loaded;
+  }
+  Component& component = it->second;
+  auto in_file = std::make_shared<std::vector<bool>>(component.info.tensors.size(), true);
+  uint64_t pooled_bytes = 0;
+  for (size_t j = 0; j < pooled.size(); ++j) {
+    TensorEntry& tensor = component.info.tensors[indices[j]];
+    tensor.segment = 0;
+    tensor.offset = pooled[j].offset;
+    (*in_file)[indices[j]] = false;
+    pooled_bytes += tensor.byte_size;
+  }
+  component.segments = {*segment};
+  component.in_file = std::move(in_file);
+  component.info.tier = ComponentTier::kSplit;
+  component.info.file_bytes = component.info.total_bytes - pooled_bytes;
+  Logger("store")->info(
+      "'{}' split: {} of its {} in the pool ({} of {} units, read in {:.2f} s), {} read from "
+      "its files as it streams",
+      EscapeForDisplay(loaded.cache_key), FormatBytes(pooled_bytes),
+      FormatBytes(component.info.total_bytes), units.size(), component.info.unit_count,
+      absl::ToDoubleSeconds(absl::Now() - started), FormatBytes(component.info.file_bytes));
+  return SnapshotLocked(component);
 }
 
 }  // namespace ddo

@@ -40,7 +40,7 @@ std::vector<ComponentStore::ProofTarget> ComponentStore::FindProofTargets(
     if (other.info.owner_uid == caller.uid || other.info.state != ComponentState::kReady ||
         other.info.structure_hash != structure_hash || other.client_written ||
         other.sources.empty() || !other.info.base_cache_key.empty() ||
-        other.info.tier == ComponentTier::kFile ||
+        other.files != nullptr ||
         other.segments.empty() || other.segments.front() == nullptr) {
       continue;
     }

@@ -267,5 +267,52 @@ TEST_F(FileTierStoreTest, AnAutoLoadPastTheDescriptorBoundSaysWhy) {
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("backing file"));
 }
 
+// What the pool can give it stays in the pool; the rest is read from the files.
+TEST_F(FileTierStoreTest, AnAutoLoadKeepsWhatThePoolCanHoldAndSpreadsIt) {
+  pool_options_.budget_bytes = 12 * kMiB;
+  Restart();
+  std::vector<std::pair<std::string, std::string>> tensors;
+  for (int i = 0; i < 64; ++i) tensors.push_back({"t" + std::to_string(100 + i), Pattern(256 << 10, i)});
+  const std::string path = dir_.Join("many.safetensors");
+  ASSERT_TRUE(WriteU8Safetensors(path, tensors));
+  SafetensorsRequest request;
+  request.cache_key = "many";
+  request.files.push_back(SourceOf(path));
+  auto loaded = store_->LoadSafetensors(lease_, std::move(request), [](uint64_t, uint64_t) {},
+                                        [] { return false; });
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const ComponentSnapshot& component = loaded->component;
+  EXPECT_EQ(component.tier, ComponentTier::kSplit);
+  EXPECT_EQ(component.pool_bytes + component.file_bytes, component.total_bytes);
+  EXPECT_GT(component.pool_bytes, 4 * kMiB);
+  EXPECT_LE(pool_->Usage().reserved_bytes, pool_options_.budget_bytes - 4 * kMiB)
+      << "room is left for streaming sessions";
+  auto attached = store_->AttachHost(lease_, "many");
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  const ComponentBytes& bytes = attached->bytes;
+  int in_file = 0;
+  int alternations = 0;
+  std::string read(256 << 10, '\0');
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorEntry& tensor = attached->component.tensors[i];
+    if (bytes.InFile(i)) {
+      ++in_file;
+      ASSERT_TRUE(bytes.ReadTensor(i, read.data()).ok());
+      EXPECT_EQ(read, tensors[i].second) << tensor.name;
+    } else {
+      EXPECT_EQ(std::string(bytes.DataOf(tensor), tensor.byte_size), tensors[i].second)
+          << tensor.name;
+    }
+    if (i > 0 && bytes.InFile(i) != bytes.InFile(i - 1)) ++alternations;
+  }
+  EXPECT_GT(in_file, 0);
+  EXPECT_LT(in_file, 64);
+  EXPECT_GT(alternations, 8) << "pool units are spread, not one block";
+  ASSERT_TRUE(store_->Detach(attached->session_id, lease_.caller).ok());
+  // Never in the manifest: a restart adopts nothing of it.
+  Restart();
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("many", lease_.caller).status()));
+}
+
 }  // namespace
 }  // namespace ddo

@@ -212,7 +212,8 @@ size_t DeviceTable::warm_slab_count() const {
 FileReadPool* DeviceTable::FileReaders() {
   absl::MutexLock lock(&mu_);
   if (file_readers_ == nullptr) {
-    file_readers_ = std::make_unique<FileReadPool>(FileReadThreadsFromEnvironment());
+    file_readers_ = std::make_unique<FileReadPool>(
+        options_.file_read_threads > 0 ? options_.file_read_threads : DefaultFileReadThreads());
   }
   return file_readers_.get();
 }

@@ -32,6 +32,7 @@
 #include "daemon/stream/resident_slab.h"
 #include "daemon/layout/session_plan.h"
 #include "daemon/stream/file_read_pool.h"
+#include "daemon/stream/unit_source.h"
 #include "daemon/stream/stream_worker.h"
 #include "daemon/stream/warm_slab_cache.h"
 
@@ -53,6 +54,10 @@ struct DeviceTableOptions {
   // warm_process: a closed session's filled slab stays on its device for the next session of
   // the same component and plan, until its room is needed (least recently used first).
   bool keep_slabs_warm = false;
+  // The file tier: threads that read units from backing files (0: the CPUs, 2 to 8), and
+  // staging buffers per session.
+  int file_read_threads = 0;
+  uint32_t file_staging_buffers = kFileStagingBuffers;
 };
 
 // A device a session may stream on.
@@ -137,6 +142,7 @@ class DeviceTable {
   // ddod's one RAM budget (the host pool), whatever the device: a file-tier session's staging
   // buffers count in it; null in tests that give none.
   HostPool* host_pool() const { return options_.host_pool; }
+  uint32_t file_staging_buffers() const { return options_.file_staging_buffers; }
   // The read threads of file-tier sessions (DDO_FILE_READ_THREADS of them), started on first
   // use.
   FileReadPool* FileReaders();

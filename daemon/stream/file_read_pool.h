@@ -22,8 +22,8 @@
 
 namespace ddo {
 
-// DDO_FILE_READ_THREADS, when set to 1 to 64; otherwise 4.
-int FileReadThreadsFromEnvironment();
+// The read threads when DDO_FILE_READ_THREADS is not set: the CPUs, at least 2 and at most 8.
+int DefaultFileReadThreads();
 
 class FileReadPool {
  public:

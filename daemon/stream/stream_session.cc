@@ -302,7 +302,7 @@ std::optional<StreamSession::StepResult> StreamSession::EnqueueNextUse(bool& wai
 
 void StreamSession::ReadAhead(uint64_t from, uint64_t consumed) {
   if (!source_.reads_files() || worker_schedule_.empty()) return;
-  const uint64_t end = consumed + plan_.ring_slots + kFileStagingBuffers;
+  const uint64_t end = consumed + plan_.ring_slots + source_.staging_buffers();
   for (uint64_t use = from; use < end; ++use) {
     const uint32_t unit = worker_schedule_[use % worker_schedule_.size()];
     if (!source_.Prefetch(use, plan_.units[unit], tensors_)) break;  // no buffer free

@@ -198,7 +198,9 @@ class StreamFixture {
                                          plan.ring_slots, plan.units.size(), plan.arena_bytes);
     FileReading reading;
     if (from_files) {
-      reading = FileReading{*StagingFor(session_bytes, plan, /*pin=*/false, &pool), file_readers,
+      reading = FileReading{*StagingFor(session_bytes, plan, kFileStagingBuffers, /*pin=*/false,
+                                        &pool),
+                            file_readers,
                             [&worker] { worker.Ring(); }};
     }
     session = std::make_shared<StreamSession>(

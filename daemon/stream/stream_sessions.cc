@@ -46,22 +46,45 @@ void StreamSessions::Publish(std::shared_ptr<StreamSession> session, DeviceRoom 
   worker->Add(std::move(session));
 }
 
+namespace {
+
+// Where the session's host bytes come from, for the plan's explanation: the pool (pinned or
+// not) or, for a file-tier component, its files (with the bytes per pass read from them).
+void AddHostMemoryDecisions(const HostAttachment& attached, bool on_gpu,
+                            uint32_t staging_buffers, SessionPlan* plan) {
+  if (attached.bytes.files() != nullptr) {
+    uint64_t file_bytes = 0;
+    for (const StreamUnit& unit : plan->units) {
+      for (const PlannedTensor& placed : unit.tensors) {
+        if (attached.bytes.InFile(placed.table_index)) {
+          file_bytes += attached.component.tensors[placed.table_index].byte_size;
+        }
+      }
+    }
+    plan->decisions.push_back({"file_bytes_per_pass", absl::StrCat(file_bytes),
+                              absl::StrCat("of the ", plan->streamed_bytes,
+                                           " bytes streamed per pass, read from backing files "
+                                           "(S_file)")});
+    plan->decisions.push_back(
+        {"host_memory", attached.bytes.segments().empty() ? "backing files" : "pool and files",
+         absl::StrCat("the component is on the file tier: each streamed unit in its files is ",
+                      "read into one of ", staging_buffers, " staging buffers",
+                      on_gpu ? " (pinned)" : "", ", then copied")});
+  } else if (on_gpu && !attached.bytes.AllPinned()) {
+    plan->decisions.push_back({"host_memory", "not pinned",
+                              "copies from pageable memory are staged by the driver (slower)"});
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttachment attached,
                                                   const std::string& requested_device,
                                                   SessionPlan plan) {
   DDO_ASSIGN_OR_RETURN(StreamDevice device, devices_.Resolve(requested_device));
   const ComponentName name{attached.component.owner_uid, attached.component.cache_key,
                            attached.component.base_cache_key};
-  if (attached.bytes.files() != nullptr) {
-    plan.decisions.push_back(
-        {"host_memory", "backing files",
-         absl::StrCat("the component is on the file tier: each streamed unit is read from its ",
-                      "files into one of ", kFileStagingBuffers, " staging buffers",
-                      device.ordinal >= 0 ? " (pinned)" : "", ", then copied")});
-  } else if (device.ordinal >= 0 && !attached.bytes.AllPinned()) {
-    plan.decisions.push_back({"host_memory", "not pinned",
-                              "copies from pageable memory are staged by the driver (slower)"});
-  }
+  AddHostMemoryDecisions(attached, device.ordinal >= 0, devices_.file_staging_buffers(), &plan);
   DDO_ASSIGN_OR_RETURN(DeviceRoom room, devices_.ReserveRoom(device, attached, plan));
   plan.decisions.push_back({"slab", room.slab_warm ? "warm" : "filled now",
                             room.slab_warm ? "a closed session of the same component and plan "
@@ -76,8 +99,8 @@ absl::StatusOr<OpenedStream> StreamSessions::Open(const Lease& lease, HostAttach
                                             static_cast<uint32_t>(plan.units.size()),
                                             plan.arena_bytes));
   DDO_ASSIGN_OR_RETURN(std::unique_ptr<StagingBuffers> staging,
-                       StagingFor(attached.bytes, plan, /*pin=*/device.ordinal >= 0,
-                                  devices_.host_pool()));
+                       StagingFor(attached.bytes, plan, devices_.file_staging_buffers(),
+                                  /*pin=*/device.ordinal >= 0, devices_.host_pool()));
   DDO_ASSIGN_OR_RETURN(StreamWorker * worker, devices_.WorkerFor(device));
   FileReading reading;
   if (staging != nullptr) {

@@ -56,12 +56,13 @@ std::vector<std::vector<Piece>> PlanJobs(const ComponentBytes& host, const Strea
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StagingBuffers>> StagingFor(const ComponentBytes& host,
-                                                           const SessionPlan& plan, bool pin,
+                                                           const SessionPlan& plan,
+                                                           uint32_t buffers, bool pin,
                                                            HostPool* ram) {
   if (host.files() == nullptr || plan.units.empty() || plan.slot_bytes == 0) {
     return std::unique_ptr<StagingBuffers>();
   }
-  return StagingBuffers::Create(kFileStagingBuffers, plan.slot_bytes, pin, ram);
+  return StagingBuffers::Create(buffers, plan.slot_bytes, pin, ram);
 }
 
 UnitSource::UnitSource(ComponentBytes host, FileReading reading)

@@ -36,18 +36,19 @@
 
 namespace ddo {
 
-// How many staging buffers a session of a file-tier component takes (each the plan's slot
-// size): units read ahead while one is copied.
+// How many staging buffers a session of a file-tier component takes by default (each the
+// plan's slot size): units read ahead while one is copied (DDO_FILE_STAGING_BUFFERS).
 inline constexpr uint32_t kFileStagingBuffers = 4;
 // The most one read job reads: a unit is split into jobs of about this size, which the read
 // threads take in turn.
 inline constexpr uint64_t kFileReadJobBytes = uint64_t{8} << 20;
 
-// The staging a session over `host` needs for `plan`: kFileStagingBuffers buffers of the
-// plan's slot size when the component has backing files and units to stream, page-locked when
-// `pin`, counted in `ram` (StagingBuffers::Create's errors); null when it needs none.
+// The staging a session over `host` needs for `plan`: `buffers` buffers of the plan's slot
+// size when the component has backing files and units to stream, page-locked when `pin`,
+// counted in `ram` (StagingBuffers::Create's errors); null when it needs none.
 absl::StatusOr<std::unique_ptr<StagingBuffers>> StagingFor(const ComponentBytes& host,
-                                                           const SessionPlan& plan, bool pin,
+                                                           const SessionPlan& plan,
+                                                           uint32_t buffers, bool pin,
                                                            HostPool* ram);
 
 // How a session reads its file units: the staging, the read threads (null: each read runs on
@@ -96,6 +97,7 @@ class UnitSource {
   // component).
   uint64_t file_bytes_read() const { return file_bytes_read_; }
   uint64_t staging_bytes() const { return staging_ ? staging_->total_bytes() : 0; }
+  uint32_t staging_buffers() const { return staging_ ? staging_->count() : 0; }
 
   // Keys of out-of-schedule requests: kSyncKeys + the request's number.
   static constexpr uint64_t kSyncKeys = uint64_t{1} << 63;

@@ -1,11 +1,11 @@
 """The file tier (issue 33): a component larger than ddod's RAM budget still streams.
 
 A real ddod with a small ``--ram-budget-gb`` loads a safetensors file twice that size: the
-pool cannot hold it, so ddod keeps it in its file (tier FILE) and its sessions read each
-streamed unit from the file into a staging buffer as they go. On the host backend (device
-``cpu``) the streamed module's outputs equal the unstreamed module's, while ddod's resident
-memory (RssAnon + RssShmem, sampled every 20 ms) and the pool's accounting stay within the
-budget.
+pool cannot hold it, so ddod keeps what the pool can give in the pool and the rest in its file
+(tier SPLIT; FILE when asked to keep it all in files), and its sessions read each streamed
+unit in the file into a staging buffer as they go. On the host backend (device ``cpu``) the
+streamed module's outputs equal the unstreamed module's, while ddod's resident memory
+(RssAnon + RssShmem, sampled every 20 ms) and the pool's accounting stay within the budget.
 """
 
 from __future__ import annotations
@@ -118,8 +118,9 @@ def inputs(step: int) -> torch.Tensor:
     return torch.randn(4, WIDTH, generator=torch.Generator().manual_seed(step))
 
 
+@pytest.mark.parametrize("file_tier", ["auto", "prefer"])
 def test_a_component_twice_the_ram_budget_streams_from_its_file_within_the_budget(
-        small_ram_daemon, short_dir):
+        small_ram_daemon, short_dir, file_tier):
     from diffusers_dynamic_offloader import DdoClient
 
     budget = int(BUDGET_GB * GIB)
@@ -135,9 +136,14 @@ def test_a_component_twice_the_ram_budget_streams_from_its_file_within_the_budge
             time.sleep(0.1)
             baseline = min(memory.samples)
             reserved: List[int] = []
-            loaded = client.load_safetensors(KEY, path, progress=False)
-            assert loaded.tier == "FILE"
-            assert (loaded.file_bytes, loaded.pool_bytes) == (total, 0)
+            loaded = client.load_safetensors(KEY, path, progress=False, file_tier=file_tier)
+            if file_tier == "prefer":
+                assert loaded.tier == "FILE"
+                assert (loaded.file_bytes, loaded.pool_bytes) == (total, 0)
+            else:  # what the pool can give, with room left for the session
+                assert loaded.tier == "SPLIT"
+                assert loaded.file_bytes + loaded.pool_bytes == total
+                assert budget // 2 < loaded.pool_bytes < budget
             with client.stream(tower, KEY, device="cpu", settings=SETTINGS) as session:
                 assert session.resources.units, "nothing streams"
                 with torch.no_grad():
@@ -150,11 +156,16 @@ def test_a_component_twice_the_ram_budget_streams_from_its_file_within_the_budge
     print(f"ddod grew by {(peak - baseline) / GIB:.3f} GiB (budget {BUDGET_GB}); reserved at "
           f"most {max(reserved) / GIB:.3f} GiB, held {stats.pool.held_bytes / GIB:.3f} GiB; "
           f"{stats.stream.file_bytes_read / GIB:.2f} GiB read from the file")
-    # Every streamed byte came from the file, through staging that the budget counts.
-    assert stats.pool.file_bytes == total
+    # The streamed bytes in the file came from it, through staging that the budget counts.
+    assert stats.pool.file_bytes == loaded.file_bytes
     assert stats.pool.backing_files == 1
-    assert stats.pool.used_bytes == 0
-    assert stats.stream.file_bytes_read >= 3 * sum(u.byte_size for u in session.resources.units)
+    streamed = sum(u.byte_size for u in session.resources.units)
+    if file_tier == "prefer":
+        assert stats.pool.used_bytes == 0
+        assert stats.stream.file_bytes_read >= 3 * streamed
+    else:
+        assert stats.pool.used_bytes >= loaded.pool_bytes
+        assert 0 < stats.stream.file_bytes_read < 4 * streamed
     assert 0 < stats.pool.held_bytes <= budget
     assert stats.pool.pinned_bytes == 0
     assert max(reserved) <= budget
@@ -176,23 +187,37 @@ def test_the_file_tier_is_reported_and_never_refuses_what_it_can_not_hold(
         assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "raise --ram-budget-gb" in refused.value.details
         loaded = client.load_safetensors(KEY, path, progress=False)
-        assert loaded.tier == "FILE"
+        assert loaded.tier == "SPLIT"
         listed = subprocess.run([ddoctl_path(), "--daemon", small_ram_daemon.address,
                                  "components"], capture_output=True, text=True, timeout=30)
         assert listed.returncode == 0, listed.stderr
-        assert "on the file tier" in listed.stdout
+        assert "read from its files as it streams" in listed.stdout
         shown = subprocess.run([ddoctl_path(), "--daemon", small_ram_daemon.address, "--json",
                                 "stats"], capture_output=True, text=True, timeout=30)
         assert shown.returncode == 0, shown.stderr
         pool = json.loads(shown.stdout)["pool"]
-        assert int(pool["file_bytes"]) == total and int(pool["backing_files"]) == 1
+        assert int(pool["file_bytes"]) == loaded.file_bytes and int(pool["backing_files"]) == 1
         metrics = subprocess.run([ddoctl_path(), "--daemon", small_ram_daemon.address,
                                   "metrics"], capture_output=True, text=True, timeout=30)
         assert metrics.returncode == 0, metrics.stderr
-        assert f"ddo_pool_file_bytes {total}" in metrics.stdout
+        assert f"ddo_pool_file_bytes {loaded.file_bytes}" in metrics.stdout
         # Evicting it closes the file.
         client.evict(KEY)
         assert client.stats().pool.backing_files == 0
+        # ddoctl load says where the bytes stay, and refuses a tier it does not know.
+        kept = subprocess.run([ddoctl_path(), "--daemon", small_ram_daemon.address, "load",
+                               "by-ddoctl", path, "file-tier=prefer"], capture_output=True,
+                              text=True, timeout=60)
+        assert kept.returncode == 0, kept.stderr
+        assert kept.stdout.startswith("kept in its files 'by-ddoctl'"), kept.stdout
+        never = subprocess.run([ddoctl_path(), "--daemon", small_ram_daemon.address, "load",
+                                "never", path, "file-tier=never"], capture_output=True,
+                               text=True, timeout=60)
+        assert never.returncode != 0 and "raise --ram-budget-gb" in never.stderr, never.stderr
+        wrong = subprocess.run([ddoctl_path(), "--daemon", small_ram_daemon.address, "load",
+                                "wrong", path, "file-tier=sometimes"], capture_output=True,
+                               text=True, timeout=60)
+        assert wrong.returncode != 0 and "file-tier takes auto" in wrong.stderr, wrong.stderr
 
 
 def test_a_small_component_may_be_kept_in_its_files_on_request(small_ram_daemon, short_dir):

@@ -32,8 +32,9 @@ class Component:
         changed_tensors: For a derived version: the tensors it stores anew.
         own_bytes: The pool bytes this component holds itself (a derived version shares the
             rest with its base).
-        tier: Where its bytes are: ``"POOL"`` (ddod's host pool) or ``"FILE"`` (the
-            safetensors files it was loaded from, which ddod reads as it streams: the file tier).
+        tier: Where its bytes are: ``"POOL"`` (ddod's host pool), ``"FILE"`` (the
+            safetensors files it was loaded from, which ddod reads as it streams: the file tier)
+            or ``"SPLIT"`` (some units in the pool, the rest read from the files).
         pool_bytes: Bytes of its tensors in the host pool.
         file_bytes: Bytes of its tensors read from its files.
     """

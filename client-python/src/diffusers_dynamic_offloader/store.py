@@ -644,6 +644,12 @@ def load_safetensors(
                 f"ddo: {cache_key!r} ({format_bytes(total)}) stays in its files (the file "
                 "tier): ddod reads them as it streams"
             )
+        elif final.component.tier == components_pb2.COMPONENT_TIER_SPLIT:
+            reporter.message(
+                f"ddo: {cache_key!r} ({format_bytes(total)}) is larger than the pool can give "
+                f"it: {format_bytes(final.component.pool_bytes)} in the pool, "
+                f"{format_bytes(final.component.file_bytes)} read from its files as it streams"
+            )
         else:
             reporter.finish("loaded", count=total, seconds=final.seconds or seconds)
     return Component.from_proto(final.component, warm_hit=final.warm_hit, seconds=seconds)
