@@ -32,9 +32,10 @@ def _find_ddod() -> Optional[Path]:
     return None
 
 
-@pytest.fixture(scope="module")
-def daemon() -> Iterator["object"]:
-    """One ddod for this module (each test uses its own cache keys), CUDA backend."""
+def started_daemon(*extra_args: str) -> Iterator["object"]:
+    """A ddod (CUDA backend) on a socket in a fresh temporary directory (the socket's
+    directory, which tests may use too), with `extra_args`; stopped afterwards, which must
+    succeed."""
     binary = _find_ddod()
     if binary is None:
         pytest.skip("no ddod binary: set DDO_DDOD_BINARY (or bundle one into .bundle with "
@@ -51,7 +52,7 @@ def daemon() -> Iterator["object"]:
     try:
         started = start_ddod(str(binary), os.path.join(work, "ddod.sock"),
                              os.path.join(work, "ddod.log"), "--state-dir",
-                             os.path.join(work, "state"), "--discard")
+                             os.path.join(work, "state"), "--discard", *extra_args)
     finally:
         if saved is None:
             os.environ.pop("LD_LIBRARY_PATH", None)
@@ -62,6 +63,12 @@ def daemon() -> Iterator["object"]:
     log_tail = started.log()[-4000:]
     shutil.rmtree(work, ignore_errors=True)
     assert code == 0, f"ddod exited with {code} on SIGTERM; log tail:\n{log_tail}"
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator["object"]:
+    """One ddod for this module (each test uses its own cache keys), CUDA backend."""
+    yield from started_daemon()
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,7 @@ cpp), and ddod's pool holds none of it.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "python"))
 
-from conftest import _find_ddod  # noqa: E402
+from conftest import started_daemon  # noqa: E402
 from streaming_support import CONSUMERS, use_consumer  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -47,32 +45,10 @@ SETTINGS = {"DDO_RESIDENT_MODULE_BUDGET_GB": "0"}
 def small_ram_client():
     """A ddod with a 0.5 GiB RAM budget (CUDA backend) and a client of it."""
     from diffusers_dynamic_offloader import DdoClient
-    from support import start_ddod
 
-    binary = _find_ddod()
-    if binary is None:
-        pytest.skip("no ddod binary")
-    lib = binary.parent.parent / "lib"
-    saved = os.environ.get("LD_LIBRARY_PATH")
-    if lib.is_dir():
-        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(lib), saved]))
-    work = tempfile.mkdtemp(prefix="ddo-ft-", dir="/tmp")
-    try:
-        daemon = start_ddod(str(binary), os.path.join(work, "ddod.sock"),
-                            os.path.join(work, "ddod.log"), "--state-dir",
-                            os.path.join(work, "state"), "--discard", "--ram-budget-gb",
-                            str(BUDGET_GB))
-    finally:
-        if saved is None:
-            os.environ.pop("LD_LIBRARY_PATH", None)
-        else:
-            os.environ["LD_LIBRARY_PATH"] = saved
-    with DdoClient.connect(daemon.address, timeout=60) as client:
-        yield client, work
-    code = daemon.terminate()
-    log_tail = daemon.log()[-4000:]
-    shutil.rmtree(work, ignore_errors=True)
-    assert code == 0, f"ddod exited with {code}; log tail:\n{log_tail}"
+    for daemon in started_daemon("--ram-budget-gb", str(BUDGET_GB)):
+        with DdoClient.connect(daemon.address, timeout=60) as client:
+            yield client, os.path.dirname(daemon.socket)
 
 
 @pytest.fixture(autouse=True, params=CONSUMERS)
