@@ -1,15 +1,17 @@
 """GPU only: the file tier (issue 33) on the CUDA backend.
 
 A ddod whose RAM budget (``--ram-budget-gb 0.5``) is smaller than the model keeps it in its
-safetensors file (tier FILE); its CUDA sessions read each streamed unit from the file into
-page-locked staging buffers and copy it to the ring. Two models:
+safetensors files; its CUDA sessions read each streamed unit in the files into page-locked
+staging buffers and copy it to the ring. Two models:
 
 1. a real FluxTransformer2DModel (tests/gpu/small_flux.py's size, about 1.2 GB in bf16),
-   saved by Diffusers itself (``save_pretrained``) and loaded from that folder by ddod;
-2. a tower of bf16 Linears twice the budget.
+   saved by Diffusers itself (``save_pretrained``), loaded from that folder by ddod with
+   ``file_tier="prefer"``: all of it in the files (tier FILE), the pool holds none of it;
+2. a tower of bf16 Linears twice the budget, loaded with the default ``file_tier="auto"``:
+   what the pool can give stays in the pool, the rest in the file (tier SPLIT).
 
 Each streams bitwise equal to the same module all on the GPU, with both consumers (python,
-cpp), and ddod's pool holds none of it.
+cpp).
 
     DDO_DDOD_BINARY=.bundle/bin/ddod PYTHONPATH=.device-deps/src:client-python/src \\
       python3 -m pytest -v tests/gpu/test_file_tier_gpu.py
@@ -73,7 +75,7 @@ def test_a_diffusers_flux_saved_by_diffusers_streams_from_its_file(small_ram_cli
     torch.cuda.empty_cache()
 
     key = f"file-tier/flux-{consumer}"
-    loaded = client.load_safetensors(key, folder, progress=False)
+    loaded = client.load_safetensors(key, folder, progress=False, file_tier="prefer")
     assert loaded.tier == "FILE" and loaded.pool_bytes == 0
     with client.stream(model, key, device=DEVICE, settings=SETTINGS) as session:
         assert session.resources.units, "nothing streams"
@@ -85,7 +87,7 @@ def test_a_diffusers_flux_saved_by_diffusers_streams_from_its_file(small_ram_cli
         seconds = time.perf_counter() - started
         streamed = session.stats()["streamed_uses"]
     stats = client.stats()
-    assert stats.pool.used_bytes == 0 and stats.stream.file_bytes_read > 0
+    assert stats.stream.file_bytes_read > 0
     assert stats.pool.reserved_bytes <= int(BUDGET_GB * (1 << 30))
     print(f"flux from its file ({consumer}): 3 forwards in {seconds:.2f} s, {streamed} uses, "
           f"{stats.stream.file_bytes_read / 2**30:.2f} GiB read from files, "
@@ -119,7 +121,8 @@ def test_a_tower_twice_the_ram_budget_streams_bitwise_equal(small_ram_client, co
         expected = model.to(DEVICE)(x)
     model.to("cpu")
     key = f"file-tier/tower-{consumer}"
-    assert client.load_safetensors(key, path, progress=False).tier == "FILE"
+    loaded = client.load_safetensors(key, path, progress=False)
+    assert loaded.tier == "SPLIT" and 0 < loaded.pool_bytes < BUDGET_GB * (1 << 30)
     with client.stream(model, key, device=DEVICE, settings=SETTINGS):
         for step in range(3):
             with torch.no_grad():
