@@ -182,6 +182,16 @@ ComponentSnapshot ComponentStore::PromoteToFit(const Caller& caller,
   }
   if (pooled.empty()) return loaded;
   const uint64_t span = LayOut(pooled);
+  {
+    absl::MutexLock lock(&mu_);
+    // The pool bytes count in the owner's limit (--max-user-pool-gb) like any other.
+    if (absl::Status limits = CheckUploadLimitsLocked(caller, span, {}, {}, /*upload=*/false);
+        !limits.ok()) {
+      Logger("store")->info("'{}' stays in its files: {}", EscapeForDisplay(loaded.cache_key),
+                            limits.message());
+      return loaded;
+    }
+  }
   absl::StatusOr<std::shared_ptr<PoolSegment>> segment = pool_.Allocate(span);
   if (!segment.ok()) {
     Logger("store")->info("'{}' stays in its files: {}", EscapeForDisplay(loaded.cache_key),

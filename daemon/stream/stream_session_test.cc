@@ -526,6 +526,27 @@ TEST_F(StreamSessionTest, AFileTierRunnerThatSkipsUsesGetsTheRightBytes) {
   EXPECT_TRUE(HeldBytesReturn()) << "the staging went back, dropped reads too";
 }
 
+// The deadlock this guards against: reads ahead holding every staging buffer while the ring is
+// full and the runner waits on an out-of-schedule unit, which needs a buffer too.
+TEST_F(StreamSessionTest, AnOutOfScheduleFileUnitIsServedWhileTheRingIsFull) {
+  StreamFixture fixture(*pool_, *worker_, 8, 2, /*derived=*/false, readers_.get());
+  ASSERT_TRUE(fixture.session->SetSchedule(Iota(8)).ok());
+  fixture.runner->SetSchedule(Iota(8));
+  worker_->Ring();
+  ASSERT_EQ(*fixture.runner->Use(0), TestRunner::Served::kInSchedule);
+  // Let the ring fill and the reads ahead take what they may.
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_LT(fixture.session->plan().ring_slots, 7u);
+  auto again = fixture.runner->Use(0);  // next due 8 uses on: out of schedule
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, TestRunner::Served::kOutOfSchedule);
+  for (uint32_t unit = 1; unit < 8; ++unit) {
+    auto served = fixture.runner->Use(unit);
+    ASSERT_TRUE(served.ok()) << served.status();
+  }
+  worker_->Remove(fixture.session->id());
+}
+
 TEST_F(StreamSessionTest, AFileThatShrankFailsTheSessionNotTheDaemon) {
   StreamFixture fixture(*pool_, *worker_, 6, 2, /*derived=*/false, readers_.get());
   ASSERT_EQ(::truncate(fixture.file_path.c_str(), 100), 0);

@@ -88,7 +88,6 @@ const UnitSource::Pending* UnitSource::Find(uint64_t key) const {
 
 std::optional<UnitSource::Pending> UnitSource::StartRead(
     uint64_t key, const StreamUnit& unit, const std::vector<TensorEntry>& tensors) {
-  if (staging_ == nullptr || unit.span_bytes > staging_->buffer_bytes()) return std::nullopt;
   const std::optional<uint32_t> buffer = staging_->Acquire();
   if (!buffer) return std::nullopt;
   char* image = staging_->data(*buffer);
@@ -126,6 +125,10 @@ std::optional<UnitSource::Pending> UnitSource::StartRead(
 absl::StatusOr<std::optional<UnitSource::Staged>> UnitSource::Stage(
     uint64_t key, const StreamUnit& unit, const std::vector<TensorEntry>& tensors) {
   if (!InFiles(unit)) return std::optional<Staged>(Staged{});
+  if (staging_ == nullptr || unit.span_bytes > staging_->buffer_bytes()) {
+    return absl::InternalError(absl::StrCat("a unit of ", unit.span_bytes,
+                                            " bytes has no staging buffer to be read into"));
+  }
   ReapDropped();
   auto it = std::find_if(pending_.begin(), pending_.end(),
                          [key](const Pending& pending) { return pending.key == key; });
@@ -154,7 +157,11 @@ absl::StatusOr<std::optional<UnitSource::Staged>> UnitSource::Stage(
 bool UnitSource::Prefetch(uint64_t key, const StreamUnit& unit,
                           const std::vector<TensorEntry>& tensors) {
   if (!InFiles(unit) || Find(key) != nullptr) return true;
+  if (staging_ == nullptr || unit.span_bytes > staging_->buffer_bytes()) return false;
   ReapDropped();
+  // The last free buffer is never read ahead into: an out-of-schedule request, which the
+  // runner waits on while the ring is full, must always find one.
+  if (staging_->free_count() < 2) return false;
   std::optional<Pending> started = StartRead(key, unit, tensors);
   if (!started) return false;
   pending_.push_back(*std::move(started));

@@ -80,7 +80,9 @@ class UnitSource {
   absl::StatusOr<std::optional<Staged>> Stage(uint64_t key, const StreamUnit& unit,
                                               const std::vector<TensorEntry>& tensors);
   // Starts reading `unit` for use `key` ahead of need when it lies in a file and is not being
-  // read yet; false when that takes a buffer and none is free (look no further ahead).
+  // read yet; false when that takes a buffer and fewer than two are free (look no further
+  // ahead): the last one is kept for the use in turn or an out-of-schedule request, so reads
+  // ahead never hold every buffer while the runner waits on a request.
   bool Prefetch(uint64_t key, const StreamUnit& unit, const std::vector<TensorEntry>& tensors);
   // Whether Stage(key, unit) would answer now: a pool unit, a finished read, or a read it can
   // start (a free buffer). False while the read runs: its end wakes the worker.
