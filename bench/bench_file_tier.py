@@ -123,6 +123,8 @@ def main() -> int:
     parser.add_argument("--shard-gib", type=float, default=5.0, help="shard size (5 GiB)")
     parser.add_argument("--dir", default="", help="where the shards go (default: a temp dir)")
     parser.add_argument("--skip-pool", action="store_true", help="only the file tier")
+    parser.add_argument("--only-split", action="store_true",
+                        help="only the split run (with --split-budget-gb)")
     parser.add_argument("--split-budget-gb", type=float, default=0.0,
                         help="also run a ddod with this RAM budget, the model split between its "
                         "pool and the files (e.g. 13 for about half of FLUX)")
@@ -202,7 +204,8 @@ def main() -> int:
                  f"staging waits {result['staging_waits']}")
         client.evict(key)
 
-    budgets = [("big", max(64, total_bytes / GIB * 1.3), [("pool", "never"), ("file", "prefer")])]
+    budgets = [] if args.only_split else [
+        ("big", max(64, total_bytes / GIB * 1.3), [("pool", "never"), ("file", "prefer")])]
     if args.split_budget_gb > 0:
         budgets.append(("small", args.split_budget_gb, [("split", "auto")]))
     try:
