@@ -161,6 +161,22 @@ std::set<uint32_t> SpreadUnits(const std::vector<TensorEntry>& tensors, uint64_t
   return chosen;
 }
 
+// Reads the tensors `indices` of the table (`files`' ranges) into `segment`, at the offsets
+// `pooled` (their entries, laid out in the segment) gives them.
+absl::Status ReadIntoSegment(const BackingFiles& files, const std::vector<size_t>& indices,
+                             const std::vector<TensorEntry>& pooled, PoolSegment& segment,
+                             int threads, const std::function<bool()>& cancelled,
+                             FileSystem* fs) {
+  std::vector<ReadJob> jobs;
+  for (size_t j = 0; j < pooled.size(); ++j) {
+    const FileRange& range = files.ranges()[indices[j]];
+    const BackingFile& file = files.FileOf(range);
+    jobs.push_back({file.get(), range.offset, segment.data() + pooled[j].offset, range.bytes,
+                    file.name});
+  }
+  return ReadInParallel(jobs, threads, {}, cancelled, kDefaultReadChunkBytes, fs);
+}
+
 }  // namespace
 
 ComponentSnapshot ComponentStore::PromoteToFit(const Caller& caller,
@@ -198,16 +214,9 @@ ComponentSnapshot ComponentStore::PromoteToFit(const Caller& caller,
                           segment.status().message());
     return loaded;
   }
-  std::vector<ReadJob> jobs;
-  for (size_t j = 0; j < pooled.size(); ++j) {
-    const FileRange& range = loaded.files->ranges()[indices[j]];
-    const BackingFile& file = loaded.files->FileOf(range);
-    jobs.push_back({file.get(), range.offset, (*segment)->data() + pooled[j].offset, range.bytes,
-                    file.name});
-  }
   const absl::Time started = absl::Now();
-  absl::Status read = ReadInParallel(jobs, options_.read_threads, {}, cancelled,
-                                     kDefaultReadChunkBytes, &fs_);
+  absl::Status read = ReadIntoSegment(*loaded.files, indices, pooled, **segment,
+                                      options_.read_threads, cancelled, &fs_);
   if (read.ok()) read = (*segment)->Pin();
   if (!read.ok()) {
     Logger("store")->warn("'{}' stays in its files: reading part of it into the pool: {}",
