@@ -8,9 +8,17 @@ Measured in one run, on one file (page cache warm):
     only where CUDA is available), which is what a runner does today;
   * bound: one large in-memory copy (torch), the speed of moving bytes at all;
   * warm attach: a fresh Python process that imports the client, connects and attaches the
-    component (zero-copy views of every tensor), from process start to done.
+    component (zero-copy views of every tensor), from process start to done;
+  * --register: register_state_dict() of as many bytes held in this process (what a seed
+    runner's enable_offload does), against the same copy bound;
+  * --cold: the load again with the file dropped from the page cache first
+    (posix_fadvise DONTNEED: no root needed), against the disk's sequential read bandwidth
+    measured right after the same drop (dd iflag=direct, 64 MiB blocks).
 
-    bench/bench_pool_load.py --ddod build/bin/ddod [--size-gb 4] [--dir /tmp/ddo-bench]
+    bench/bench_pool_load.py --ddod build/bin/ddod [--size-gb 4] [--register] [--cold]
+
+The issue-33 goals are printed with the figures: warm >= 4x the anchor and >= 40% of the copy
+bound; register >= 40% of the copy bound; cold >= 90% of the disk.
 
 Prints a table and writes the figures as JSON (--json).
 """
@@ -61,6 +69,46 @@ def write_safetensors(path: Path, size_bytes: int) -> int:
             chunk = torch.randint(0, 256, (TENSOR_BYTES,), dtype=torch.uint8, generator=generator)
             out.write(chunk.numpy().tobytes())
     return offset
+
+
+def drop_page_cache(path: Path) -> None:
+    """Drops the file's pages from the page cache (clean pages only: the file is synced)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def disk_read_gbps(path: Path) -> dict:
+    """Sequential O_DIRECT read of the file with dd, after dropping it from the page cache."""
+    drop_page_cache(path)
+    started = time.perf_counter()
+    done = subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=64M", "iflag=direct"],
+                          capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        return {"available": False, "why": done.stderr.strip()[-200:]}
+    return {"available": True, "seconds": seconds, "gbps": path.stat().st_size / seconds / 1e9}
+
+
+def register_figures(client: DdoClient, size_bytes: int) -> dict:
+    """register_state_dict of size_bytes of bf16 tensors held by this process, timed."""
+    count = max(1, size_bytes // TENSOR_BYTES)
+    state = {f"blocks.{i}.weight": torch.full((TENSOR_BYTES,), i % 251, dtype=torch.uint8)
+             .view(torch.bfloat16).view(-1, 4096) for i in range(count)}
+    started = time.perf_counter()
+    client.register_state_dict("bench/registered", state, progress=False)
+    seconds = time.perf_counter() - started
+    client.evict("bench/registered")
+    return {"seconds": seconds, "gbps": count * TENSOR_BYTES / seconds / 1e9}
+
+
+def timed_load(client: DdoClient, key: str, path: Path) -> float:
+    started = time.perf_counter()
+    client.load_safetensors(key, [path], progress=False)
+    return time.perf_counter() - started
 
 
 def warm_page_cache(path: Path) -> None:
@@ -155,6 +203,34 @@ def warm_attach(address: str, key: str, runs: int) -> dict:
     return {name: statistics.median(r[name] for r in results) for name in results[0]}
 
 
+def print_goals(figures: dict) -> None:
+    """The issue-33 goals, each with the figures it compares."""
+    gb = figures["file_bytes"] / 1e9
+    bound = figures["copy_bound_gbps"]
+    ddo = figures["ddo"]["gbps"]
+    anchor_figures = figures["anchor"]
+    lines = [f"warm load {ddo:.2f} GB/s = {ddo / bound:.0%} of the copy bound (goal >= 40%)"]
+    if anchor_figures.get("available") and anchor_figures.get("pinned"):
+        ratio = anchor_figures["total_s"] / figures["ddo"]["seconds"]
+        lines.append(f"warm load {ratio:.2f}x load_file + pin_memory (goal >= 4x)")
+    if figures["register"] is not None:
+        rate = figures["register"]["gbps"]
+        lines.append(f"register_state_dict {figures['register']['seconds']:.2f} s, {rate:.2f} GB/s"
+                     f" = {rate / bound:.0%} of the copy bound (goal >= 40%)")
+    if figures["cold"] is not None:
+        cold = figures["cold"]
+        disk = cold["disk"]
+        text = f"cold load {cold['seconds']:.2f} s, {gb / cold['seconds']:.2f} GB/s"
+        if disk.get("available"):
+            text += (f" = {cold['gbps'] / disk['gbps']:.0%} of the disk's {disk['gbps']:.2f} GB/s"
+                     " (dd iflag=direct; goal >= 90%)")
+        else:
+            text += f" (no disk figure: {disk['why']})"
+        lines.append(text)
+    for line in lines:
+        print(f"goal: {line}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ddod", required=True, help="the ddod binary")
@@ -162,6 +238,10 @@ def main() -> int:
     parser.add_argument("--dir", default="", help="where the file and socket go (a temp dir)")
     parser.add_argument("--runs", type=int, default=3, help="warm attach runs (median)")
     parser.add_argument("--json", default="", help="also write the figures here")
+    parser.add_argument("--register", action="store_true",
+                        help="also time register_state_dict of as many bytes")
+    parser.add_argument("--cold", action="store_true",
+                        help="also time a load with the file out of the page cache, and dd")
     args = parser.parse_args()
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="ddo-bench-", dir="/tmp"))
@@ -175,7 +255,7 @@ def main() -> int:
     warm_page_cache(path)
 
     socket = work / "ddod.sock"
-    budget = 2 * args.size_gb + 2
+    budget = 2 * args.size_gb + 2  # one component at a time, plus the anchor's room
     ddod_log = open(work / "ddod.log", "w")
     ddod = subprocess.Popen([args.ddod, "--preset", "warm_process", "--socket", str(socket),
                              "--state-dir", str(work / "state"), "--discard",
@@ -189,11 +269,19 @@ def main() -> int:
         address = f"unix:{socket}"
         client = DdoClient.connect(address, timeout=600)
         info = client.info()
-        started = time.perf_counter()
-        client.load_safetensors("bench/model", [path], progress=False)
-        ddo_s = time.perf_counter() - started
+        cold = None
+        if args.cold:
+            drop_page_cache(path)
+            cold = {"seconds": timed_load(client, "bench/cold", path)}
+            client.evict("bench/cold")
+            warm_page_cache(path)
+        ddo_s = timed_load(client, "bench/model", path)
         pinned = client.stats().pool.pinned_bytes > 0
         attach = warm_attach(address, "bench/model", args.runs)
+        registered = None
+        if args.register:
+            client.evict("bench/model")
+            registered = register_figures(client, tensor_bytes)
         client.close()
     finally:
         ddod.terminate()
@@ -207,6 +295,9 @@ def main() -> int:
     anchor_figures = anchor(path)
     bound = copy_bound_gbps(min(tensor_bytes, 2 << 30))
     gb = tensor_bytes / 1e9
+    if cold is not None:
+        cold["gbps"] = gb / cold["seconds"]
+        cold["disk"] = disk_read_gbps(path)
     figures = {
         "machine": {"cpus": os.cpu_count(), "backend": info.backend_detail,
                     "torch": torch.__version__, "python": sys.version.split()[0]},
@@ -216,6 +307,8 @@ def main() -> int:
         "copy_bound_gbps": bound,
         "warm_attach": attach,
         "ddod_log": phases,
+        "register": registered,
+        "cold": cold,
     }
     print()
     print(f"file: {tensor_bytes / (1 << 30):.2f} GiB, page cache warm; {info.backend_detail}")
@@ -234,6 +327,7 @@ def main() -> int:
     print(f"{'bound: in-memory copy (torch)':34} {'':8} {bound:7.2f}")
     for line in phases:
         print(f"  ddod: {line}")
+    print_goals(figures)
     print(f"warm attach, fresh process (median of {args.runs}): "
           f"{attach['process_wall_s']:.3f} s wall: import torch {attach['torch_import_s']:.3f} s, "
           f"import ddo {attach['import_s']:.3f} s, connect {attach['connect_s']:.3f} s, attach "

@@ -127,6 +127,33 @@ absl::Status PosixFileSystem::Allocate(int fd, char* data, uint64_t size, int th
   return absl::OkStatus();
 }
 
+// One thread: tmpfs takes the file's lock for each fallocate(2), so more would only queue.
+absl::Status PosixFileSystem::ReserveSpace(int fd, uint64_t size, absl::string_view name,
+                                           WorkProgress* progress) {
+  for (uint64_t begin = 0; begin < size; begin += kPopulateStep) {
+    if (progress != nullptr && progress->cancelled()) {
+      return absl::CancelledError(absl::StrCat("the allocation of ", name, " was cancelled"));
+    }
+    const uint64_t bytes = std::min(kPopulateStep, size - begin);
+    int error;
+    do {
+      error = ::fallocate(fd, 0, static_cast<off_t>(begin), static_cast<off_t>(bytes)) == 0
+                  ? 0
+                  : errno;
+    } while (error == EINTR);
+    if (error == EOPNOTSUPP) {
+      return absl::UnimplementedError(absl::StrCat("fallocate of ", name, " is not supported"));
+    }
+    if (error == ENOSPC || error == ENOMEM) return NoRoom(size, name, error);
+    if (error != 0) {
+      return PosixError(absl::StrCat("allocate ", size, " bytes of shared memory for ", name),
+                        error);
+    }
+    if (progress != nullptr) progress->Add(bytes);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<struct stat> PosixFileSystem::Stat(int fd, absl::string_view name) {
   struct stat info {};
   if (::fstat(fd, &info) != 0) {
@@ -194,6 +221,19 @@ absl::Status PosixFileSystem::Write(int fd, const char* data, size_t bytes,
   for (size_t written = 0; written < bytes;) {
     const ssize_t n = ::write(fd, data + written, bytes - written);
     if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return PosixError(absl::StrCat("write ", name), n < 0 ? errno : EIO);
+    written += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PosixFileSystem::WriteAt(int fd, uint64_t offset, const char* data, size_t bytes,
+                                      absl::string_view name) {
+  for (size_t written = 0; written < bytes;) {
+    const ssize_t n =
+        ::pwrite(fd, data + written, bytes - written, static_cast<off_t>(offset + written));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == ENOSPC || errno == ENOMEM)) return NoRoom(bytes, name, errno);
     if (n <= 0) return PosixError(absl::StrCat("write ", name), n < 0 ? errno : EIO);
     written += static_cast<size_t>(n);
   }
@@ -345,6 +385,26 @@ absl::Status FaultInjectingFileSystem::Write(int fd, const char* data, size_t by
                                              absl::string_view name) {
   if (int error = Enter(FileOp::kWrite)) return PosixError(absl::StrCat("write ", name), error);
   return base_->Write(fd, data, bytes, name);
+}
+
+absl::Status FaultInjectingFileSystem::WriteAt(int fd, uint64_t offset, const char* data,
+                                               size_t bytes, absl::string_view name) {
+  if (int error = Enter(FileOp::kWrite)) {
+    if (error == ENOSPC) return NoRoom(bytes, name, error);
+    return PosixError(absl::StrCat("write ", name), error);
+  }
+  return base_->WriteAt(fd, offset, data, bytes, name);
+}
+
+absl::Status FaultInjectingFileSystem::ReserveSpace(int fd, uint64_t size,
+                                                    absl::string_view name,
+                                                    WorkProgress* progress) {
+  if (int error = Enter(FileOp::kAllocate)) {
+    if (error == ENOSPC || error == ENOMEM) return NoRoom(size, name, error);
+    return PosixError(absl::StrCat("allocate ", size, " bytes of shared memory for ", name),
+                      error);
+  }
+  return base_->ReserveSpace(fd, size, name, progress);
 }
 
 absl::Status FaultInjectingFileSystem::Sync(int fd, absl::string_view name) {

@@ -60,6 +60,14 @@ class FileSystem {
   // allocated, and Cancelled is returned soon after it is cancelled.
   virtual absl::Status Allocate(int fd, char* data, uint64_t size, int threads,
                                 absl::string_view name, WorkProgress* progress) = 0;
+  // Reserves every page of the shared file `fd` of `size` bytes without mapping or zeroing
+  // them (fallocate(2)): ResourceExhausted (ENOSPC) when the file system has no room; after
+  // this, neither a write nor a touch of a mapping raises SIGBUS. A page written whole
+  // through the descriptor (WriteAt) is never zeroed; one first touched through a mapping is
+  // zeroed then. Unimplemented where the file system cannot (the caller falls back to
+  // Allocate). `progress` and cancelling as for Allocate.
+  virtual absl::Status ReserveSpace(int fd, uint64_t size, absl::string_view name,
+                                    WorkProgress* progress) = 0;
   // fstat(2).
   virtual absl::StatusOr<struct stat> Stat(int fd, absl::string_view name) = 0;
   // mmap(2) of `size` bytes from offset 0, shared, read-write; Unmap (munmap(2)) undoes it.
@@ -78,6 +86,10 @@ class FileSystem {
                                            absl::string_view name) = 0;
   // write(2) of all `bytes`, looping over partial writes.
   virtual absl::Status Write(int fd, const char* data, size_t bytes, absl::string_view name) = 0;
+  // pwrite(2) of all `bytes` at `offset`, looping over partial writes; ResourceExhausted
+  // (ENOSPC) when the file system is full. Counted and failed as FileOp::kWrite.
+  virtual absl::Status WriteAt(int fd, uint64_t offset, const char* data, size_t bytes,
+                               absl::string_view name) = 0;
   // fsync(2).
   virtual absl::Status Sync(int fd, absl::string_view name) = 0;
   // rename(2) and unlink(2).
@@ -94,6 +106,8 @@ class PosixFileSystem : public FileSystem {
   absl::Status Truncate(int fd, uint64_t size, absl::string_view name) override;
   absl::Status Allocate(int fd, char* data, uint64_t size, int threads, absl::string_view name,
                         WorkProgress* progress) override;
+  absl::Status ReserveSpace(int fd, uint64_t size, absl::string_view name,
+                            WorkProgress* progress) override;
   absl::StatusOr<struct stat> Stat(int fd, absl::string_view name) override;
   absl::StatusOr<char*> Map(int fd, uint64_t size, absl::string_view name) override;
   void Unmap(char* data, uint64_t size) override;
@@ -102,6 +116,8 @@ class PosixFileSystem : public FileSystem {
   absl::StatusOr<size_t> CopyRange(int from, int to, uint64_t offset, size_t bytes,
                                    absl::string_view name) override;
   absl::Status Write(int fd, const char* data, size_t bytes, absl::string_view name) override;
+  absl::Status WriteAt(int fd, uint64_t offset, const char* data, size_t bytes,
+                       absl::string_view name) override;
   absl::Status Sync(int fd, absl::string_view name) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
   absl::Status Unlink(const std::string& path) override;
@@ -149,6 +165,8 @@ class FaultInjectingFileSystem : public FileSystem {
   absl::Status Truncate(int fd, uint64_t size, absl::string_view name) override;
   absl::Status Allocate(int fd, char* data, uint64_t size, int threads, absl::string_view name,
                         WorkProgress* progress) override;
+  absl::Status ReserveSpace(int fd, uint64_t size, absl::string_view name,
+                            WorkProgress* progress) override;
   absl::StatusOr<struct stat> Stat(int fd, absl::string_view name) override;
   absl::StatusOr<char*> Map(int fd, uint64_t size, absl::string_view name) override;
   void Unmap(char* data, uint64_t size) override;
@@ -157,6 +175,8 @@ class FaultInjectingFileSystem : public FileSystem {
   absl::StatusOr<size_t> CopyRange(int from, int to, uint64_t offset, size_t bytes,
                                    absl::string_view name) override;
   absl::Status Write(int fd, const char* data, size_t bytes, absl::string_view name) override;
+  absl::Status WriteAt(int fd, uint64_t offset, const char* data, size_t bytes,
+                       absl::string_view name) override;
   absl::Status Sync(int fd, absl::string_view name) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
   absl::Status Unlink(const std::string& path) override;

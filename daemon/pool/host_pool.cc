@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -83,12 +84,13 @@ PoolUsage HostPool::Usage() const {
 }
 
 absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes,
-                                                                 WorkProgress* progress) {
+                                                                 WorkProgress* progress,
+                                                                 SegmentPages pages) {
   const uint64_t size = Footprint(bytes);
   DDO_RETURN_IF_ERROR(Reserve(size));
   if (progress != nullptr) progress->SetTotal(size);
   auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size,
-                                       options_.populate_threads, file_system_, progress);
+                                       options_.populate_threads, file_system_, progress, pages);
   if (!segment.ok()) {
     Release(size, false);
     return segment.status();
@@ -101,7 +103,7 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::AllocateReplacement(
   const uint64_t size = replaced.size();
   DDO_RETURN_IF_ERROR(Reserve(size, /*checked=*/false));
   auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size,
-                                       1, file_system_, nullptr, /*allocate=*/false);
+                                       1, file_system_, nullptr, SegmentPages::kNone);
   if (!segment.ok()) {
     Release(size, false);
     return segment.status();
@@ -140,6 +142,10 @@ absl::Status PoolSegment::Pin() {
   pinned_ = true;
   pool_.CountPinned(size());
   return absl::OkStatus();
+}
+
+absl::StatusOr<UniqueFd> PoolSegment::OpenForWriting() const {
+  return pool_.file_system().ShmOpen(name(), O_RDWR | O_CLOEXEC, 0);
 }
 
 PoolSegment::~PoolSegment() {

@@ -47,6 +47,10 @@ class PoolSegment {
   // Page-locks the segment when the pool pins (idempotent). Errors leave it unpinned.
   absl::Status Pin();
 
+  // A read-write descriptor of the segment, for filling it with pwrite (ReadJob's
+  // destination_fd): the pages a write fills whole are never zeroed.
+  absl::StatusOr<UniqueFd> OpenForWriting() const;
+
   // Remove the segment from /dev/shm when the last reference goes (eviction, failed upload,
   // --discard). Without this, the segment survives ddod for the next one to adopt.
   void MarkDiscarded() { discard_.store(true); }
@@ -93,9 +97,11 @@ class HostPool {
   // not fit in what is left of the budget (the message gives the sizes) or /dev/shm is full;
   // on any failure the budget is as before and no segment is left in /dev/shm. `progress`,
   // when given, counts the bytes whose pages are reserved; cancelling it ends the allocation
-  // with CANCELLED.
-  absl::StatusOr<std::shared_ptr<PoolSegment>> Allocate(uint64_t bytes,
-                                                        WorkProgress* progress = nullptr);
+  // with CANCELLED. `pages`: kReserved for a segment written through its descriptor (a load,
+  // an upload written with pwrite), kPopulated for one written through a mapping.
+  absl::StatusOr<std::shared_ptr<PoolSegment>> Allocate(
+      uint64_t bytes, WorkProgress* progress = nullptr,
+      SegmentPages pages = SegmentPages::kPopulated);
 
   // A new segment of `replaced`'s size that takes its place (the copy of an upload at
   // commit): counted against the budget without a check, since `replaced` leaves right

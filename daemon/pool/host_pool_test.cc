@@ -182,6 +182,39 @@ TEST_P(HostPoolCreateFaultTest, NothingIsLeftAndTheBudgetIsWhole) {
   (*next)->MarkDiscarded();
 }
 
+// A segment written through its descriptor: reserved in /dev/shm (no SIGBUS later, a full
+// tmpfs refused up front), and what is written through the descriptor is what the mapping
+// shows.
+TEST(HostPoolTest, AReservedSegmentHoldsItsPagesAndShowsWhatIsWrittenThroughItsDescriptor) {
+  HostPool pool(Options(64ull << 20));
+  auto segment = pool.Allocate(6 << 20, nullptr, SegmentPages::kReserved);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  (*segment)->MarkDiscarded();
+  struct stat info {};
+  ASSERT_EQ(::stat(SegmentPath((*segment)->name()).c_str(), &info), 0);
+  EXPECT_GE(static_cast<uint64_t>(info.st_blocks) * 512, uint64_t{6} << 20)
+      << "every page is reserved in /dev/shm";
+  auto fd = (*segment)->OpenForWriting();
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  const std::string bytes(3 << 20, 'x');
+  ASSERT_TRUE(pool.file_system().WriteAt(fd->get(), 1 << 20, bytes.data(), bytes.size(), "s").ok());
+  EXPECT_EQ((*segment)->data()[0], '\0') << "an unwritten page reads as zeros";
+  EXPECT_EQ(std::string((*segment)->data() + (1 << 20), bytes.size()), bytes);
+}
+
+TEST(HostPoolTest, AFullShmRefusesAReservedSegmentAndLeavesNothing) {
+  FaultInjectingFileSystem fs;
+  PoolOptions options = Options(16ull << 20);
+  options.file_system = &fs;
+  HostPool pool(options);
+  fs.FailNth(FileOp::kAllocate, ENOSPC);
+  auto failed = pool.Allocate(3 << 20, nullptr, SegmentPages::kReserved);
+  EXPECT_TRUE(absl::IsResourceExhausted(failed.status())) << failed.status();
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("/dev/shm has no room"));
+  EXPECT_EQ(pool.Usage().reserved_bytes, 0u);
+  EXPECT_TRUE(pool.ListSegmentNames().empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(
     EachStep, HostPoolCreateFaultTest,
     ::testing::Values(

@@ -36,7 +36,7 @@ std::string SegmentPath(const std::string& name) {
 
 absl::StatusOr<SharedSegment> SharedSegment::Create(const std::string& name, uint64_t size,
                                                     int threads, FileSystem* fs,
-                                                    WorkProgress* progress, bool allocate) {
+                                                    WorkProgress* progress, SegmentPages pages) {
   if (fs == nullptr) fs = FileSystem::Default();
   DDO_ASSIGN_OR_RETURN(UniqueFd fd,
                        fs->ShmOpen(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
@@ -50,9 +50,14 @@ absl::StatusOr<SharedSegment> SharedSegment::Create(const std::string& name, uin
   ::madvise(segment.data(), size, MADV_HUGEPAGE);
   // Allocate every page now, so that a full /dev/shm is an error here rather than a SIGBUS
   // later in whoever touches the page first.
-  if (allocate) {
-    DDO_RETURN_IF_ERROR(fs->Allocate(fd.get(), segment.data(), size, threads, name, progress));
+  absl::Status reserved = absl::UnimplementedError("populate");
+  if (pages == SegmentPages::kReserved) {
+    reserved = fs->ReserveSpace(fd.get(), size, name, progress);
   }
+  if (pages == SegmentPages::kPopulated || absl::IsUnimplemented(reserved)) {
+    reserved = fs->Allocate(fd.get(), segment.data(), size, threads, name, progress);
+  }
+  if (pages != SegmentPages::kNone) DDO_RETURN_IF_ERROR(reserved);
   std::move(remove).Cancel();
   return segment;
 }

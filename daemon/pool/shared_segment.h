@@ -22,20 +22,32 @@ inline constexpr uint64_t kSegmentGranularity = 2ull << 20;
 
 uint64_t RoundUpToSegmentGranularity(uint64_t bytes);
 
+// What SharedSegment::Create does with a new segment's pages.
+enum class SegmentPages {
+  // Nothing: the caller allocates each range (fallocate) before it touches it.
+  kNone,
+  // Reserved in /dev/shm (fallocate), neither mapped nor zeroed: for segments written through
+  // their descriptor (pwrite), where a page written whole is never zeroed at all. A page
+  // first touched through a mapping is zeroed then.
+  kReserved,
+  // Allocated, zeroed and mapped by several threads (MADV_POPULATE_WRITE): for segments
+  // written through the mapping.
+  kPopulated,
+};
+
 class SharedSegment {
  public:
   // Creates and maps a new segment of `size` bytes (a multiple of kSegmentGranularity), its
-  // pages allocated up front by `threads` threads. AlreadyExists when the name is taken;
-  // ResourceExhausted when /dev/shm has no room (never a SIGBUS later). On any failure the
-  // half-made segment is removed from /dev/shm again. Every system call goes through `fs`
-  // (nullptr: FileSystem::Default()), which must outlive the segment. `progress` (optional)
-  // counts the bytes allocated; cancelling it ends the call with CANCELLED. Without
-  // `allocate`, no page is allocated: the caller allocates each range (fallocate) before it
-  // touches it.
+  // pages reserved or populated up front as `pages` says (populated by `threads` threads).
+  // AlreadyExists when the name is taken; ResourceExhausted when /dev/shm has no room (never
+  // a SIGBUS later, unless `pages` is kNone). On any failure the half-made segment is removed
+  // from /dev/shm again. Every system call goes through `fs` (nullptr:
+  // FileSystem::Default()), which must outlive the segment. `progress` (optional) counts the
+  // bytes allocated; cancelling it ends the call with CANCELLED.
   static absl::StatusOr<SharedSegment> Create(const std::string& name, uint64_t size,
                                               int threads = 1, FileSystem* fs = nullptr,
                                               WorkProgress* progress = nullptr,
-                                              bool allocate = true);
+                                              SegmentPages pages = SegmentPages::kPopulated);
 
   // Maps an existing segment (adoption after a restart); its size is whatever the file has.
   // DataLoss when it is empty; PermissionDenied when it is not an owner-only segment of ours.

@@ -290,7 +290,10 @@ absl::StatusOr<RegisterResult> ComponentStore::AllocateUpload(const std::string&
                                                               WorkProgress* progress) {
   // Creating the segment reserves its pages: slow for big components, so outside the lock.
   const absl::Time allocating = absl::Now();
-  absl::StatusOr<std::shared_ptr<PoolSegment>> segment = pool_.Allocate(span, progress);
+  // Reserved, not populated: a load writes the segment through its descriptor, and so do
+  // the clients' uploads (pwrite), so that no page is zeroed before it is filled.
+  absl::StatusOr<std::shared_ptr<PoolSegment>> segment =
+      pool_.Allocate(span, progress, SegmentPages::kReserved);
   const double allocate_s = absl::ToDoubleSeconds(absl::Now() - allocating);
   absl::MutexLock lock(&mu_);
   auto it = FindUploadLocked(upload_id);
@@ -667,15 +670,19 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::ReadAndCommit(
       BytesOfUpload(lease.id, begun.upload_id, &laid_out, &expected_hash);
   if (!bytes.ok()) return bytes.status();
 
-  // Positional reads of every tensor straight into its place in the segment, through the
-  // descriptors the files were validated through (never reopened by path).
+  // Positional reads of every tensor, through the descriptors the files were validated
+  // through (never reopened by path), written to its place through the segment's descriptor.
+  absl::StatusOr<UniqueFd> target = bytes->own()->OpenForWriting();
+  if (!target.ok()) {
+    (void)Abort(lease.id, begun.upload_id);
+    return target.status();
+  }
   std::vector<ReadJob> jobs;
   size_t index = 0;
   for (const SafetensorsFile& file : set.files) {
     for (const SafetensorsTensor& source : file.tensors) {
-      jobs.push_back({file.fd.get(), source.file_offset,
-                      bytes->own()->data() + laid_out[index++].offset, source.byte_size,
-                      file.name});
+      jobs.push_back({file.fd.get(), source.file_offset, nullptr, source.byte_size, file.name,
+                      target->get(), laid_out[index++].offset, bytes->own()->name()});
     }
   }
   const uint64_t total = set.total_bytes;

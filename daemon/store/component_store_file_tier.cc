@@ -167,12 +167,13 @@ absl::Status ReadIntoSegment(const BackingFiles& files, const std::vector<size_t
                              const std::vector<TensorEntry>& pooled, PoolSegment& segment,
                              int threads, const std::function<bool()>& cancelled,
                              FileSystem* fs) {
+  DDO_ASSIGN_OR_RETURN(UniqueFd target, segment.OpenForWriting());
   std::vector<ReadJob> jobs;
   for (size_t j = 0; j < pooled.size(); ++j) {
     const FileRange& range = files.ranges()[indices[j]];
     const BackingFile& file = files.FileOf(range);
-    jobs.push_back({file.get(), range.offset, segment.data() + pooled[j].offset, range.bytes,
-                    file.name});
+    jobs.push_back({file.get(), range.offset, nullptr, range.bytes, file.name, target.get(),
+                    pooled[j].offset, segment.name()});
   }
   return ReadInParallel(jobs, threads, {}, cancelled, kDefaultReadChunkBytes, fs);
 }
@@ -208,7 +209,8 @@ ComponentSnapshot ComponentStore::PromoteToFit(const Caller& caller,
       return loaded;
     }
   }
-  absl::StatusOr<std::shared_ptr<PoolSegment>> segment = pool_.Allocate(span);
+  absl::StatusOr<std::shared_ptr<PoolSegment>> segment =
+      pool_.Allocate(span, nullptr, SegmentPages::kReserved);
   if (!segment.ok()) {
     Logger("store")->info("'{}' stays in its files: {}", EscapeForDisplay(loaded.cache_key),
                           segment.status().message());

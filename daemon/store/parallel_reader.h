@@ -22,12 +22,19 @@
 
 namespace ddo {
 
+// One range of a file to read: into memory at `destination`, or, when `destination_fd` is
+// set, written at `destination_offset` of that file (a pool segment's descriptor) through a
+// small buffer of each reader thread. Writing a shared-memory segment through its descriptor
+// fills fresh pages without the kernel zeroing them first, as a fault of a mapping would.
 struct ReadJob {
   int fd = -1;
   uint64_t file_offset = 0;
   char* destination = nullptr;
   uint64_t bytes = 0;
   std::string path;  // for messages only
+  int destination_fd = -1;
+  uint64_t destination_offset = 0;
+  std::string destination_name = "";  // for messages only
 };
 
 inline constexpr uint64_t kDefaultReadChunkBytes = uint64_t{16} << 20;
@@ -44,7 +51,7 @@ inline constexpr uint64_t kDefaultReadChunkBytes = uint64_t{16} << 20;
 // Errors: the first failure wins and stops the other threads. A file that ends before a
 // range does is DataLoss ("<path> shrank while reading ..."); read(2) errors go through
 // PosixError; bad arguments (threads < 1 is taken as 1; chunk_bytes == 0, a null destination,
-// offsets past 2^63) are InvalidArgument.
+// offsets past 2^63) are InvalidArgument; a write's errors are those of FileSystem::WriteAt.
 //
 // Every read goes through `fs` (nullptr: FileSystem::Default()).
 absl::Status ReadInParallel(const std::vector<ReadJob>& jobs, int threads,

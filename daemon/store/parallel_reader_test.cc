@@ -83,6 +83,40 @@ TEST_F(ParallelReaderTest, ReadsEveryByteWithManySmallChunks) {
   }
 }
 
+// Jobs written through a descriptor (a pool segment's): every byte lands at its offset, in
+// pieces of the reader threads' buffers, chunks that do not line up with them included.
+TEST_F(ParallelReaderTest, JobsWrittenThroughADescriptorLandAtTheirOffsets) {
+  const std::string target_path = dir_.Join("target.bin");
+  UniqueFd target(::open(target_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  ASSERT_TRUE(target.valid());
+  const uint64_t gap = 4096;  // the target holds the file after a gap, as a layout might
+  std::vector<ReadJob> jobs;
+  const uint64_t half = contents_.size() / 2 + 3;
+  jobs.push_back({fd_.get(), half, nullptr, contents_.size() - half, path_, target.get(),
+                  gap + half, "target"});
+  jobs.push_back({fd_.get(), 0, nullptr, half, path_, target.get(), gap, "target"});
+  const absl::Status status =
+      ReadInParallel(jobs, 3, nullptr, nullptr, /*chunk_bytes=*/(1 << 20) + 4095);
+  ASSERT_TRUE(status.ok()) << status;
+  std::string written(gap + contents_.size(), '\0');
+  ASSERT_EQ(::pread(target.get(), written.data(), written.size(), 0),
+            static_cast<ssize_t>(written.size()));
+  EXPECT_TRUE(written.substr(gap) == contents_);
+}
+
+TEST_F(ParallelReaderTest, AFailedWriteStopsTheReadAndNamesTheDestination) {
+  FaultInjectingFileSystem fs;
+  const std::string target_path = dir_.Join("target.bin");
+  UniqueFd target(::open(target_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  fs.FailNth(FileOp::kWrite, ENOSPC, 2);
+  const absl::Status status = ReadInParallel(
+      {{fd_.get(), 0, nullptr, contents_.size(), path_, target.get(), 0, "/ddo-segment"}}, 2,
+      nullptr, nullptr, kDefaultReadChunkBytes, &fs);
+  EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("/ddo-segment"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("No space left on device"));
+}
+
 TEST_F(ParallelReaderTest, DefaultChunksAndEmptyCallbacks) {
   std::string destination;
   ASSERT_TRUE(ReadInParallel(JobsFor(&destination), 3, nullptr, nullptr).ok());

@@ -238,6 +238,27 @@ TEST_F(StoreFaultsTest, AReadErrorFailsTheLoadNamingTheFileAndTheErrno) {
   EXPECT_TRUE(pool_->ListSegmentNames().empty());
 }
 
+// A load writes the segment through its descriptor: a write that fails (a /dev/shm that
+// filled up meanwhile) fails the load with the segment's name, and leaves nothing behind.
+TEST_F(StoreFaultsTest, AFailedWriteIntoTheSegmentFailsTheLoadAndLeavesNothing) {
+  const std::string path = dir_.Join("model.safetensors");
+  WriteSafetensors(path, 1 << 18);
+  const PoolUsage before = pool_->Usage();
+  fs_.FailNth(FileOp::kWrite, ENOSPC, 2);
+  auto failed = store_->LoadSafetensors(lease_, RequestFor("m", path),
+                                        [](uint64_t, uint64_t) {}, [] { return false; });
+  ASSERT_FALSE(failed.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(failed.status())) << failed.status();
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr(pool_->name_prefix()));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get("m", DaemonCaller()).status()));
+  EXPECT_EQ(pool_->Usage().reserved_bytes, before.reserved_bytes);
+  EXPECT_TRUE(pool_->ListSegmentNames().empty());
+  fs_.Heal();
+  auto loaded = store_->LoadSafetensors(lease_, RequestFor("m", path),
+                                        [](uint64_t, uint64_t) {}, [] { return false; });
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+}
+
 TEST_F(StoreFaultsTest, AReadErrorInTheHeaderFailsBeforeAnySegmentIsMade) {
   const std::string path = dir_.Join("model.safetensors");
   WriteSafetensors(path, 16);

@@ -66,19 +66,23 @@ with DdoClient.connect(timeout=10) as client:
 # segment, then waits for a line on stdin (or for SIGKILL) before writing the rest.
 PAUSED_UPLOAD_SCRIPT = """
 import json, os, sys
-import diffusers_dynamic_offloader.shm as shm
+import threading
+import diffusers_dynamic_offloader.segment_writer as segment_writer
 from diffusers_dynamic_offloader import DdoClient
 from store_support import deterministic_state_dict
 key, seed, stop_after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-original_write = shm.SegmentMapping.write
+original_write = segment_writer.SegmentWriter.write
 written = [0]
-def write(self, offset, data, **kwargs):
-    original_write(self, offset, data, **kwargs)
-    written[0] += 1
-    if written[0] == stop_after:
-        print(json.dumps({"pid": os.getpid(), "segment": self.name, "size": self.size}), flush=True)
-        sys.stdin.readline()
-shm.SegmentMapping.write = write
+lock = threading.Lock()
+def write(self, segment, offset, data, on_bytes):
+    original_write(self, segment, offset, data, on_bytes)
+    with lock:
+        written[0] += 1
+        if written[0] == stop_after:
+            print(json.dumps({"pid": os.getpid(), "segment": self._names[segment],
+                              "size": self._sizes[segment]}), flush=True)
+            sys.stdin.readline()
+segment_writer.SegmentWriter.write = write
 with DdoClient.connect(timeout=10) as client:
     component = client.register_state_dict(key, deterministic_state_dict(seed))
     print(json.dumps({"warm_hit": component.warm_hit}), flush=True)
@@ -360,12 +364,12 @@ def test_killed_uploader_releases_its_upload(daemon, client):
 
 
 def test_failed_write_aborts_the_upload(client, monkeypatch):
-    import diffusers_dynamic_offloader.shm as shm
+    import diffusers_dynamic_offloader.segment_writer as segment_writer
 
-    def broken_write(self, offset, data, **kwargs):
+    def broken_write(self, segment, offset, data, on_bytes):
         raise RuntimeError("simulated failure while writing")
 
-    monkeypatch.setattr(shm.SegmentMapping, "write", broken_write)
+    monkeypatch.setattr(segment_writer.SegmentWriter, "write", broken_write)
     with pytest.raises(RuntimeError, match="simulated"):
         client.register_state_dict("aborted", deterministic_state_dict(9))
     assert keys(client) == {}

@@ -51,14 +51,15 @@ from .component_info import Component
 from .detach import detach_session
 from .errors import ConfigurationError, DaemonError, DdoError, TensorTableError, describe_names
 from .hashing import content_hash as compute_content_hash
-from .hashing import is_hash, tensor_bytes
+from .hashing import is_hash
 from .module_tensors import module_tensors, unique
 from .pool_views import map_component
 from .progress import LogFunction, ProgressReporter, format_bytes
 from .progress_call import follow_progress
 from .rpc_channel import RpcChannel
 from .safetensors_inputs import PathArgument, SafetensorsInputs, naming_paths
-from .shm import SegmentMapping, SegmentOpener
+from .segment_writer import SegmentWriter, write_placements
+from .shm import SegmentOpener
 
 __all__ = [
     "AttachedComponent",
@@ -446,28 +447,20 @@ def _write_upload(
             f"{describe_names(sorted(set(by_name) - placed))}, unknown "
             f"{describe_names(sorted(placed - set(by_name)))}"
         )
-    mappings: List[SegmentMapping] = []
-    try:
-        for segment in response.segments:
-            mappings.append(
-                SegmentMapping(segment.shm_name, segment.size_bytes, writable=True, opener=opener)
+    pieces = []
+    for placement in placements:
+        spec, tensor = by_name[placement.name]
+        if placement.byte_size != spec.byte_size or placement.segment >= len(response.segments):
+            raise DdoError(
+                f"ddod placed {placement.name!r} at segment {placement.segment} with "
+                f"{placement.byte_size} bytes; the table says {spec.byte_size} bytes and "
+                f"there are {len(response.segments)} segments"
             )
-        # Segment and offset order: the writes sweep each segment once, front to back.
-        for placement in sorted(placements, key=lambda p: (p.segment, p.offset)):
-            spec, tensor = by_name[placement.name]
-            if placement.byte_size != spec.byte_size or placement.segment >= len(mappings):
-                raise DdoError(
-                    f"ddod placed {placement.name!r} at segment {placement.segment} with "
-                    f"{placement.byte_size} bytes; the table says {spec.byte_size} bytes and "
-                    f"there are {len(mappings)} segments"
-                )
-            if spec.byte_size:
-                mappings[placement.segment].write(
-                    placement.offset, tensor_bytes(tensor), on_bytes=reporter.update
-                )
-    finally:
-        for mapping in mappings:
-            mapping.close()
+        if spec.byte_size:
+            pieces.append((placement.segment, placement.offset, tensor))
+    segments = [(segment.shm_name, segment.size_bytes) for segment in response.segments]
+    with SegmentWriter(segments, opener) as writer:
+        write_placements(writer, pieces, on_bytes=reporter.update)
 
 
 def _abort_upload(rpc: RpcChannel, upload_id: str) -> None:
