@@ -42,13 +42,11 @@ absl::Status HostPool::Reserve(uint64_t bytes, bool checked) {
   return absl::OkStatus();
 }
 
-void HostPool::Release(uint64_t bytes, bool was_pinned) {
+void HostPool::Release(uint64_t bytes, uint64_t pinned_bytes) {
   absl::MutexLock lock(&mu_);
   reserved_bytes_ -= bytes;
   --segments_;
-  if (was_pinned) {
-    pinned_bytes_ -= bytes;
-  }
+  pinned_bytes_ -= pinned_bytes;
 }
 
 void HostPool::CountPinned(uint64_t bytes) {
@@ -92,7 +90,7 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes,
   auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size,
                                        options_.populate_threads, file_system_, progress, pages);
   if (!segment.ok()) {
-    Release(size, false);
+    Release(size, 0);
     return segment.status();
   }
   return std::shared_ptr<PoolSegment>(new PoolSegment(*this, *std::move(segment)));
@@ -105,7 +103,7 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::AllocateReplacement(
   auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size,
                                        1, file_system_, nullptr, SegmentPages::kNone);
   if (!segment.ok()) {
-    Release(size, false);
+    Release(size, 0);
     return segment.status();
   }
   return std::shared_ptr<PoolSegment>(new PoolSegment(*this, *std::move(segment)));
@@ -134,13 +132,45 @@ std::vector<std::string> HostPool::ListSegmentNames() const {
 }
 
 absl::Status PoolSegment::Pin() {
-  if (pinned_ || !pool_.options().pin) {
+  if (pinned_.load() || !pool_.options().pin) {
     return absl::OkStatus();
   }
-  PreTouchPages(data(), size(), pool_.options().pretouch_threads);
-  DDO_RETURN_IF_ERROR(PinHostRange(data(), size()));
-  pinned_ = true;
-  pool_.CountPinned(size());
+  absl::MutexLock lock(&pin_mu_);
+  if (pinned_ranges_.empty()) {
+    PreTouchPages(data(), size(), pool_.options().pretouch_threads);
+    return PinLocked(0, size());
+  }
+  // The gaps the ranges left, each registered on its own.
+  std::vector<std::pair<uint64_t, uint64_t>> ranges = pinned_ranges_;
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t covered = 0;
+  for (const auto& [offset, bytes] : ranges) {
+    if (offset > covered) DDO_RETURN_IF_ERROR(PinLocked(covered, offset - covered));
+    covered = std::max(covered, offset + bytes);
+  }
+  if (covered < size()) DDO_RETURN_IF_ERROR(PinLocked(covered, size() - covered));
+  return absl::OkStatus();
+}
+
+bool PoolSegment::pool_pins() const { return pool_.options().pin; }
+
+absl::Status PoolSegment::PinRange(uint64_t offset, uint64_t bytes) {
+  if (!pool_.options().pin || bytes == 0) return absl::OkStatus();
+  if (offset > size() || bytes > size() - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("pin range ", offset, "+", bytes, " is outside ",
+                                                   name(), " (", size(), " bytes)"));
+  }
+  absl::MutexLock lock(&pin_mu_);
+  PreTouchPages(data() + offset, bytes, 1);
+  return PinLocked(offset, bytes);
+}
+
+absl::Status PoolSegment::PinLocked(uint64_t offset, uint64_t bytes) {
+  DDO_RETURN_IF_ERROR(PinHostRange(data() + offset, bytes));
+  pinned_ranges_.emplace_back(offset, bytes);
+  pinned_bytes_ += bytes;
+  pool_.CountPinned(bytes);
+  if (pinned_bytes_ == size()) pinned_.store(true);
   return absl::OkStatus();
 }
 
@@ -149,15 +179,18 @@ absl::StatusOr<UniqueFd> PoolSegment::OpenForWriting() const {
 }
 
 PoolSegment::~PoolSegment() {
-  if (pinned_) {
-    UnpinHostRange(data(), size());
+  uint64_t pinned_bytes = 0;
+  {
+    absl::MutexLock lock(&pin_mu_);
+    for (const auto& [offset, bytes] : pinned_ranges_) UnpinHostRange(data() + offset, bytes);
+    pinned_bytes = pinned_bytes_;
   }
   if (discard_.load()) {
     if (absl::Status unlinked = segment_.Unlink(); !unlinked.ok()) {
       Logger("pool")->warn("{}", unlinked.message());
     }
   }
-  pool_.Release(size(), pinned_);
+  pool_.Release(size(), pinned_bytes);
 }
 
 }  // namespace ddo

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -42,10 +43,20 @@ class PoolSegment {
   const std::string& name() const { return segment_.name(); }
   char* data() const { return segment_.data(); }
   uint64_t size() const { return segment_.size(); }
-  bool pinned() const { return pinned_; }
+  // Every byte page-locked (by Pin, or by PinRange calls that together cover the segment).
+  bool pinned() const { return pinned_.load(); }
+  // Whether the pool page-locks its segments (CUDA usable).
+  bool pool_pins() const;
 
-  // Page-locks the segment when the pool pins (idempotent). Errors leave it unpinned.
+  // Page-locks the segment when the pool pins: whatever PinRange has not covered yet
+  // (idempotent). Errors leave those parts unpinned.
   absl::Status Pin();
+
+  // Page-locks [offset, offset + bytes) now, when the pool pins: a load pins each part of the
+  // segment as soon as it is written, so that pinning overlaps reading. Ranges must not
+  // overlap one pinned before, and a copy to the device must not span two of them (CUDA
+  // treats each registration as its own allocation): a load splits at tensor boundaries.
+  absl::Status PinRange(uint64_t offset, uint64_t bytes);
 
   // A read-write descriptor of the segment, for filling it with pwrite (ReadJob's
   // destination_fd): the pages a write fills whole are never zeroed.
@@ -59,9 +70,16 @@ class PoolSegment {
   friend class HostPool;
   PoolSegment(HostPool& pool, SharedSegment segment) : pool_(pool), segment_(std::move(segment)) {}
 
+  // Registers [offset, offset + bytes) and records it; pin_mu_ held.
+  absl::Status PinLocked(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pin_mu_);
+
   HostPool& pool_;
   SharedSegment segment_;
-  bool pinned_ = false;  // written only by Pin(), which the store calls before publishing
+  absl::Mutex pin_mu_;
+  // Registered ranges: (offset, bytes), each unregistered when the segment goes.
+  std::vector<std::pair<uint64_t, uint64_t>> pinned_ranges_ ABSL_GUARDED_BY(pin_mu_);
+  uint64_t pinned_bytes_ ABSL_GUARDED_BY(pin_mu_) = 0;
+  std::atomic<bool> pinned_{false};
   std::atomic<bool> discard_{false};
 };
 
@@ -138,7 +156,7 @@ class HostPool {
   friend class PoolSegment;
 
   absl::Status Reserve(uint64_t bytes, bool checked = true);
-  void Release(uint64_t bytes, bool was_pinned);
+  void Release(uint64_t bytes, uint64_t pinned_bytes);
   void CountPinned(uint64_t bytes);
 
   const PoolOptions options_;

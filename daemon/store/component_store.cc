@@ -23,6 +23,7 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/store/manifest.h"
 #include "daemon/store/parallel_reader.h"
+#include "daemon/store/segment_fill.h"
 #include "daemon/store/safetensors.h"
 #include "daemon/store/safetensors_hash.h"
 #include "ddo/wire/display_text.h"
@@ -670,30 +671,12 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::ReadAndCommit(
       BytesOfUpload(lease.id, begun.upload_id, &laid_out, &expected_hash);
   if (!bytes.ok()) return bytes.status();
 
-  // Positional reads of every tensor, through the descriptors the files were validated
-  // through (never reopened by path), written to its place through the segment's descriptor.
-  absl::StatusOr<UniqueFd> target = bytes->own()->OpenForWriting();
-  if (!target.ok()) {
+  absl::StatusOr<FillTimes> filled =
+      FillSegmentFromFiles(set, laid_out, *bytes->own(), options_.read_threads, progress,
+                           cancelled, &fs_);
+  if (!filled.ok()) {
     (void)Abort(lease.id, begun.upload_id);
-    return target.status();
-  }
-  std::vector<ReadJob> jobs;
-  size_t index = 0;
-  for (const SafetensorsFile& file : set.files) {
-    for (const SafetensorsTensor& source : file.tensors) {
-      jobs.push_back({file.fd.get(), source.file_offset, nullptr, source.byte_size, file.name,
-                      target->get(), laid_out[index++].offset, bytes->own()->name()});
-    }
-  }
-  const uint64_t total = set.total_bytes;
-  const absl::Time reading = absl::Now();
-  const absl::Status read = ReadInParallel(
-      jobs, options_.read_threads, [&](uint64_t done) { progress(done, total); }, cancelled,
-      kDefaultReadChunkBytes, &fs_);
-  const double read_s = absl::ToDoubleSeconds(absl::Now() - reading);
-  if (!read.ok()) {
-    (void)Abort(lease.id, begun.upload_id);
-    return read;
+    return filled.status();
   }
   if (cancelled()) {  // the lease ended or the caller left while the last bytes arrived
     (void)Abort(lease.id, begun.upload_id);
@@ -702,10 +685,13 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::ReadAndCommit(
   DDO_ASSIGN_OR_RETURN(ComponentSnapshot ready, Commit(lease.id, begun.upload_id));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   Logger("store")->info(
-      "loaded '{}' from {} file(s): {} in {:.2f} s ({:.2f} GB/s; reading {:.2f} s on {} threads)",
-      ready.cache_key, set.files.size(), FormatBytes(total), seconds,
-      seconds > 0 ? static_cast<double>(total) / seconds / 1e9 : 0.0, read_s,
-      options_.read_threads);
+      "loaded '{}' from {} file(s): {} in {:.2f} s ({:.2f} GB/s; reading {:.2f} s on {} threads, "
+      "{})",
+      ready.cache_key, set.files.size(), FormatBytes(set.total_bytes), seconds,
+      seconds > 0 ? static_cast<double>(set.total_bytes) / seconds / 1e9 : 0.0, filled->read_s,
+      options_.read_threads,
+      filled->pinned ? absl::StrFormat("pinned as it was read, %.2f s after", filled->pin_wait_s)
+                     : std::string("not pinned while reading"));
   return ready;
 }
 

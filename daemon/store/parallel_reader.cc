@@ -1,9 +1,12 @@
 #include "daemon/store/parallel_reader.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <limits>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <system_error>
@@ -38,12 +41,13 @@ class ReadRun {
  public:
   ReadRun(const std::vector<ReadJob>& jobs, std::vector<Chunk> chunks,
           const std::function<void(uint64_t)>& progress, const std::function<bool()>& cancelled,
-          FileSystem* fs)
+          const std::function<void(size_t, uint64_t)>& chunk_done, FileSystem* fs)
       : fs_(fs),
         jobs_(jobs),
         chunks_(std::move(chunks)),
         progress_(progress),
         cancelled_(cancelled),
+        chunk_done_(chunk_done),
         last_report_(std::chrono::steady_clock::now()) {}
 
   void Work() {
@@ -71,6 +75,7 @@ class ReadRun {
         Fail(std::move(status));
         return;
       }
+      if (chunk_done_) chunk_done_(chunk.job, chunk.bytes);
       bytes_done_.fetch_add(chunk.bytes, std::memory_order_relaxed);
       MaybeReportProgress();
     }
@@ -125,6 +130,7 @@ class ReadRun {
   const std::vector<Chunk> chunks_;
   const std::function<void(uint64_t)>& progress_;
   const std::function<bool()>& cancelled_;
+  const std::function<void(size_t, uint64_t)>& chunk_done_;
 
   std::atomic<size_t> next_chunk_{0};
   std::atomic<uint64_t> bytes_done_{0};
@@ -171,7 +177,8 @@ absl::Status ReadFully(int fd, uint64_t file_offset, char* destination, uint64_t
 absl::Status ReadInParallel(const std::vector<ReadJob>& jobs, int threads,
                             const std::function<void(uint64_t)>& progress,
                             const std::function<bool()>& cancelled, uint64_t chunk_bytes,
-                            FileSystem* fs) {
+                            FileSystem* fs,
+                            const std::function<void(size_t, uint64_t)>& chunk_done) {
   if (chunk_bytes == 0) {
     return absl::InvalidArgumentError("ReadInParallel: chunk_bytes must be > 0");
   }
@@ -183,10 +190,15 @@ absl::Status ReadInParallel(const std::vector<ReadJob>& jobs, int threads,
       chunks.push_back(Chunk{i, offset, std::min(chunk_bytes, job.bytes - offset)});
     }
   }
+  // The threads take the chunks in file order: a hint that doubles the kernel's read-ahead
+  // for files that are not in the page cache (a cold load from disk).
+  std::set<int> sources;
+  for (const ReadJob& job : jobs) sources.insert(job.fd);
+  for (int fd : sources) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   const size_t worker_count = std::max<size_t>(
       1, std::min<size_t>(static_cast<size_t>(std::max(threads, 1)), chunks.size()));
 
-  ReadRun run(jobs, std::move(chunks), progress, cancelled, fs);
+  ReadRun run(jobs, std::move(chunks), progress, cancelled, chunk_done, fs);
   std::vector<std::thread> workers;
   workers.reserve(worker_count - 1);
   for (size_t i = 1; i < worker_count; ++i) {

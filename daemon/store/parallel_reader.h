@@ -54,11 +54,15 @@ inline constexpr uint64_t kDefaultReadChunkBytes = uint64_t{16} << 20;
 // offsets past 2^63) are InvalidArgument; a write's errors are those of FileSystem::WriteAt.
 //
 // Every read goes through `fs` (nullptr: FileSystem::Default()).
+//
+// `chunk_done` (may be empty) is called from the worker threads, possibly at once, after each
+// chunk is in place: (the job's index, the chunk's bytes).
 absl::Status ReadInParallel(const std::vector<ReadJob>& jobs, int threads,
                             const std::function<void(uint64_t)>& progress,
                             const std::function<bool()>& cancelled,
                             uint64_t chunk_bytes = kDefaultReadChunkBytes,
-                            FileSystem* fs = nullptr);
+                            FileSystem* fs = nullptr,
+                            const std::function<void(size_t, uint64_t)>& chunk_done = {});
 
 // Reads exactly `bytes` at `file_offset` on the calling thread, retrying EINTR and looping on
 // partial reads. `path` is for messages; errors as above.

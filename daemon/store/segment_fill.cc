@@ -1,0 +1,59 @@
+// File: daemon/store/segment_fill.cc
+#include "daemon/store/segment_fill.h"
+
+#include "absl/time/clock.h"
+#include "daemon/common/logging.h"
+#include "daemon/common/status_macros.h"
+#include "daemon/pool/range_pinner.h"
+#include "daemon/store/parallel_reader.h"
+
+namespace ddo {
+namespace {
+
+// Small enough that the last part's pinning, which follows the reading, is short; large
+// enough that a registration's fixed cost does not count.
+constexpr uint64_t kPinPartBytes = uint64_t{256} << 20;
+
+}  // namespace
+
+absl::StatusOr<FillTimes> FillSegmentFromFiles(
+    const SafetensorsSet& set, const std::vector<TensorEntry>& laid_out, PoolSegment& segment,
+    int threads, const std::function<void(uint64_t, uint64_t)>& progress,
+    const std::function<bool()>& cancelled, FileSystem* fs) {
+  DDO_ASSIGN_OR_RETURN(UniqueFd target, segment.OpenForWriting());
+  std::vector<ReadJob> jobs;
+  std::vector<ByteRange> extents;
+  size_t index = 0;
+  for (const SafetensorsFile& file : set.files) {
+    for (const SafetensorsTensor& source : file.tensors) {
+      const TensorEntry& placed = laid_out.at(index++);
+      jobs.push_back({file.fd.get(), source.file_offset, nullptr, source.byte_size, file.name,
+                      target.get(), placed.offset, segment.name()});
+      extents.push_back({placed.offset, source.byte_size});
+    }
+  }
+  std::vector<size_t> part_of;
+  std::vector<ByteRange> parts = PinParts(extents, segment.size(), kPinPartBytes, &part_of);
+  std::vector<uint64_t> written(parts.size(), 0);
+  for (size_t i = 0; i < extents.size(); ++i) written[part_of[i]] += extents[i].bytes;
+  RangePinner pinner(segment, std::move(parts), std::move(written));
+
+  FillTimes times;
+  const uint64_t total = set.total_bytes;
+  const absl::Time reading = absl::Now();
+  DDO_RETURN_IF_ERROR(ReadInParallel(
+      jobs, threads, [&](uint64_t done) { progress(done, total); }, cancelled,
+      kDefaultReadChunkBytes, fs, [&](size_t job, uint64_t bytes) {
+        pinner.Written(part_of[job], bytes);
+      }));
+  const absl::Time read = absl::Now();
+  times.read_s = absl::ToDoubleSeconds(read - reading);
+  if (absl::Status pinned = pinner.Finish(); !pinned.ok()) {
+    Logger("store")->warn("pinning {} while loading it: {}", segment.name(), pinned.message());
+  }
+  times.pin_wait_s = absl::ToDoubleSeconds(absl::Now() - read);
+  times.pinned = segment.pinned();
+  return times;
+}
+
+}  // namespace ddo
