@@ -62,6 +62,20 @@ void RangePinner::Written(size_t part, uint64_t bytes) {
   }
 }
 
+void RangePinner::WrittenRange(uint64_t offset, uint64_t bytes) {
+  // The first part that ends after `offset` (parts are sorted and contiguous).
+  auto part = std::upper_bound(parts_.begin(), parts_.end(), offset,
+                               [](uint64_t at, const ByteRange& range) {
+                                 return at < range.offset + range.bytes;
+                               });
+  const uint64_t end = offset + bytes;
+  for (; part != parts_.end() && part->offset < end; ++part) {
+    const uint64_t begin = std::max(offset, part->offset);
+    const uint64_t stop = std::min(end, part->offset + part->bytes);
+    if (stop > begin) Written(static_cast<size_t>(part - parts_.begin()), stop - begin);
+  }
+}
+
 absl::Status RangePinner::Finish() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(

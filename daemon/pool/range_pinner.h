@@ -24,6 +24,10 @@
 
 namespace ddo {
 
+// The size of the parts loads pin: small enough that the last part's pinning, which follows
+// the reading, is short; large enough that a registration's fixed cost does not count.
+inline constexpr uint64_t kPinPartBytes = uint64_t{256} << 20;
+
 // A byte range of a segment: [offset, offset + bytes).
 struct ByteRange {
   uint64_t offset = 0;
@@ -50,6 +54,10 @@ class RangePinner {
 
   // `bytes` more of part `part` are written.
   void Written(size_t part, uint64_t bytes);
+  // The segment's bytes [offset, offset + bytes) are written: each part they overlap counts
+  // its share (for a copy that writes whole ranges, gaps included: parts built with
+  // written_bytes equal to their sizes).
+  void WrittenRange(uint64_t offset, uint64_t bytes);
 
   // Waits until every part whose bytes were all written is pinned; the first pinning error,
   // if any (the segment then serves unpinned parts unpinned until Pin is called again).

@@ -24,6 +24,7 @@
 #include "daemon/store/manifest.h"
 #include "daemon/store/parallel_reader.h"
 #include "daemon/store/segment_fill.h"
+#include "daemon/store/upload_copy.h"
 #include "daemon/store/safetensors.h"
 #include "daemon/store/safetensors_hash.h"
 #include "ddo/wire/display_text.h"
@@ -415,81 +416,21 @@ absl::StatusOr<ComponentBytes> ComponentStore::BytesOfUpload(const std::string& 
   return ComponentBytes(it->second.segments);
 }
 
-absl::StatusOr<std::shared_ptr<PoolSegment>> ComponentStore::CopyUpload(
-    const PoolSegment& upload, WorkProgress* progress) {
-  DDO_ASSIGN_OR_RETURN(std::shared_ptr<PoolSegment> copy, pool_.AllocateReplacement(upload));
-  auto discard = absl::MakeCleanup([&] { copy->MarkDiscarded(); });
-  DDO_ASSIGN_OR_RETURN(UniqueFd to, fs_.ShmOpen(copy->name(), O_RDWR | O_CLOEXEC, 0));
-  DDO_ASSIGN_OR_RETURN(UniqueFd from, fs_.ShmOpen(upload.name(), O_RDWR | O_CLOEXEC, 0));
-  // Copied file to file in the kernel (FileSystem::CopyRange), not through ddod's mappings: a
-  // client that truncates its upload makes the copy short (an error here), not a SIGBUS in
-  // ddod, a full /dev/shm is ENOSPC, and no page of either mapping faults one at a time (on
-  // the 2-core test machine, pread into the mapped copy took 4.9 s a GiB, copy_file_range
-  // 0.6 s). The copy's pages are then mapped in bulk (MADV_POPULATE_READ), so that the hash
-  // and the pinning that follow do not fault them in one by one either.
-  constexpr uint64_t kChunk = uint64_t{32} << 20;
-  const uint64_t size = upload.size();
-  const uint64_t chunks = (size + kChunk - 1) / kChunk;
-  std::atomic<uint64_t> next{0};
-  absl::Mutex error_mu;
-  absl::Status error;
-  auto fail = [&](absl::Status status) {
-    absl::MutexLock lock(&error_mu);
-    if (error.ok()) error = std::move(status);
-    next.store(chunks);
-  };
-  auto work = [&] {
-    for (uint64_t i = next++; i < chunks; i = next++) {
-      const uint64_t offset = i * kChunk;
-      const uint64_t length = std::min(kChunk, size - offset);
-      for (uint64_t done = 0; done < length;) {
-        absl::StatusOr<size_t> copied =
-            fs_.CopyRange(from.get(), to.get(), offset + done, length - done, upload.name());
-        if (!copied.ok() || *copied == 0) {
-          fail(copied.ok() ? absl::FailedPreconditionError(
-                                 "the upload segment was truncated by its client before commit")
-                           : copied.status());
-          return;
-        }
-        done += *copied;
-      }
-#ifdef MADV_POPULATE_READ
-      (void)::madvise(copy->data() + offset, length, MADV_POPULATE_READ);  // a hint: may fail
-#endif
-      // The upload's pages go as soon as they are copied: the commit holds about a chunk per
-      // thread more than the component, not twice it.
-      (void)::fallocate(from.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                        static_cast<off_t>(offset), static_cast<off_t>(length));
-      if (progress != nullptr) progress->Add(length);
-    }
-  };
-  {
-    std::vector<std::thread> threads;
-    const int count = std::max(1, std::min<int>(options_.read_threads, static_cast<int>(chunks)));
-    for (int t = 1; t < count; ++t) threads.emplace_back(work);
-    work();
-    for (std::thread& thread : threads) thread.join();
-  }
-  // The client's writable mapping of the upload ends here: its pages are gone and every
-  // later touch of it faults (SIGBUS) instead of writing bytes ddod serves.
-  if (::ftruncate(from.get(), 0) != 0 && error.ok()) {
-    error = PosixError(absl::StrCat("truncating ", upload.name()), errno);
-  }
-  (void)fs_.ShmUnlink(upload.name());
-  DDO_RETURN_IF_ERROR(error);
-  std::move(discard).Cancel();
-  return copy;
-}
-
 absl::Status ComponentStore::CopyClientUpload(const std::string& lease_id,
                                               const std::string& upload_id,
+                                              const std::vector<TensorEntry>& tensors,
                                               ComponentBytes& bytes, WorkProgress* progress) {
   // What the client wrote is copied into the segment served: its writable mapping stays
   // on the upload segment, which is gone after the copy (docs/security.md §3).
   const absl::Time copying = absl::Now();
   // The client's bar counts the copy (the hash of the copy that follows is an XXH3 pass).
   if (progress != nullptr) progress->SetTotal(bytes.own()->size());
-  absl::StatusOr<std::shared_ptr<PoolSegment>> copy = CopyUpload(*bytes.own(), progress);
+  std::vector<ByteRange> extents;
+  for (const TensorEntry& tensor : tensors) {
+    if (tensor.segment == 0) extents.push_back({tensor.offset, tensor.byte_size});
+  }
+  absl::StatusOr<std::shared_ptr<PoolSegment>> copy =
+      CopyUploadSegment(pool_, fs_, *bytes.own(), extents, options_.read_threads, progress);
   if (!copy.ok()) {
     (void)Abort(lease_id, upload_id);
     return copy.status();
@@ -526,7 +467,7 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
     }
   }
   if (client_written) {
-    DDO_RETURN_IF_ERROR(CopyClientUpload(lease_id, upload_id, bytes, progress));
+    DDO_RETURN_IF_ERROR(CopyClientUpload(lease_id, upload_id, tensors, bytes, progress));
   } else if (progress != nullptr) {
     progress->SetTotal(to_hash);
   }

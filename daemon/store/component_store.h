@@ -368,10 +368,6 @@ class ComponentStore {
                                        const std::vector<TensorEntry>& tensors,
                                        bool upload = true) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The copy of a client's upload at commit: a new segment with the bytes of `upload`, whose
-  // pages are punched out as they are copied, then truncated and unlinked.
-  absl::StatusOr<std::shared_ptr<PoolSegment>> CopyUpload(const PoolSegment& upload,
-                                                          WorkProgress* progress);
 
   // Steps shared by Register and LoadSafetensors. `sources` (LoadSafetensors only) are the
   // identities of the caller's files, kept as the hint FindProofTarget uses;
@@ -444,7 +440,8 @@ class ComponentStore {
   // Commit's copy of a client-written upload (CopyUpload) into the upload's own segment;
   // `bytes` then has the copy. The upload is aborted when the copy fails.
   absl::Status CopyClientUpload(const std::string& lease_id, const std::string& upload_id,
-                                ComponentBytes& bytes, WorkProgress* progress);
+                                const std::vector<TensorEntry>& tensors, ComponentBytes& bytes,
+                                WorkProgress* progress);
   // Allocates the placeholder's own segment of `span` bytes outside the lock and answers the
   // upload (ABORTED when the lease ended meanwhile, CANCELLED when `progress` was).
   absl::StatusOr<RegisterResult> AllocateUpload(const std::string& upload_id,

@@ -8,14 +8,6 @@
 #include "daemon/store/parallel_reader.h"
 
 namespace ddo {
-namespace {
-
-// Small enough that the last part's pinning, which follows the reading, is short; large
-// enough that a registration's fixed cost does not count.
-constexpr uint64_t kPinPartBytes = uint64_t{256} << 20;
-
-}  // namespace
-
 absl::StatusOr<FillTimes> FillSegmentFromFiles(
     const SafetensorsSet& set, const std::vector<TensorEntry>& laid_out, PoolSegment& segment,
     int threads, const std::function<void(uint64_t, uint64_t)>& progress,
