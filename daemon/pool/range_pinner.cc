@@ -1,6 +1,8 @@
 // File: daemon/pool/range_pinner.cc
 #include "daemon/pool/range_pinner.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <numeric>
 #include <utility>
@@ -14,12 +16,15 @@ std::vector<ByteRange> PinParts(const std::vector<ByteRange>& extents, uint64_t 
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return extents[a].offset < extents[b].offset; });
   if (part_of != nullptr) part_of->assign(extents.size(), 0);
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   std::vector<ByteRange> parts;
   uint64_t start = 0;
   for (size_t index : order) {
     const ByteRange& extent = extents[index];
-    // A new part begins at this extent when the current one is big enough.
-    if (extent.offset > start && extent.offset - start >= target) {
+    // A new part begins at this extent when the current one is big enough and the extent
+    // starts a page: two registrations must never share a page (the second would fail), and
+    // layouts start units, not every tensor, on page boundaries.
+    if (extent.offset > start && extent.offset - start >= target && extent.offset % page == 0) {
       parts.push_back({start, extent.offset - start});
       start = extent.offset;
     }

@@ -34,9 +34,10 @@ struct ByteRange {
   uint64_t bytes = 0;
 };
 
-// Cuts [0, segment_size) into parts of about `target` bytes at the starts of `extents` (the
-// tensors, in any order, not overlapping), so that no extent spans two parts; an extent larger
-// than `target` is a part of its own (with the padding after it). `part_of` (optional)
+// Cuts [0, segment_size) into parts of about `target` bytes at the page-aligned starts of
+// `extents` (the tensors, in any order, not overlapping; layouts start each unit on a page),
+// so that no extent spans two parts and no two parts share a page; an extent larger than
+// `target` is a part of its own, with what follows up to the next page-aligned start. `part_of` (optional)
 // receives, for each extent in the order given, the index of its part.
 std::vector<ByteRange> PinParts(const std::vector<ByteRange>& extents, uint64_t segment_size,
                                 uint64_t target, std::vector<size_t>* part_of = nullptr);

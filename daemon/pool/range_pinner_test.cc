@@ -46,6 +46,17 @@ TEST(PinPartsTest, AnExtentLargerThanThePartSizeIsAPartOfItsOwn) {
   EXPECT_THAT(part_of, ElementsAre(0u, 0u, 1u));
 }
 
+// Tensors start on 256-byte boundaries inside a unit: a part may only end where a page
+// starts, or two registrations would share a page.
+TEST(PinPartsTest, PartsEndOnlyWherePagesStart) {
+  const std::vector<ByteRange> extents = {{0, 3 * kMiB + 100}, {3 * kMiB + 256, kMiB},
+                                          {5 * kMiB, kMiB}};
+  std::vector<size_t> part_of;
+  const std::vector<ByteRange> parts = PinParts(extents, 8 * kMiB, 2 * kMiB, &part_of);
+  EXPECT_THAT(parts, ElementsAre(ByteRange{0, 5 * kMiB}, ByteRange{5 * kMiB, 3 * kMiB}));
+  EXPECT_THAT(part_of, ElementsAre(0u, 0u, 1u));
+}
+
 TEST(PinPartsTest, NoExtentsIsOnePartOfTheWholeSegment) {
   EXPECT_THAT(PinParts({}, 4 * kMiB, kMiB), ElementsAre(ByteRange{0, 4 * kMiB}));
 }
