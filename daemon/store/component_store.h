@@ -318,9 +318,14 @@ class ComponentStore {
   // keys), least recently used first, until the pool has `bytes` free (or none is left).
   std::vector<Demoted> DemoteForRoom(const Caller& caller, uint64_t bytes,
                                      const std::set<std::string>& spared);
-  // The pool bytes the caller's READY component `cache_key` would take if it were promoted
-  // whole (0 when it is in the pool already, or not the caller's).
-  uint64_t PromotionBytes(const std::string& cache_key, const Caller& caller) const;
+  // What promoting the caller's READY component `cache_key` whole asks of the pool: its
+  // segment's bytes and the margin Promote leaves free for sessions (both 0 when it is in
+  // the pool already, or not the caller's).
+  struct PromotionNeed {
+    uint64_t bytes = 0;
+    uint64_t margin = 0;
+  };
+  PromotionNeed PromotionBytes(const std::string& cache_key, const Caller& caller) const;
   // Reads the caller's file-tier (kFile or kSplit) component `cache_key` back into one pool
   // segment of its own: all of it (tier kPool) when the pool's free bytes, less a margin for
   // streaming sessions, hold it; else as many units as they hold, spread (kSplit). It never

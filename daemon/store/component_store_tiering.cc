@@ -310,15 +310,16 @@ absl::StatusOr<uint64_t> ComponentStore::Promote(const std::string& cache_key,
   return promotion->moved_bytes;
 }
 
-uint64_t ComponentStore::PromotionBytes(const std::string& cache_key,
-                                        const Caller& caller) const {
+ComponentStore::PromotionNeed ComponentStore::PromotionBytes(const std::string& cache_key,
+                                                            const Caller& caller) const {
   absl::MutexLock lock(&mu_);
   auto it = components_.find(KeyOf(caller.uid, cache_key));
   if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
       it->second.files == nullptr) {
-    return 0;
+    return {};
   }
-  return WholeFootprint(it->second.info.tensors);
+  const std::vector<TensorEntry>& tensors = it->second.info.tensors;
+  return {WholeFootprint(tensors), SessionMargin(tensors, pool_.options().budget_bytes)};
 }
 
 }  // namespace ddo

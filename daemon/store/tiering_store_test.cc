@@ -241,7 +241,7 @@ TEST_F(TieringStoreTest, APhaseCallerDemotesAndPromotesOnlyItsOwnComponents) {
   EXPECT_EQ(TierOf("a", alice.caller), ComponentTier::kPool);
   EXPECT_TRUE(absl::IsNotFound(
       store_->Promote("a", bob.caller, [] { return false; }).status()));
-  EXPECT_EQ(store_->PromotionBytes("a", bob.caller), 0u);
+  EXPECT_EQ(store_->PromotionBytes("a", bob.caller).bytes, 0u);
 }
 
 TEST_F(TieringStoreTest, ACancelledPromotionLeavesTheComponentOnItsFiles) {
