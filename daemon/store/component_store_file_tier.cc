@@ -217,6 +217,7 @@ ComponentSnapshot ComponentStore::PromoteToFit(const Caller& caller,
   component.in_file = std::move(in_file);
   component.info.tier = ComponentTier::kSplit;
   component.info.file_bytes = component.info.total_bytes - pooled_bytes;
+  ++component.tier_changes;  // a Promote planned before this commits nothing
   Logger("store")->info(
       "'{}' split: {} of its {} in the pool ({} of {} units, read in {:.2f} s), {} read from "
       "its files as it streams",

@@ -3,6 +3,7 @@
 // anything, DemoteForRoom demotes a caller's own components, and Promote reads one back,
 // whole or in part. After every step the pool holds no more than its budget and the bytes
 // read through the component equal the files.
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <set>
@@ -57,6 +58,7 @@ class TieringStoreTest : public ::testing::Test {
     pool_ = std::make_unique<HostPool>(pool_options_);
     StoreOptions options{dir_.Join("manifest.json"), 2};
     options.max_backing_files_per_uid = max_backing_files_per_uid_;
+    options.file_system = &fs_;
     store_ = std::make_unique<ComponentStore>(*pool_, *registry_, options);
     store_->AdoptPrevious();
   }
@@ -99,6 +101,7 @@ class TieringStoreTest : public ::testing::Test {
   }
 
   TempDirForTest dir_;
+  FaultInjectingFileSystem fs_;  // the store's reads
   std::string path_;
   std::vector<std::pair<std::string, std::string>> payloads_;
   PoolOptions pool_options_;
@@ -253,6 +256,22 @@ TEST_F(TieringStoreTest, ACancelledPromotionLeavesTheComponentOnItsFiles) {
   EXPECT_EQ(TierOf("a"), ComponentTier::kFile);
   EXPECT_EQ(pool_->Usage().reserved_bytes, 0u);
   // Not left marked as promoting: a later promotion runs.
+  moved = store_->Promote("a", DaemonCaller(), [] { return false; });
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(TierOf("a"), ComponentTier::kPool);
+}
+
+TEST_F(TieringStoreTest, AFailedReadLeavesTheComponentOnItsFilesAndReleasesTheSegment) {
+  ASSERT_TRUE(Load("a").ok());
+  ASSERT_TRUE(Load("b").ok());
+  ASSERT_EQ(store_->DemoteForRoom(DaemonCaller(), 28 * kMiB, {"a"}).size(), 1u);
+  fs_.FailAlways(FileOp::kRead, EIO);
+  auto moved = store_->Promote("a", DaemonCaller(), [] { return false; });
+  EXPECT_FALSE(moved.ok());
+  fs_.Heal();
+  EXPECT_EQ(TierOf("a"), ComponentTier::kFile);
+  EXPECT_EQ(pool_->Usage().reserved_bytes, 0u);
+  ExpectBytesEqualTheFiles("a");
   moved = store_->Promote("a", DaemonCaller(), [] { return false; });
   ASSERT_TRUE(moved.ok()) << moved.status();
   EXPECT_EQ(TierOf("a"), ComponentTier::kPool);
