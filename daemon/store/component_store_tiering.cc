@@ -66,10 +66,17 @@ bool ComponentStore::DemotableLocked(const Component& component) const {
 uint64_t ComponentStore::DemoteLocked(std::map<std::string, Component>::iterator it) {
   Component& component = it->second;
   const uint64_t released = ReleasableBytesLocked(component);
-  for (const auto& segment : component.segments) {
-    if (segment != nullptr) segment->MarkDiscarded();  // only its own (DemotableLocked)
-  }
+  std::vector<std::shared_ptr<PoolSegment>> segments = std::move(component.segments);
   component.segments.clear();
+  for (const auto& segment : segments) {
+    // A segment another component still uses stays (as DiscardLocked leaves it).
+    bool used = false;
+    for (const auto& [key, other] : components_) {
+      used = used || std::find(other.segments.begin(), other.segments.end(), segment) !=
+                         other.segments.end();
+    }
+    if (segment != nullptr && !used) segment->MarkDiscarded();
+  }
   if (component.pooled_files != nullptr) component.files = std::move(component.pooled_files);
   component.pooled_files = nullptr;
   component.in_file = nullptr;

@@ -277,5 +277,21 @@ TEST_F(TieringStoreTest, AFailedReadLeavesTheComponentOnItsFilesAndReleasesTheSe
   EXPECT_EQ(TierOf("a"), ComponentTier::kPool);
 }
 
+TEST_F(TieringStoreTest, AComponentReadBackFromItsFilesIsNeverSharedByProof) {
+  const Lease alice = LeaseOf(4001);
+  const Lease bob = LeaseOf(4002);
+  ASSERT_TRUE(Load("x", &alice).ok());
+  ASSERT_EQ(store_->DemoteForRoom(alice.caller, 28 * kMiB, {}).size(), 1u);
+  ASSERT_TRUE(store_->Promote("x", alice.caller, [] { return false; }).ok());
+  ASSERT_EQ(TierOf("x", alice.caller), ComponentTier::kPool);
+  // Its bytes came from files alice could have changed after her load: bob's load of the
+  // same files gets a copy of its own (alice's, unused, goes to her file to make room).
+  auto loaded = Load("x", &bob);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_FALSE(loaded->warm_hit);
+  EXPECT_EQ(TierOf("x", bob.caller), ComponentTier::kPool);
+  EXPECT_EQ(TierOf("x", alice.caller), ComponentTier::kFile);
+}
+
 }  // namespace
 }  // namespace ddo
