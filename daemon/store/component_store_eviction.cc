@@ -144,7 +144,10 @@ std::vector<std::string> ComponentStore::EvictIdle(absl::Time now, absl::Duratio
           info.keep_alive == absl::ZeroDuration() ? fallback : info.keep_alive;
       if (info.state != ComponentState::kReady || info.sessions > 0 ||
           keep == absl::InfiniteDuration() || keep <= absl::ZeroDuration() ||
-          now - info.last_used < keep || ReleasableBytesLocked(it->second) == 0) {
+          now - info.last_used < keep ||
+          // A base a derived version shares waits for it; a component on the file tier
+          // (demoted, or loaded there) releases descriptors, not pool bytes, and goes too.
+          (ReleasableBytesLocked(it->second) == 0 && it->second.files == nullptr)) {
         continue;
       }
       const std::string key = info.cache_key;  // the owner's name for it

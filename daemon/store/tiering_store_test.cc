@@ -293,5 +293,15 @@ TEST_F(TieringStoreTest, AComponentReadBackFromItsFilesIsNeverSharedByProof) {
   EXPECT_EQ(TierOf("x", alice.caller), ComponentTier::kFile);
 }
 
+TEST_F(TieringStoreTest, AnIdleDemotedComponentIsEvictedAndClosesItsFiles) {
+  ASSERT_TRUE(Load("a").ok());
+  ASSERT_TRUE(Load("b").ok());  // "a" demoted
+  EXPECT_EQ(store_->Stats().backing_files, 2u);
+  EXPECT_EQ(store_->EvictIdle(absl::Now() + absl::Hours(1), absl::Minutes(1)),
+            (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(store_->Stats().backing_files, 0u);
+  EXPECT_EQ(pool_->Usage().reserved_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace ddo
