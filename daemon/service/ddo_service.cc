@@ -685,16 +685,21 @@ grpc::Status DdoService::Phase(grpc::ServerContext* ctx, const ddo::v1::PhaseReq
     std::set<std::string> keep(request->needed().begin(), request->needed().end());
     keep.insert(request->prefetch().begin(), request->prefetch().end());
     const std::vector<std::string> prefetch(request->prefetch().begin(), request->prefetch().end());
-    StreamSessions::PhaseResult result = streams_.Phase(*lease, keep, prefetch);
+    StreamSessions::PhaseResult result =
+        streams_.Phase(*lease, keep, prefetch, !request->keep_pool_bytes());
     response->set_released_bytes(result.released_bytes);
     response->set_prefetched_bytes(result.prefetched_bytes);
+    response->set_demoted_bytes(result.demoted_bytes);
+    response->set_promoting_bytes(result.promoting_bytes);
     for (std::string& note : result.notes) response->add_notes(std::move(note));
     const StandbyPurge purge = DecideStandbyPurge(request->purge_standby(), Platform());
     response->set_purged(purge.purged);
     response->set_purge_reason(purge.reason);
-    Logger("service")->info("phase {} of lease {}: released {}, prefetched {}",
-                            ddo::v1::PhaseKind_Name(request->phase()), lease->id.substr(0, 8),
-                            FormatBytes(result.released_bytes), FormatBytes(result.prefetched_bytes));
+    Logger("service")->info(
+        "phase {} of lease {}: released {}, prefetched {}, demoted {}, promoting {}",
+        ddo::v1::PhaseKind_Name(request->phase()), lease->id.substr(0, 8),
+        FormatBytes(result.released_bytes), FormatBytes(result.prefetched_bytes),
+        FormatBytes(result.demoted_bytes), FormatBytes(result.promoting_bytes));
     return absl::OkStatus();
   });
 }

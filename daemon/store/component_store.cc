@@ -599,6 +599,7 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   }
   DDO_ASSIGN_OR_RETURN(ComponentSnapshot ready,
                        ReadAndCommit(lease, *begun, set, progress, cancelled, started));
+  KeepBackingFiles(lease.caller, ready, set);  // so that it can be demoted, not discarded
   return LoadResult{std::move(ready), false, absl::ToDoubleSeconds(absl::Now() - started)};
 }
 
@@ -758,6 +759,9 @@ StoreStats ComponentStore::Stats() const {
     if (component.files != nullptr) {
       stats.file_bytes += component.info.file_bytes;
       stats.backing_files += static_cast<uint32_t>(component.files->descriptors());
+    }
+    if (component.pooled_files != nullptr) {
+      stats.backing_files += static_cast<uint32_t>(component.pooled_files->descriptors());
     }
     for (const auto& segment : component.segments) {
       if (segment != nullptr && counted.insert(segment.get()).second) {

@@ -17,8 +17,9 @@
 // The store owns mu_ and the table; its concerns live in files of their own, each defining
 // ComponentStore members: component_store.cc (uploads, commits, loads, sessions, limits),
 // component_store_derived.cc (RegisterDerived), component_store_sharing.cc (the sharing
-// proof), component_store_eviction.cc (making room, Evict, keep-alives) and
-// component_store_adoption.cc (AdoptPrevious).
+// proof), component_store_eviction.cc (making room, Evict, keep-alives),
+// component_store_file_tier.cc (loads kept in their files), component_store_tiering.cc
+// (demotion to the files and promotion back) and component_store_adoption.cc (AdoptPrevious).
 //
 // Thread-safety: all methods may be called from any thread. mu_ guards the maps; slow work
 // (allocating, reading files, hashing, pinning) runs outside it, on components marked
@@ -156,7 +157,7 @@ struct StoreStats {
   uint64_t evictions = 0;
   uint32_t adopted = 0;
   uint64_t file_bytes = 0;     // tensor bytes of READY file-tier components
-  uint32_t backing_files = 0;  // descriptors they hold
+  uint32_t backing_files = 0;  // descriptors they hold, and pooled ones kept for demotion
 };
 
 struct StoreOptions {
@@ -184,6 +185,22 @@ struct StoreOptions {
   // LRU count; durations it logs stay on the real clock), called from any thread, with the
   // store's mutex held: nullptr for absl::Now. A test passes one it moves by hand.
   std::function<absl::Time()> clock = nullptr;
+};
+
+// A promotion under way (ComponentStore::Promote, component_store_tiering.cc): what it
+// reads into a new segment and where.
+struct Promotion {
+  std::string key;  // KeyOf
+  std::vector<size_t> indices;       // the tensors (table indexes) the new segment holds
+  std::vector<TensorEntry> pooled;   // their entries laid out in it
+  uint64_t span = 0;
+  bool whole = false;                // all of them: the component becomes kPool
+  uint64_t moved_bytes = 0;          // tensor bytes read from the files
+  std::shared_ptr<const BackingFiles> files;
+  std::vector<std::shared_ptr<PoolSegment>> old_segments;
+  std::shared_ptr<const std::vector<bool>> in_file;  // null: every tensor is in the files
+  std::vector<TensorEntry> tensors;  // the table when it began
+  uint64_t tier_changes = 0;
 };
 
 class ComponentStore {
@@ -291,6 +308,35 @@ class ComponentStore {
 
   StoreStats Stats() const;
 
+  // Pool bytes moving between the pool and the files (docs/architecture.md §6, "Phases and
+  // the pool"). A caller only ever moves its own components.
+  struct Demoted {
+    std::string cache_key;
+    uint64_t bytes = 0;  // the pool bytes released
+  };
+  // Demotes the caller's unused components that have backing files, outside `spared` (cache
+  // keys), least recently used first, until the pool has `bytes` free (or none is left).
+  std::vector<Demoted> DemoteForRoom(const Caller& caller, uint64_t bytes,
+                                     const std::set<std::string>& spared);
+  // What promoting the caller's READY component `cache_key` whole asks of the pool: its
+  // segment's bytes and the margin Promote leaves free for sessions (both 0 when it is in
+  // the pool already, or not the caller's).
+  struct PromotionNeed {
+    uint64_t bytes = 0;
+    uint64_t margin = 0;
+  };
+  PromotionNeed PromotionBytes(const std::string& cache_key, const Caller& caller) const;
+  // Reads the caller's file-tier (kFile or kSplit) component `cache_key` back into one pool
+  // segment of its own: all of it (tier kPool) when the pool's free bytes, less a margin for
+  // streaming sessions, hold it; else as many units as they hold, spread (kSplit). It never
+  // evicts anything: it takes free room only. Sessions attached meanwhile keep what they
+  // attached (the files); the new segment is only seen once complete. Returns the bytes
+  // moved into the pool (0: nothing to do or no room); NOT_FOUND when the caller has no such
+  // component; ABORTED when it changed meanwhile or another promotion runs; CANCELLED; a
+  // read error.
+  absl::StatusOr<uint64_t> Promote(const std::string& cache_key, const Caller& caller,
+                                   const std::function<bool()>& cancelled);
+
   // At shutdown: with `discard`, every segment and the manifest are removed; otherwise
   // READY components stay in /dev/shm for the next ddod, unfinished uploads are removed.
   void Close(bool discard);
@@ -313,6 +359,15 @@ class ComponentStore {
     std::shared_ptr<const BackingFiles> files;
     // kSplit: the tensors still read from the files (the others are in segments[0]).
     std::shared_ptr<const std::vector<bool>> in_file;
+    // A kPool component read from files: the descriptors kept so that it can be demoted to
+    // them (DemoteLocked) instead of discarded; null for uploads, adopted components and
+    // loads past the descriptor limits. Counted in those limits like `files`.
+    std::shared_ptr<const BackingFiles> pooled_files;
+    // Its bytes were read back from its files after the load (Promote): its owner could
+    // have changed them meanwhile, so it is never another uid's sharing-proof target.
+    bool reread = false;
+    bool promoting = false;      // a Promote reads its units now
+    uint64_t tier_changes = 0;   // bumped by every demotion and promotion
   };
   // The map's key: the owner uid and its cache key.
   static std::string KeyOf(uid_t uid, const std::string& cache_key);
@@ -402,6 +457,31 @@ class ComponentStore {
   // snapshot afterwards (the same one when nothing moved: no room, or a read failed).
   ComponentSnapshot PromoteToFit(const Caller& caller, const ComponentSnapshot& loaded,
                                  const std::function<bool()>& cancelled);
+  // After a load into the pool: keeps the set's descriptors with the caller's component
+  // `ready` (still the same segment) so that it can be demoted to its files later, while the
+  // descriptor limits allow; otherwise they close with the set (it can only be discarded).
+  void KeepBackingFiles(const Caller& caller, const ComponentSnapshot& ready,
+                        SafetensorsSet& set);
+  // Promote's first step: plans the promotion of the caller's component `cache_key` into
+  // the pool's free room and marks it `promoting`; nullopt when there is nothing to move.
+  absl::StatusOr<std::optional<Promotion>> BeginPromotionLocked(const std::string& cache_key,
+                                                                const Caller& caller)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pool bytes of `component`'s segments.
+  static uint64_t PooledFootprint(const Component& component);
+  // Promote's last step: the new segment replaces the old ones if the component is still the
+  // one `promotion` began with (ABORTED otherwise; the segment is discarded).
+  absl::Status FinishPromotionLocked(const Promotion& promotion,
+                                     std::shared_ptr<PoolSegment> segment)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `component` can be demoted now: READY, unused, not promoting, with backing files
+  // and pool bytes that only it uses.
+  bool DemotableLocked(const Component& component) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops a demotable component's pool segments: it stays READY on the file tier (kFile),
+  // streamed from its files, and leaves the manifest (the caller persists). Returns the
+  // bytes the pool released.
+  uint64_t DemoteLocked(std::map<std::string, Component>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED when `more` descriptors kept for the file tier would pass the caller's
   // limit (not for admins) or ddod's (StoreOptions::max_backing_files*).
   absl::Status CheckBackingFileLimitsLocked(const Caller& caller, size_t more) const

@@ -48,24 +48,38 @@ absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t
   // Each round evicts one component that releases bytes (its segments no other component
   // uses): a base whose bytes a derived version shares releases nothing until that one goes,
   // so it waits for it. Every round removes a component, so the loop ends.
+  // A component with backing files is demoted to them (it stays READY, streamed from its
+  // files) before any is discarded; within each kind, least recently used first.
+  bool demoted_any = false;
   while (!pool_.Fits(bytes)) {
     auto victim = components_.end();
     uint64_t victim_releases = 0;
+    bool victim_demotable = false;
     for (auto it = components_.begin(); it != components_.end(); ++it) {
       const ComponentSnapshot& info = it->second.info;
       if (info.state != ComponentState::kReady || info.sessions > 0 || it->first == for_key ||
           spared.count(it->first) != 0) {
         continue;
       }
-      if (victim != components_.end() && info.last_used >= victim->second.info.last_used) {
+      const bool demotable = DemotableLocked(it->second);
+      if (victim != components_.end() &&
+          (demotable < victim_demotable ||
+           (demotable == victim_demotable && info.last_used >= victim->second.info.last_used))) {
         continue;
       }
       const uint64_t releases = ReleasableBytesLocked(it->second);
       if (releases == 0) continue;
       victim = it;
       victim_releases = releases;
+      victim_demotable = demotable;
+    }
+    if (victim != components_.end() && victim_demotable) {
+      DemoteLocked(victim);
+      demoted_any = true;
+      continue;
     }
     if (victim == components_.end()) {
+      if (demoted_any) PersistLocked();
       const PoolUsage usage = pool_.Usage();
       return absl::ResourceExhaustedError(absl::StrCat(
           "component '", EscapeForDisplay(shown_key), "' needs ", FormatBytes(HostPool::Footprint(bytes)),
@@ -81,6 +95,7 @@ absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t
     DiscardLocked(victim);
     ++evictions_;
   }
+  if (demoted_any) PersistLocked();
   return absl::OkStatus();
 }
 
@@ -129,7 +144,10 @@ std::vector<std::string> ComponentStore::EvictIdle(absl::Time now, absl::Duratio
           info.keep_alive == absl::ZeroDuration() ? fallback : info.keep_alive;
       if (info.state != ComponentState::kReady || info.sessions > 0 ||
           keep == absl::InfiniteDuration() || keep <= absl::ZeroDuration() ||
-          now - info.last_used < keep || ReleasableBytesLocked(it->second) == 0) {
+          now - info.last_used < keep ||
+          // A base a derived version shares waits for it; a component on the file tier
+          // (demoted, or loaded there) releases descriptors, not pool bytes, and goes too.
+          (ReleasableBytesLocked(it->second) == 0 && it->second.files == nullptr)) {
         continue;
       }
       const std::string key = info.cache_key;  // the owner's name for it

@@ -25,6 +25,7 @@
 #include "daemon/store/component_store.h"
 #include "daemon/store/direct_reader.h"
 #include "daemon/store/parallel_reader.h"
+#include "daemon/store/tier_units.h"
 #include "ddo/wire/display_text.h"
 
 namespace ddo {
@@ -75,9 +76,12 @@ absl::Status ComponentStore::CheckBackingFileLimitsLocked(const Caller& caller,
   size_t own = 0;
   size_t all = 0;
   for (const auto& [key, component] : components_) {
-    if (component.files == nullptr) continue;
-    all += component.files->descriptors();
-    if (component.info.owner_uid == caller.uid) own += component.files->descriptors();
+    // A file-tier component's, and those a pooled one keeps to be demoted to.
+    for (const auto* files : {component.files.get(), component.pooled_files.get()}) {
+      if (files == nullptr) continue;
+      all += files->descriptors();
+      if (component.info.owner_uid == caller.uid) own += files->descriptors();
+    }
   }
   if (!caller.admin && own + more > options_.max_backing_files_per_uid) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -126,41 +130,6 @@ absl::StatusOr<LoadResult> ComponentStore::InsertFileBackedLocked(const Lease& l
 
 namespace {
 
-// What a promotion leaves free in the pool for streaming sessions: a session's staging and a
-// host-backend ring (about 16 of the largest unit), and at least an eighth of the budget (at
-// most 2 GiB).
-uint64_t SessionMargin(const std::vector<TensorEntry>& tensors, uint64_t budget) {
-  std::map<uint32_t, uint64_t> unit_bytes;
-  for (const TensorEntry& tensor : tensors) unit_bytes[tensor.unit] += tensor.byte_size;
-  uint64_t largest = 0;
-  for (const auto& [unit, bytes] : unit_bytes) largest = std::max(largest, bytes);
-  return std::max(16 * largest, std::min(budget / 8, uint64_t{2} << 30));
-}
-
-// The units to keep in the pool, about `room` bytes of them, spread over the table's units in
-// order (error diffusion), so that a pass alternates units read from files with pool units.
-std::set<uint32_t> SpreadUnits(const std::vector<TensorEntry>& tensors, uint64_t room) {
-  std::map<uint32_t, uint64_t> unit_bytes;
-  uint64_t total = 0;
-  for (const TensorEntry& tensor : tensors) {
-    unit_bytes[tensor.unit] += tensor.byte_size + kTensorAlignment;
-    total += tensor.byte_size + kTensorAlignment;
-  }
-  std::set<uint32_t> chosen;
-  if (total == 0) return chosen;
-  const double fraction = std::min(1.0, static_cast<double>(room) / static_cast<double>(total));
-  uint64_t seen = 0;
-  uint64_t taken = 0;
-  for (const auto& [unit, bytes] : unit_bytes) {
-    seen += bytes;
-    if (taken + bytes <= room && static_cast<double>(taken + bytes) <= fraction * seen + bytes / 2.0) {
-      chosen.insert(unit);
-      taken += bytes;
-    }
-  }
-  return chosen;
-}
-
 // Reads the tensors `indices` of the table (`files`' ranges) into `segment`, at the offsets
 // `pooled` (their entries, laid out in the segment) gives them.
 absl::Status ReadIntoSegment(const BackingFiles& files, const std::vector<size_t>& indices,
@@ -186,7 +155,7 @@ ComponentSnapshot ComponentStore::PromoteToFit(const Caller& caller,
   const PoolUsage usage = pool_.Usage();
   const uint64_t free = usage.budget_bytes - std::min(usage.reserved_bytes, usage.budget_bytes);
   const uint64_t margin = SessionMargin(loaded.tensors, usage.budget_bytes);
-  const uint64_t least_worth_it = std::min(uint64_t{64} << 20, usage.budget_bytes / 16);
+  const uint64_t least_worth_it = LeastWorthPromoting(usage.budget_bytes);
   if (loaded.files == nullptr || free < margin + least_worth_it) return loaded;
   const std::set<uint32_t> units = SpreadUnits(loaded.tensors, free - margin);
   // The chosen tensors, laid out in a segment of their own.
@@ -248,6 +217,7 @@ ComponentSnapshot ComponentStore::PromoteToFit(const Caller& caller,
   component.in_file = std::move(in_file);
   component.info.tier = ComponentTier::kSplit;
   component.info.file_bytes = component.info.total_bytes - pooled_bytes;
+  ++component.tier_changes;  // a Promote planned before this commits nothing
   Logger("store")->info(
       "'{}' split: {} of its {} in the pool ({} of {} units, read in {:.2f} s), {} read from "
       "its files as it streams",

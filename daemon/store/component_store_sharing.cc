@@ -36,11 +36,12 @@ std::vector<ComponentStore::ProofTarget> ComponentStore::FindProofTargets(
     const Component& other = it->second;
     // Never shared by proof: an upload from memory (ddod did not read it from files, and
     // docs/security.md promises it stays its owner's), a derived version (its owner's edit
-    // of a model) and a file-tier entry (its bytes are in a file its owner can change).
+    // of a model) and a file-tier entry (its bytes are in a file its owner can change), nor
+    // one read back from such files after its load (Promote).
     if (other.info.owner_uid == caller.uid || other.info.state != ComponentState::kReady ||
         other.info.structure_hash != structure_hash || other.client_written ||
         other.sources.empty() || !other.info.base_cache_key.empty() ||
-        other.files != nullptr ||
+        other.files != nullptr || other.reread ||
         other.segments.empty() || other.segments.front() == nullptr) {
       continue;
     }

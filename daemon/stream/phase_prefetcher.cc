@@ -1,6 +1,7 @@
 // File: daemon/stream/phase_prefetcher.cc
 #include "daemon/stream/phase_prefetcher.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -14,11 +15,17 @@ namespace ddo {
 
 PhasePrefetcher::PhasePrefetcher(ComponentStore& store, DeviceTable& devices,
                                  SlabInUse slab_in_use)
-    : store_(store), devices_(devices), slab_in_use_(std::move(slab_in_use)) {}
+    : store_(store), devices_(devices), slab_in_use_(std::move(slab_in_use)), pool_(store) {}
 
 PhaseResult PhasePrefetcher::Begin(const Lease& lease, const std::set<std::string>& keep,
-                                   const std::vector<std::string>& prefetch) {
+                                   const std::vector<std::string>& prefetch,
+                                   bool move_pool_bytes) {
   PhaseResult result;
+  if (move_pool_bytes) {
+    MovePoolBytes(lease, keep, prefetch, result);
+  } else {
+    pool_.CancelLease(lease.id);  // the previous phase's promotion ends with it
+  }
   // A caller's phase releases only slabs of components it may read: another user's warm
   // slab is neither its to drop nor its to see named.
   std::vector<WarmSlab> released = devices_.TakeWarmIf([&](const WarmSlab& warm) {
@@ -36,6 +43,39 @@ PhaseResult PhasePrefetcher::Begin(const Lease& lease, const std::set<std::strin
                                                                   &result.prefetched_bytes)));
   }
   return result;
+}
+
+void PhasePrefetcher::MovePoolBytes(const Lease& lease, const std::set<std::string>& keep,
+                                    const std::vector<std::string>& prefetch,
+                                    PhaseResult& result) {
+  // Only the caller's own components: PromotionBytes is 0 for a key it has not, so another
+  // user's component under the same name is neither moved nor named.
+  std::vector<std::string> promote;
+  uint64_t needed = 0;
+  uint64_t margin = 0;
+  for (const std::string& key : prefetch) {
+    if (std::find(promote.begin(), promote.end(), key) != promote.end()) continue;
+    const ComponentStore::PromotionNeed need = store_.PromotionBytes(key, lease.caller);
+    if (need.bytes == 0) continue;
+    promote.push_back(key);
+    needed += need.bytes;
+    margin = std::max(margin, need.margin);
+    result.promoting_bytes += need.bytes;
+  }
+  if (!promote.empty()) {
+    for (const ComponentStore::Demoted& demoted :
+         store_.DemoteForRoom(lease.caller, needed + margin, keep)) {
+      result.demoted_bytes += demoted.bytes;
+      result.notes.push_back(absl::StrCat("'", demoted.cache_key, "': ",
+                                          FormatBytes(demoted.bytes), " to its files"));
+    }
+  }
+  for (const std::string& key : promote) {
+    result.notes.push_back(absl::StrCat(
+        "'", key, "': ", FormatBytes(store_.PromotionBytes(key, lease.caller).bytes),
+        " read back into the pool in the background (what its free room holds)"));
+  }
+  pool_.Start(lease.id, lease.caller, std::move(promote));  // cancels the previous phase's
 }
 
 std::string PhasePrefetcher::Prefetch(const Lease& lease, const std::string& key,

@@ -3,10 +3,15 @@
 // A pipeline phase begins (docs/streaming.md §6): the caller's warm slabs of components the
 // phase does not keep are freed, and for each component it prefetches that had a session
 // before, a slab of its last placement (the recipe DeviceTable kept) is filled on that device
-// when ddod's budget there has room, so that its next Attach finds it warm.
+// when ddod's budget there has room, so that its next Attach finds it warm. The pool step
+// (unless the caller keeps the pool as it is): for prefetched components on the file tier,
+// the caller's own unused components outside the phase are demoted to their files while the
+// pool lacks room for them, and they are read back into the pool in the background
+// (PoolPrefetcher).
 //
-// Thread-safety: Begin may be called from any thread; the prefetcher keeps no state of its own
-// (the store and the device table lock themselves; slab_in_use is called with no lock held).
+// Thread-safety: Begin and CancelLease may be called from any thread; the prefetcher keeps no
+// state of its own beside the PoolPrefetcher (the store, the device table and the pool
+// prefetcher lock themselves; slab_in_use is called with no lock held).
 #ifndef DDO_DAEMON_STREAM_PHASE_PREFETCHER_H_
 #define DDO_DAEMON_STREAM_PHASE_PREFETCHER_H_
 
@@ -19,12 +24,15 @@
 #include "daemon/session/lease_registry.h"
 #include "daemon/store/component_store.h"
 #include "daemon/stream/device_table.h"
+#include "daemon/stream/pool_prefetcher.h"
 
 namespace ddo {
 
 struct PhaseResult {
   uint64_t released_bytes = 0;
   uint64_t prefetched_bytes = 0;
+  uint64_t demoted_bytes = 0;    // pool bytes of the caller's components sent to their files
+  uint64_t promoting_bytes = 0;  // pool bytes being read back in the background
   std::vector<std::string> notes;  // what was released or warmed, and what could not be
 };
 
@@ -38,16 +46,28 @@ class PhasePrefetcher {
 
   // `lease`'s phase keeps the components `keep` (cache keys) and prefetches `prefetch`. A
   // caller's phase releases and fills only slabs of its own components.
+  // `move_pool_bytes`: run the pool step (PhaseRequest.keep_pool_bytes unset).
   PhaseResult Begin(const Lease& lease, const std::set<std::string>& keep,
-                    const std::vector<std::string>& prefetch);
+                    const std::vector<std::string>& prefetch, bool move_pool_bytes = true);
+  // The lease ended: its background promotion stops.
+  void CancelLease(const std::string& lease_id) { pool_.CancelLease(lease_id); }
+  // ddod stops: every background promotion stops.
+  void StopPool() { pool_.Stop(); }
+  // Waits for the background promotions (tests).
+  void WaitPoolIdle() { pool_.WaitIdle(); }
 
  private:
+  // The pool step of Begin: demotions now, promotions started in the background.
+  void MovePoolBytes(const Lease& lease, const std::set<std::string>& keep,
+                     const std::vector<std::string>& prefetch, PhaseResult& result);
+
   // Fills a slab of `key`'s last placement for its next session; a note says how.
   std::string Prefetch(const Lease& lease, const std::string& key, uint64_t* prefetched_bytes);
 
   ComponentStore& store_;
   DeviceTable& devices_;
   const SlabInUse slab_in_use_;
+  PoolPrefetcher pool_;
 };
 
 }  // namespace ddo

@@ -252,6 +252,7 @@ void StreamSessions::CloseSession(OpenSession open, SessionState state) {
 }
 
 void StreamSessions::ReleaseLease(const std::string& lease_id) {
+  prefetcher_.CancelLease(lease_id);
   std::vector<OpenSession> closing;
   {
     absl::MutexLock lock(&mu_);
@@ -268,6 +269,7 @@ void StreamSessions::ReleaseLease(const std::string& lease_id) {
 }
 
 void StreamSessions::CloseAll() {
+  prefetcher_.StopPool();
   std::vector<OpenSession> closing;
   {
     absl::MutexLock lock(&mu_);

@@ -124,10 +124,15 @@ class StreamSessions {
   // for each component of `prefetch` that had a session before, a slab of its last placement
   // is filled on that device when ddod's budget there has room, so that its next Attach
   // finds it warm (docs/streaming.md §6; PhasePrefetcher).
+  // With `move_pool_bytes`, the pool step too: the caller's unused components outside `keep`
+  // are demoted to their files while prefetched file-tier ones need room, and those are read
+  // back into the pool in the background (PoolPrefetcher).
   PhaseResult Phase(const Lease& lease, const std::set<std::string>& keep,
-                    const std::vector<std::string>& prefetch) {
-    return prefetcher_.Begin(lease, keep, prefetch);
+                    const std::vector<std::string>& prefetch, bool move_pool_bytes = true) {
+    return prefetcher_.Begin(lease, keep, prefetch, move_pool_bytes);
   }
+  // Waits for the phases' background promotions (tests).
+  void WaitPoolPrefetches() { prefetcher_.WaitPoolIdle(); }
 
   std::vector<StreamSessionInfo> List();
   // Streaming since start: the closed sessions' final counts plus the open ones' now.

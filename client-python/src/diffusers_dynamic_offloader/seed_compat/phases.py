@@ -40,6 +40,7 @@ def enter_phase(
     prefetch: Iterable[str] = (),
     release: Iterable[Any] = (),
     purge_standby: bool = False,
+    move_pool_bytes: bool = True,
     client=None,
     record_event: Optional[EventCallback] = None,
 ) -> Dict[str, Any]:
@@ -51,10 +52,16 @@ def enter_phase(
         release: DynamicOffloadApplyResults or modules this phase no longer needs: their
             streaming sessions close before the memory is collected.
         purge_standby: Ask for the Windows standby purge (reported, see the module notes).
+        move_pool_bytes: Let ddod move host-pool bytes for the phase (the default): for each
+            ``prefetch`` component kept in its files, the caller's unused components outside
+            ``needed`` and ``prefetch`` go to their files while the pool lacks room, and the
+            prefetched ones are read back into the pool in the background. False leaves the
+            pool as it is.
         record_event: Called as ``record_event("phase_<phase>", seconds, **result)``.
 
     Returns:
-        ``phase``, ``released_bytes`` and ``prefetched_bytes`` (ddod's), ``purged``,
+        ``phase``, ``released_bytes``, ``prefetched_bytes``, ``demoted_bytes`` and
+        ``promoting_bytes`` (ddod's), ``purged``,
         ``purge_reason``, ``notes`` (what ddod did, one line each), ``seconds``.
 
     Raises:
@@ -72,11 +79,14 @@ def enter_phase(
     client = _client(client)
     answer = client.rpc.unary("Phase", sessions_pb2.PhaseRequest(
         lease_id=client.lease_id, phase=_KINDS[phase], needed=list(needed),
-        prefetch=list(prefetch), purge_standby=purge_standby))
+        prefetch=list(prefetch), purge_standby=purge_standby,
+        keep_pool_bytes=not move_pool_bytes))
     result = {
         "phase": phase,
         "released_bytes": int(answer.released_bytes),
         "prefetched_bytes": int(answer.prefetched_bytes),
+        "demoted_bytes": int(answer.demoted_bytes),
+        "promoting_bytes": int(answer.promoting_bytes),
         "purged": bool(answer.purged),
         "purge_reason": answer.purge_reason,
         "notes": list(answer.notes),

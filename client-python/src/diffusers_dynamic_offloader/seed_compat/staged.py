@@ -106,7 +106,8 @@ def run_staged(
             if "cache_key" in result.event_payload:
                 known[name] = result.event_payload["cache_key"]
 
-    def phase(name: str, needed: Sequence[str], prefetch: Sequence[str]) -> None:
+    def phase(name: str, needed: Sequence[str], prefetch: Sequence[str],
+              move_pool_bytes: bool = True) -> None:
         # Releasing a result gives back all it took: a streaming session, group offload
         # hooks, or a module moved to the device whole.
         released = list(held)
@@ -116,7 +117,8 @@ def run_staged(
         purge = standby_purge_requested(_SEED_PURGE_PHASES.get(name, ()), settings=settings,
                                         environ=routing.get("environ"), client=client)
         enter_phase(name, needed=keys(needed), prefetch=keys(prefetch), release=released,
-                    purge_standby=purge, client=client, record_event=record_event)
+                    purge_standby=purge, move_pool_bytes=move_pool_bytes, client=client,
+                    record_event=record_event)
 
     try:
         with _executing_on(pipe, routing["execution_device"]):
@@ -132,10 +134,15 @@ def run_staged(
                             if k not in stages.prompt_arguments and k != "output_type"}
             latents = pipe(**denoise_call, **embeddings, output_type="latent")
             latents = getattr(latents, "images", latents)
-            phase("decode", stages.decoding, ())
+            # Under a RAM budget smaller than the components together, the text encoders'
+            # bytes come back into the host pool for the next prompt (the denoiser's go to
+            # their files), while the latents are decoded.
+            phase("decode", stages.decoding, stages.prompt)
             route(stages.decoding)
             output = stages.decode(pipe, latents, **call_kwargs)
-            phase("after_run", (), stages.denoise)
+            # The denoiser's slab is kept warm; the host pool stays as decode left it (the
+            # next prompt needs the text encoders first).
+            phase("after_run", (), stages.denoise, move_pool_bytes=False)
             return output
     finally:
         while held:
