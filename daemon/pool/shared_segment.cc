@@ -50,14 +50,18 @@ absl::StatusOr<SharedSegment> SharedSegment::Create(const std::string& name, uin
   ::madvise(segment.data(), size, MADV_HUGEPAGE);
   // Allocate every page now, so that a full /dev/shm is an error here rather than a SIGBUS
   // later in whoever touches the page first.
-  absl::Status reserved = absl::UnimplementedError("populate");
   if (pages == SegmentPages::kReserved) {
-    reserved = fs->ReserveSpace(fd.get(), size, name, progress);
+    absl::Status reserved = fs->ReserveSpace(fd.get(), size, name, progress);
+    // A file system without fallocate gets its pages populated instead.
+    if (absl::IsUnimplemented(reserved)) {
+      pages = SegmentPages::kPopulated;
+    } else {
+      DDO_RETURN_IF_ERROR(reserved);
+    }
   }
-  if (pages == SegmentPages::kPopulated || absl::IsUnimplemented(reserved)) {
-    reserved = fs->Allocate(fd.get(), segment.data(), size, threads, name, progress);
+  if (pages == SegmentPages::kPopulated) {
+    DDO_RETURN_IF_ERROR(fs->Allocate(fd.get(), segment.data(), size, threads, name, progress));
   }
-  if (pages != SegmentPages::kNone) DDO_RETURN_IF_ERROR(reserved);
   std::move(remove).Cancel();
   return segment;
 }

@@ -14,9 +14,8 @@ import json
 import os
 import struct
 import subprocess
-import threading
 import time
-from typing import Dict, List
+from typing import List
 
 import grpc
 import pytest
@@ -25,6 +24,7 @@ from torch import nn
 
 from diffusers_dynamic_offloader import ConfigurationError, DaemonError
 from support import ddoctl_path
+from tower_support import MemorySampler, built_tower as build_tower, write_checkpoint
 
 GIB = 1 << 30
 BUDGET_GB = 0.25
@@ -32,80 +32,6 @@ WIDTH, LAYERS = 1024, 128  # 128 fp32 1024x1024 weights: 512 MiB, twice the budg
 KEY = "larger-than-ram"
 #: Every weight streams: nothing of the model is kept resident by size.
 SETTINGS = {"DDO_SMALL_TENSOR_THRESHOLD_KB": "0"}
-
-
-class Tower(nn.Module):
-    """``LAYERS`` square Linear layers without bias, each followed by a bounded activation."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(LAYERS))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = torch.tanh(layer(x))
-        return x
-
-
-def built_tower() -> Tower:
-    torch.manual_seed(33)
-    with torch.no_grad():
-        tower = Tower()
-        for layer in tower.layers:
-            layer.weight.mul_(2.0)  # keep the activations away from zero through 128 layers
-    return tower.eval().requires_grad_(False)
-
-
-def write_checkpoint(path: str, tower: Tower) -> int:
-    """Writes the tower's weights as one safetensors file, a tensor at a time (never the
-    whole file in memory); returns the tensor bytes."""
-    state = tower.state_dict()
-    header: Dict[str, object] = {}
-    offset = 0
-    for name, tensor in state.items():
-        size = tensor.numel() * tensor.element_size()
-        header[name] = {"dtype": "F32", "shape": list(tensor.shape),
-                        "data_offsets": [offset, offset + size]}
-        offset += size
-    encoded = json.dumps(header).encode()
-    encoded += b" " * (-len(encoded) % 8)
-    with open(path, "wb") as file:
-        file.write(struct.pack("<Q", len(encoded)) + encoded)
-        for tensor in state.values():
-            file.write(tensor.contiguous().numpy().tobytes())
-    return offset
-
-
-class MemorySampler:
-    """Samples a process's RssAnon + RssShmem (bytes) every 20 ms on a thread."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.samples: List[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def resident(self) -> int:
-        fields = {}
-        with open(f"/proc/{self.pid}/status") as status:
-            for line in status:
-                name, _, value = line.partition(":")
-                if name in ("RssAnon", "RssShmem"):
-                    fields[name] = int(value.split()[0]) * 1024
-        return fields.get("RssAnon", 0) + fields.get("RssShmem", 0)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append(self.resident())
-            time.sleep(0.02)
-
-    def __enter__(self) -> "MemorySampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 @pytest.fixture
@@ -124,7 +50,7 @@ def test_a_component_twice_the_ram_budget_streams_from_its_file_within_the_budge
     from diffusers_dynamic_offloader import DdoClient
 
     budget = int(BUDGET_GB * GIB)
-    tower = built_tower()
+    tower = build_tower(WIDTH, LAYERS, 33)
     path = os.path.join(short_dir, "tower.safetensors")
     total = write_checkpoint(path, tower)
     assert total == 2 * budget
@@ -177,7 +103,7 @@ def test_the_file_tier_is_reported_and_never_refuses_what_it_can_not_hold(
         small_ram_daemon, short_dir):
     from diffusers_dynamic_offloader import DdoClient
 
-    tower = built_tower()
+    tower = build_tower(WIDTH, LAYERS, 33)
     path = os.path.join(short_dir, "tower.safetensors")
     total = write_checkpoint(path, tower)
     with DdoClient.connect(small_ram_daemon.address, timeout=30) as client:

@@ -17,38 +17,17 @@ from typing import List
 
 import pytest
 import torch
-from torch import nn
 
 import diffusers_dynamic_offloader as ddo
 from diffusers_dynamic_offloader import DdoClient
-from test_file_tier import MemorySampler, SETTINGS, write_checkpoint
+from test_file_tier import SETTINGS
+from tower_support import MemorySampler, Tower, write_checkpoint
+from tower_support import built_tower as build_tower
 
 GIB = 1 << 30
 MIB = 1 << 20
 BUDGET_GB = 0.25
 WIDTH, LAYERS = 512, 192  # 192 fp32 512x512 weights: 192 MiB, 3/4 of the budget
-
-
-class Tower(nn.Module):
-    """``LAYERS`` square Linear layers without bias, each followed by a bounded activation."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(LAYERS))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = torch.tanh(layer(x))
-        return x
-
-
-def built_tower(seed: int) -> Tower:
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        tower = Tower()
-        for layer in tower.layers:
-            layer.weight.mul_(2.0)
-    return tower.eval().requires_grad_(False)
 
 
 @pytest.fixture
@@ -78,7 +57,7 @@ def stream_equals(client, tower: Tower, key: str, x: torch.Tensor, reserved: Lis
 def test_a_staged_run_moves_pool_bytes_between_components_within_the_budget(
         small_ram_daemon, short_dir):
     budget = int(BUDGET_GB * GIB)
-    te, transformer = built_tower(1), built_tower(2)
+    te, transformer = build_tower(WIDTH, LAYERS, 1), build_tower(WIDTH, LAYERS, 2)
     paths = {}
     for key, tower in (("te", te), ("transformer", transformer)):
         paths[key] = os.path.join(short_dir, f"{key}.safetensors")
@@ -139,7 +118,7 @@ def test_a_staged_run_moves_pool_bytes_between_components_within_the_budget(
 
 
 def test_keep_pool_bytes_leaves_the_pool_as_it_is(small_ram_daemon, short_dir):
-    te, transformer = built_tower(1), built_tower(2)
+    te, transformer = build_tower(WIDTH, LAYERS, 1), build_tower(WIDTH, LAYERS, 2)
     with DdoClient.connect(small_ram_daemon.address, timeout=60) as client:
         for key, tower in (("te", te), ("transformer", transformer)):
             path = os.path.join(short_dir, f"{key}.safetensors")
