@@ -684,13 +684,15 @@ grpc::Status DdoService::Phase(grpc::ServerContext* ctx, const ddo::v1::PhaseReq
     }
     std::set<std::string> keep(request->needed().begin(), request->needed().end());
     keep.insert(request->prefetch().begin(), request->prefetch().end());
+    const std::vector<std::string> needed(request->needed().begin(), request->needed().end());
     const std::vector<std::string> prefetch(request->prefetch().begin(), request->prefetch().end());
     StreamSessions::PhaseResult result =
-        streams_.Phase(*lease, keep, prefetch, !request->keep_pool_bytes());
+        streams_.Phase(*lease, keep, needed, prefetch, !request->keep_pool_bytes());
     response->set_released_bytes(result.released_bytes);
     response->set_prefetched_bytes(result.prefetched_bytes);
     response->set_demoted_bytes(result.demoted_bytes);
     response->set_promoting_bytes(result.promoting_bytes);
+    response->set_promoted_bytes(result.promoted_bytes);
     for (std::string& note : result.notes) response->add_notes(std::move(note));
     const StandbyPurge purge = DecideStandbyPurge(request->purge_standby(), Platform());
     response->set_purged(purge.purged);

@@ -333,9 +333,11 @@ class ComponentStore {
   // attached (the files); the new segment is only seen once complete. Returns the bytes
   // moved into the pool (0: nothing to do or no room); NOT_FOUND when the caller has no such
   // component; ABORTED when it changed meanwhile or another promotion runs; CANCELLED; a
-  // read error.
+  // read error. `whole_only`: all of it or nothing (a phase that runs the component now
+  // would otherwise leave it split, and a later promotion to whole needs room for both).
   absl::StatusOr<uint64_t> Promote(const std::string& cache_key, const Caller& caller,
-                                   const std::function<bool()>& cancelled);
+                                   const std::function<bool()>& cancelled,
+                                   bool whole_only = false);
 
   // At shutdown: with `discard`, every segment and the manifest are removed; otherwise
   // READY components stay in /dev/shm for the next ddod, unfinished uploads are removed.
@@ -463,9 +465,11 @@ class ComponentStore {
   void KeepBackingFiles(const Caller& caller, const ComponentSnapshot& ready,
                         SafetensorsSet& set);
   // Promote's first step: plans the promotion of the caller's component `cache_key` into
-  // the pool's free room and marks it `promoting`; nullopt when there is nothing to move.
+  // the pool's free room and marks it `promoting`; nullopt when there is nothing to move
+  // (or, `whole_only`, when the room does not hold all of it).
   absl::StatusOr<std::optional<Promotion>> BeginPromotionLocked(const std::string& cache_key,
-                                                                const Caller& caller)
+                                                                const Caller& caller,
+                                                                bool whole_only)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The pool bytes of `component`'s segments.
   static uint64_t PooledFootprint(const Component& component);

@@ -198,7 +198,7 @@ uint64_t ComponentStore::PooledFootprint(const Component& component) {
 }
 
 absl::StatusOr<std::optional<Promotion>> ComponentStore::BeginPromotionLocked(
-    const std::string& cache_key, const Caller& caller) {
+    const std::string& cache_key, const Caller& caller, bool whole_only) {
   auto it = components_.find(KeyOf(caller.uid, cache_key));
   if (it == components_.end() || it->second.info.state != ComponentState::kReady) {
     return absl::NotFoundError(
@@ -219,7 +219,7 @@ absl::StatusOr<std::optional<Promotion>> ComponentStore::BeginPromotionLocked(
       WholeFootprint(component.info.tensors) + margin <= free + ReleasableBytesLocked(component) &&
       WholeFootprint(component.info.tensors) + PooledFootprint(component) + margin > free) {
     DemoteLocked(it);
-    return BeginPromotionLocked(cache_key, caller);
+    return BeginPromotionLocked(cache_key, caller, whole_only);
   }
   Promotion promotion;
   promotion.key = it->first;
@@ -230,6 +230,7 @@ absl::StatusOr<std::optional<Promotion>> ComponentStore::BeginPromotionLocked(
   promotion.tier_changes = component.tier_changes;
   if (free < margin) return std::optional<Promotion>();
   PlanPromotion(promotion, component.in_file.get(), PooledFootprint(component), free - margin);
+  if (whole_only && !promotion.whole) return std::optional<Promotion>();
   if (promotion.moved_bytes < LeastWorthPromoting(usage.budget_bytes) &&
       !(promotion.whole && promotion.moved_bytes > 0)) {
     return std::optional<Promotion>();
@@ -281,12 +282,13 @@ absl::Status ComponentStore::FinishPromotionLocked(const Promotion& promotion,
 
 absl::StatusOr<uint64_t> ComponentStore::Promote(const std::string& cache_key,
                                                  const Caller& caller,
-                                                 const std::function<bool()>& cancelled) {
+                                                 const std::function<bool()>& cancelled,
+                                                 bool whole_only) {
   std::optional<Promotion> promotion;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return absl::UnavailableError("ddod is shutting down");
-    DDO_ASSIGN_OR_RETURN(promotion, BeginPromotionLocked(cache_key, caller));
+    DDO_ASSIGN_OR_RETURN(promotion, BeginPromotionLocked(cache_key, caller, whole_only));
   }
   if (!promotion.has_value()) return 0;
   absl::Cleanup done = [&] {

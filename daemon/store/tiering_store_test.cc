@@ -192,6 +192,22 @@ TEST_F(TieringStoreTest, PromoteReadsBackInPartThenWhole) {
   ExpectBytesEqualTheFiles("a");
 }
 
+TEST_F(TieringStoreTest, AWholeOnlyPromotionWithoutRoomForAllMovesNothing) {
+  ASSERT_TRUE(Load("a").ok());
+  ASSERT_TRUE(Load("b").ok());  // "a" demoted; only a part of it would fit beside "b"
+  auto moved = store_->Promote("a", DaemonCaller(), [] { return false; }, /*whole_only=*/true);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, 0u);
+  EXPECT_EQ(TierOf("a"), ComponentTier::kFile);
+  // With room made, all of it.
+  ASSERT_EQ(store_->DemoteForRoom(DaemonCaller(), 22 * kMiB, {"a"}).size(), 1u);
+  moved = store_->Promote("a", DaemonCaller(), [] { return false; }, /*whole_only=*/true);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, 16 * kMiB);
+  EXPECT_EQ(TierOf("a"), ComponentTier::kPool);
+  ExpectBytesEqualTheFiles("a");
+}
+
 TEST_F(TieringStoreTest, ASplitComponentInUseGrowsItsPoolPartByACopyAndARead) {
   ASSERT_TRUE(Load("a").ok());
   ASSERT_TRUE(Load("b").ok());  // "a" demoted

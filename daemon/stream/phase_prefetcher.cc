@@ -18,11 +18,12 @@ PhasePrefetcher::PhasePrefetcher(ComponentStore& store, DeviceTable& devices,
     : store_(store), devices_(devices), slab_in_use_(std::move(slab_in_use)), pool_(store) {}
 
 PhaseResult PhasePrefetcher::Begin(const Lease& lease, const std::set<std::string>& keep,
+                                   const std::vector<std::string>& needed,
                                    const std::vector<std::string>& prefetch,
                                    bool move_pool_bytes) {
   PhaseResult result;
   if (move_pool_bytes) {
-    MovePoolBytes(lease, keep, prefetch, result);
+    MovePoolBytes(lease, keep, needed, prefetch, result);
   } else {
     pool_.CancelLease(lease.id);  // the previous phase's promotion ends with it
   }
@@ -45,37 +46,75 @@ PhaseResult PhasePrefetcher::Begin(const Lease& lease, const std::set<std::strin
   return result;
 }
 
-void PhasePrefetcher::MovePoolBytes(const Lease& lease, const std::set<std::string>& keep,
-                                    const std::vector<std::string>& prefetch,
-                                    PhaseResult& result) {
+std::vector<std::string> PhasePrefetcher::ToPromote(const Lease& lease,
+                                                    const std::vector<std::string>& keys,
+                                                    uint64_t* bytes) const {
   // Only the caller's own components: PromotionBytes is 0 for a key it has not, so another
   // user's component under the same name is neither moved nor named.
   std::vector<std::string> promote;
-  uint64_t needed = 0;
   uint64_t margin = 0;
-  for (const std::string& key : prefetch) {
+  for (const std::string& key : keys) {
     if (std::find(promote.begin(), promote.end(), key) != promote.end()) continue;
     const ComponentStore::PromotionNeed need = store_.PromotionBytes(key, lease.caller);
     if (need.bytes == 0) continue;
     promote.push_back(key);
-    needed += need.bytes;
+    *bytes += need.bytes;
     margin = std::max(margin, need.margin);
-    result.promoting_bytes += need.bytes;
   }
-  if (!promote.empty()) {
-    for (const ComponentStore::Demoted& demoted :
-         store_.DemoteForRoom(lease.caller, needed + margin, keep)) {
-      result.demoted_bytes += demoted.bytes;
-      result.notes.push_back(absl::StrCat("'", demoted.cache_key, "': ",
-                                          FormatBytes(demoted.bytes), " to its files"));
+  if (!promote.empty()) *bytes += margin;
+  return promote;
+}
+
+void PhasePrefetcher::DemoteForRoom(const Lease& lease, const std::set<std::string>& keep,
+                                    uint64_t bytes, PhaseResult& result) {
+  for (const ComponentStore::Demoted& demoted : store_.DemoteForRoom(lease.caller, bytes, keep)) {
+    result.demoted_bytes += demoted.bytes;
+    result.notes.push_back(absl::StrCat("'", demoted.cache_key, "': ",
+                                        FormatBytes(demoted.bytes), " to its files"));
+  }
+}
+
+void PhasePrefetcher::MovePoolBytes(const Lease& lease, const std::set<std::string>& keep,
+                                    const std::vector<std::string>& needed,
+                                    const std::vector<std::string>& prefetch,
+                                    PhaseResult& result) {
+  // The previous phase's background promotion ends first: it may be reading a component
+  // this phase promotes itself.
+  pool_.CancelLeaseAndWait(lease.id);
+  uint64_t needed_bytes = 0;
+  for (const std::string& key : ToPromote(lease, needed, &needed_bytes)) {
+    DemoteForRoom(lease, keep, needed_bytes, result);
+    // Whole or not at all: split now, it would need room for both parts to become whole
+    // later, and the phase streams what its files hold either way.
+    absl::StatusOr<uint64_t> moved =
+        store_.Promote(key, lease.caller, [] { return false; }, /*whole_only=*/true);
+    if (moved.ok() && *moved > 0) {
+      result.promoted_bytes += *moved;
+      result.notes.push_back(absl::StrCat("'", key, "': ", FormatBytes(*moved),
+                                          " read back into the pool for this phase"));
+    } else if (moved.ok()) {
+      result.notes.push_back(absl::StrCat("'", key, "' streams from its files in this phase: "
+                                          "the pool has no room for all of it"));
+    } else {
+      result.notes.push_back(absl::StrCat("'", key, "' stays in its files for this phase: ",
+                                          moved.status().message()));
     }
   }
+  std::vector<std::string> later;
+  for (const std::string& key : prefetch) {
+    if (std::find(needed.begin(), needed.end(), key) == needed.end()) later.push_back(key);
+  }
+  uint64_t prefetch_bytes = 0;
+  std::vector<std::string> promote = ToPromote(lease, later, &prefetch_bytes);
+  if (!promote.empty()) DemoteForRoom(lease, keep, prefetch_bytes, result);
   for (const std::string& key : promote) {
+    const uint64_t bytes = store_.PromotionBytes(key, lease.caller).bytes;
+    result.promoting_bytes += bytes;
     result.notes.push_back(absl::StrCat(
-        "'", key, "': ", FormatBytes(store_.PromotionBytes(key, lease.caller).bytes),
+        "'", key, "': ", FormatBytes(bytes),
         " read back into the pool in the background (what its free room holds)"));
   }
-  pool_.Start(lease.id, lease.caller, std::move(promote));  // cancels the previous phase's
+  pool_.Start(lease.id, lease.caller, std::move(promote));
 }
 
 std::string PhasePrefetcher::Prefetch(const Lease& lease, const std::string& key,

@@ -4,10 +4,11 @@
 // phase does not keep are freed, and for each component it prefetches that had a session
 // before, a slab of its last placement (the recipe DeviceTable kept) is filled on that device
 // when ddod's budget there has room, so that its next Attach finds it warm. The pool step
-// (unless the caller keeps the pool as it is): for prefetched components on the file tier,
-// the caller's own unused components outside the phase are demoted to their files while the
-// pool lacks room for them, and they are read back into the pool in the background
-// (PoolPrefetcher).
+// (unless the caller keeps the pool as it is): for needed and prefetched components on the
+// file tier, the caller's own unused components outside the phase are demoted to their files
+// while the pool lacks room for them; the needed ones are read back into the pool before
+// Begin returns (a session reads the tier it finds when it opens: a promotion finished later
+// would help only the next run), the prefetched ones in the background (PoolPrefetcher).
 //
 // Thread-safety: Begin and CancelLease may be called from any thread; the prefetcher keeps no
 // state of its own beside the PoolPrefetcher (the store, the device table and the pool
@@ -33,6 +34,7 @@ struct PhaseResult {
   uint64_t prefetched_bytes = 0;
   uint64_t demoted_bytes = 0;    // pool bytes of the caller's components sent to their files
   uint64_t promoting_bytes = 0;  // pool bytes being read back in the background
+  uint64_t promoted_bytes = 0;   // pool bytes of needed components read back by Begin
   std::vector<std::string> notes;  // what was released or warmed, and what could not be
 };
 
@@ -44,10 +46,11 @@ class PhasePrefetcher {
   // `store` and `devices` must outlive the prefetcher.
   PhasePrefetcher(ComponentStore& store, DeviceTable& devices, SlabInUse slab_in_use);
 
-  // `lease`'s phase keeps the components `keep` (cache keys) and prefetches `prefetch`. A
-  // caller's phase releases and fills only slabs of its own components.
-  // `move_pool_bytes`: run the pool step (PhaseRequest.keep_pool_bytes unset).
+  // `lease`'s phase keeps the components `keep` (cache keys: `needed` and `prefetch`), runs
+  // `needed` and prefetches `prefetch`. A caller's phase releases and fills only slabs of its
+  // own components. `move_pool_bytes`: run the pool step (PhaseRequest.keep_pool_bytes unset).
   PhaseResult Begin(const Lease& lease, const std::set<std::string>& keep,
+                    const std::vector<std::string>& needed,
                     const std::vector<std::string>& prefetch, bool move_pool_bytes = true);
   // The lease ended: its background promotion stops.
   void CancelLease(const std::string& lease_id) { pool_.CancelLease(lease_id); }
@@ -57,9 +60,18 @@ class PhasePrefetcher {
   void WaitPoolIdle() { pool_.WaitIdle(); }
 
  private:
-  // The pool step of Begin: demotions now, promotions started in the background.
+  // The pool step of Begin: demotions and the needed components' promotions now, the
+  // prefetched ones' started in the background.
   void MovePoolBytes(const Lease& lease, const std::set<std::string>& keep,
+                     const std::vector<std::string>& needed,
                      const std::vector<std::string>& prefetch, PhaseResult& result);
+  // The caller's file-tier components among `keys` (each once) and the pool bytes their
+  // promotions ask for, margin included; adds them to `*bytes`.
+  std::vector<std::string> ToPromote(const Lease& lease, const std::vector<std::string>& keys,
+                                     uint64_t* bytes) const;
+  // Demotes the caller's components outside `keep` until the pool has `bytes` free.
+  void DemoteForRoom(const Lease& lease, const std::set<std::string>& keep, uint64_t bytes,
+                     PhaseResult& result);
 
   // Fills a slab of `key`'s last placement for its next session; a note says how.
   std::string Prefetch(const Lease& lease, const std::string& key, uint64_t* prefetched_bytes);

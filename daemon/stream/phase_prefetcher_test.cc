@@ -67,7 +67,7 @@ TEST_F(PhasePrefetcherTest, FillsTheLastPlacementAndReleasesWhatThePhaseDoesNotK
   const uint64_t slab_bytes = StartWithRecipe(/*host_budget_bytes=*/0);
   EXPECT_EQ(table_->reserved("cpu"), 0u);
 
-  PhaseResult prefetched = prefetcher_->Begin(lease_, {"model"}, {"model", "other"});
+  PhaseResult prefetched = prefetcher_->Begin(lease_, {"model"}, {}, {"model", "other"});
   EXPECT_EQ(prefetched.prefetched_bytes, slab_bytes);
   EXPECT_THAT(prefetched.notes, Contains(HasSubstr("'model': prefetched its ")));
   EXPECT_THAT(prefetched.notes, Contains(HasSubstr("'other': no earlier session of yours")));
@@ -76,11 +76,11 @@ TEST_F(PhasePrefetcherTest, FillsTheLastPlacementAndReleasesWhatThePhaseDoesNotK
   EXPECT_EQ(table_->reserved("cpu"), slab_bytes);
   EXPECT_EQ(HostSessionsOf("model"), 0u) << "the prefetch gave the component back";
 
-  PhaseResult again = prefetcher_->Begin(lease_, {"model"}, {"model"});
+  PhaseResult again = prefetcher_->Begin(lease_, {"model"}, {}, {"model"});
   EXPECT_EQ(again.prefetched_bytes, 0u);
   EXPECT_THAT(again.notes, Contains(HasSubstr("its slab is already on cpu")));
 
-  PhaseResult released = prefetcher_->Begin(lease_, {}, {});
+  PhaseResult released = prefetcher_->Begin(lease_, {}, {}, {});
   EXPECT_EQ(released.released_bytes, slab_bytes);
   EXPECT_THAT(released.notes, Contains(HasSubstr("released the warm slab of 'model' on cpu")));
   EXPECT_EQ(table_->reserved("cpu"), 0u);
@@ -89,7 +89,7 @@ TEST_F(PhasePrefetcherTest, FillsTheLastPlacementAndReleasesWhatThePhaseDoesNotK
 TEST_F(PhasePrefetcherTest, ASlabAnOpenSessionHoldsIsNotFilledAgain) {
   StartWithRecipe(/*host_budget_bytes=*/0);
   in_use_.insert(slab_key_);
-  PhaseResult result = prefetcher_->Begin(lease_, {"model"}, {"model"});
+  PhaseResult result = prefetcher_->Begin(lease_, {"model"}, {}, {"model"});
   EXPECT_EQ(result.prefetched_bytes, 0u);
   EXPECT_THAT(result.notes, Contains(HasSubstr("its slab is already on cpu")));
   EXPECT_EQ(table_->reserved("cpu"), 0u);
@@ -99,7 +99,7 @@ TEST_F(PhasePrefetcherTest, NoRoomIsSaidWithTheSizes) {
   StartWithRecipe(/*host_budget_bytes=*/64 * kMiB);
   std::optional<DeviceBudget::Reservation> taken = table_->TryReserve("cpu", 64 * kMiB, 64 * kMiB);
   ASSERT_TRUE(taken.has_value());
-  PhaseResult result = prefetcher_->Begin(lease_, {"model"}, {"model"});
+  PhaseResult result = prefetcher_->Begin(lease_, {"model"}, {}, {"model"});
   EXPECT_EQ(result.prefetched_bytes, 0u);
   EXPECT_THAT(result.notes, Contains(HasSubstr("no room for its ")));
   EXPECT_THAT(result.notes, Contains(HasSubstr("(ddod's budget 64.0 MiB, held 64.0 MiB)")));
@@ -107,13 +107,13 @@ TEST_F(PhasePrefetcherTest, NoRoomIsSaidWithTheSizes) {
 
 TEST_F(PhasePrefetcherTest, AnotherUsersSlabsAndPlacementsAreNeitherTouchedNorNamed) {
   const uint64_t slab_bytes = StartWithRecipe(/*host_budget_bytes=*/0);
-  ASSERT_EQ(prefetcher_->Begin(lease_, {"model"}, {"model"}).prefetched_bytes, slab_bytes);
+  ASSERT_EQ(prefetcher_->Begin(lease_, {"model"}, {}, {"model"}).prefetched_bytes, slab_bytes);
 
   Lease other = lease_;
   other.id = RandomId();
   other.caller.uid = lease_.caller.uid + 1;
   other.caller.admin = false;
-  PhaseResult result = prefetcher_->Begin(other, {}, {"model"});
+  PhaseResult result = prefetcher_->Begin(other, {}, {}, {"model"});
   EXPECT_EQ(result.released_bytes, 0u);
   EXPECT_EQ(result.prefetched_bytes, 0u);
   EXPECT_THAT(result.notes,

@@ -73,10 +73,11 @@ class PoolPhaseTest : public ::testing::Test {
   }
   // A phase that needs `needed` and prefetches `prefetch` (the service's keep is both), run
   // to the end of its background promotions; the pool stays within its budget.
-  PhaseResult Phase(const Lease& lease, std::set<std::string> needed,
+  PhaseResult Phase(const Lease& lease, const std::vector<std::string>& needed,
                     const std::vector<std::string>& prefetch, bool move = true) {
-    needed.insert(prefetch.begin(), prefetch.end());
-    PhaseResult result = prefetcher_->Begin(lease, needed, prefetch, move);
+    std::set<std::string> keep(needed.begin(), needed.end());
+    keep.insert(prefetch.begin(), prefetch.end());
+    PhaseResult result = prefetcher_->Begin(lease, keep, needed, prefetch, move);
     ExpectWithinBudget();
     prefetcher_->WaitPoolIdle();
     ExpectWithinBudget();
@@ -118,12 +119,31 @@ TEST_F(PoolPhaseTest, TheDecodePhaseSendsTheTransformerToItsFilesForTheTextEncod
   ASSERT_TRUE(split.ok());
   EXPECT_GT(split->pool_bytes, 0u);
 
-  // Denoising moves nothing (nothing prefetched); the next decode phase prefetches the text
-  // encoder, which is still in the pool: nothing to read back.
+  // Denoising needs the transformer, split: the text encoder (unused now) goes to its file
+  // and the transformer is read back whole before the phase answers, so that its session
+  // finds it in the pool.
   PhaseResult denoise = Phase(lease_, {"transformer"}, {});
-  EXPECT_EQ(denoise.demoted_bytes, 0u);
-  PhaseResult again = Phase(lease_, {"vae"}, {"te"});
-  EXPECT_EQ(again.promoting_bytes, 0u) << "it is in the pool already";
+  EXPECT_EQ(denoise.demoted_bytes, 16 * kMiB);
+  EXPECT_GT(denoise.promoted_bytes, 0u);
+  EXPECT_EQ(denoise.promoting_bytes, 0u);
+  EXPECT_THAT(denoise.notes, Contains(HasSubstr("read back into the pool for this phase")));
+  EXPECT_EQ(TierOf("transformer"), ComponentTier::kPool);
+  EXPECT_EQ(TierOf("te"), ComponentTier::kFile);
+
+  // A phase that needs a component in the pool already moves nothing.
+  PhaseResult again = Phase(lease_, {"transformer"}, {});
+  EXPECT_EQ(again.demoted_bytes, 0u);
+  EXPECT_EQ(again.promoted_bytes, 0u);
+}
+
+TEST_F(PoolPhaseTest, ANeededComponentBeingPrefetchedIsWaitedForNotReadTwice) {
+  // Decode prefetches the text encoder in the background; the next prompt needs it at once.
+  PhaseResult decode = prefetcher_->Begin(lease_, {"vae", "te"}, {"vae"}, {"te"});
+  EXPECT_EQ(decode.promoting_bytes, 16 * kMiB);
+  PhaseResult prompt = Phase(lease_, {"te"}, {});
+  EXPECT_EQ(TierOf("te"), ComponentTier::kPool);
+  // Read back by one of the two phases, whichever got to it: never both, never neither.
+  EXPECT_THAT(prompt.promoted_bytes, ::testing::AnyOf(0u, 16 * kMiB));
 }
 
 TEST_F(PoolPhaseTest, KeepPoolBytesLeavesThePoolAsItIs) {
@@ -148,7 +168,7 @@ TEST_F(PoolPhaseTest, AnotherUsersPhaseNeitherMovesNorNamesTheCallersComponents)
 
 TEST_F(PoolPhaseTest, TheEndOfTheLeaseStopsItsPromotion) {
   prefetcher_->CancelLease(lease_.id);  // nothing runs: a no-op
-  PhaseResult decode = prefetcher_->Begin(lease_, {"vae", "te"}, {"te"});
+  PhaseResult decode = prefetcher_->Begin(lease_, {"vae", "te"}, {"vae"}, {"te"});
   prefetcher_->CancelLease(lease_.id);
   prefetcher_->WaitPoolIdle();
   ExpectWithinBudget();

@@ -27,6 +27,20 @@ void PoolPrefetcher::CancelLease(const std::string& lease_id) {
   CancelLocked(lease_id);
 }
 
+void PoolPrefetcher::CancelLeaseAndWait(const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  CancelLocked(lease_id);
+  struct Args {
+    PoolPrefetcher* self;
+    const std::string* lease_id;
+  } args{this, &lease_id};
+  mu_.Await(absl::Condition(
+      +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return a->self->running_ == nullptr || a->self->running_->lease_id != *a->lease_id;
+      },
+      &args));
+}
+
 void PoolPrefetcher::CancelLocked(const std::string& lease_id) {
   for (auto it = queue_.begin(); it != queue_.end();) {
     it = it->lease_id == lease_id ? queue_.erase(it) : it + 1;

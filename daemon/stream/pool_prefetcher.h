@@ -39,6 +39,9 @@ class PoolPrefetcher {
   void Start(const std::string& lease_id, const Caller& caller, std::vector<std::string> keys);
   // Cancels the lease's job (its lease ended).
   void CancelLease(const std::string& lease_id);
+  // Cancels the lease's job and waits until it no longer runs (its next phase promotes
+  // components itself, and two promotions of one component do not run at once).
+  void CancelLeaseAndWait(const std::string& lease_id);
   // Cancels every job and joins the thread; Start does nothing afterwards.
   void Stop();
   // Waits until no job is queued or running (tests).

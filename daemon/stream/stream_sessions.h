@@ -125,11 +125,13 @@ class StreamSessions {
   // is filled on that device when ddod's budget there has room, so that its next Attach
   // finds it warm (docs/streaming.md §6; PhasePrefetcher).
   // With `move_pool_bytes`, the pool step too: the caller's unused components outside `keep`
-  // are demoted to their files while prefetched file-tier ones need room, and those are read
-  // back into the pool in the background (PoolPrefetcher).
+  // are demoted to their files while needed or prefetched file-tier ones need room; needed
+  // ones are read back into the pool before Phase returns, prefetched ones in the background
+  // (PoolPrefetcher).
   PhaseResult Phase(const Lease& lease, const std::set<std::string>& keep,
+                    const std::vector<std::string>& needed,
                     const std::vector<std::string>& prefetch, bool move_pool_bytes = true) {
-    return prefetcher_.Begin(lease, keep, prefetch, move_pool_bytes);
+    return prefetcher_.Begin(lease, keep, needed, prefetch, move_pool_bytes);
   }
   // Waits for the phases' background promotions (tests).
   void WaitPoolPrefetches() { prefetcher_.WaitPoolIdle(); }

@@ -215,11 +215,12 @@ TEST_F(StreamSessionsTest, PrefetchNotesDoNotTellAKeyThatExistsFromOneThatDoesNo
   absl::StatusOr<OpenedStream> opened = Open("gone");
   ASSERT_TRUE(opened.ok()) << opened.status();
   ASSERT_TRUE(sessions_->Detach(opened->session_id).ok());
-  (void)sessions_->Phase(lease_, {}, {});  // its warm slab goes; its placement is remembered
+  (void)sessions_->Phase(lease_, {}, {}, {});  // its warm slab goes; its placement is remembered
   ASSERT_TRUE(store_->Evict("gone", lease_.caller).ok());
   Upload("quiet");  // in the pool, never streamed
 
-  StreamSessions::PhaseResult result = sessions_->Phase(lease_, {}, {"gone", "quiet", "absent"});
+  StreamSessions::PhaseResult result =
+      sessions_->Phase(lease_, {}, {}, {"gone", "quiet", "absent"});
   EXPECT_EQ(result.prefetched_bytes, 0u);
   std::vector<std::string> reasons;
   for (const std::string& note : result.notes) {
@@ -240,18 +241,18 @@ TEST_F(StreamSessionsTest, APhaseReleasesWarmSlabsAndPrefetchesTheLastPlacement)
   const uint64_t slab_bytes = first->plan.slab_bytes;
   ASSERT_TRUE(sessions_->Detach(first->session_id).ok());
 
-  StreamSessions::PhaseResult kept = sessions_->Phase(lease_, {"model"}, {});
+  StreamSessions::PhaseResult kept = sessions_->Phase(lease_, {"model"}, {}, {});
   EXPECT_EQ(kept.released_bytes, 0u);
-  StreamSessions::PhaseResult released = sessions_->Phase(lease_, {}, {});
+  StreamSessions::PhaseResult released = sessions_->Phase(lease_, {}, {}, {});
   EXPECT_EQ(released.released_bytes, slab_bytes);
   EXPECT_EQ(sessions_->reserved_bytes("cpu"), 0u);
 
-  StreamSessions::PhaseResult prefetched = sessions_->Phase(lease_, {"model"}, {"model", "other"});
+  StreamSessions::PhaseResult prefetched = sessions_->Phase(lease_, {"model"}, {}, {"model", "other"});
   EXPECT_EQ(prefetched.prefetched_bytes, slab_bytes);
   EXPECT_THAT(prefetched.notes, testing::Contains(HasSubstr("'other': no earlier session")));
   EXPECT_EQ(sessions_->reserved_bytes("cpu"), slab_bytes);
   EXPECT_EQ(HostSessionsOf("model"), 0u) << "the prefetch gave the component back";
-  StreamSessions::PhaseResult again = sessions_->Phase(lease_, {"model"}, {"model"});
+  StreamSessions::PhaseResult again = sessions_->Phase(lease_, {"model"}, {}, {"model"});
   EXPECT_EQ(again.prefetched_bytes, 0u);
   EXPECT_THAT(again.notes, testing::Contains(HasSubstr("already on cpu")));
 

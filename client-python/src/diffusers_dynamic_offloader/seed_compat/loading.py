@@ -133,6 +133,7 @@ def load_from_ddod(
     cache_key: Optional[str] = None,
     client=None,
     progress: Optional[bool] = None,
+    bind: bool = True,
 ) -> DdoLoadedComponent:
     """Builds ``model_class`` from its config with its parameters on the meta device (no
     memory, no checkpoint read by this process) and binds every weight, zero-copy, to ddod's
@@ -140,11 +141,18 @@ def load_from_ddod(
     runner): nothing is read. Cold: ddod reads the folder's ``*.safetensors`` itself first.
 
     ``model_class`` is a Diffusers model class (``load_config`` and ``from_config``, as
-    ``ModelMixin``). Buffers that are not in the checkpoint (computed at construction) are
+    ``ModelMixin``) or a transformers one (``config_class``, as ``PreTrainedModel``: the text
+    encoders). Buffers that are not in the checkpoint (computed at construction) are
     built normally. The module reads ddod's copy through copy-on-write host memory (an edit stays
     in this process); route it
     with ``enable_offload(module, cache_key=loaded.cache_key, ...)``, which then uploads
     nothing.
+
+    ``bind=False`` leaves the weights on the meta device, holding nothing of ddod's pool
+    (ddod may then move the component to its files to make room, e.g. for the next
+    component's load under a RAM budget); the module is bound when routed or first called.
+    A staged run (``run_staged``) gives back the weights of every such module between its
+    passes in the same way.
 
     Raises:
         BindError: the checkpoint does not fit the class (names, shapes, or a ``torch_dtype``
@@ -153,6 +161,7 @@ def load_from_ddod(
     import time
 
     from ..errors import DaemonError
+    from ..loaded_binding import mark_loaded, unbind
 
     started = time.perf_counter()
     from ..default_client import client_or_default
@@ -168,9 +177,8 @@ def load_from_ddod(
             raise
         warm = False
         client.load_safetensors(key, [folder], progress=progress)
-    config = model_class.load_config(pretrained_model_name_or_path, subfolder=subfolder)
     with parameters_on_meta():
-        module = model_class.from_config(config)
+        module = _built_from_config(model_class, pretrained_model_name_or_path, subfolder)
     if torch_dtype is not None:
         # torch's own cast of the meta parameters: Diffusers' ModelMixin.to warns about
         # fp32-kept modules, which matter for real weights only.
@@ -181,8 +189,11 @@ def load_from_ddod(
     except BaseException:
         attached.close()
         raise
-    # The mapping lives as long as the module does.
-    object.__setattr__(module, "_ddo_attached_component", attached)
+    # The mapping lives as long as the module does, or until a staged run gives it back
+    # (loaded_binding.unbind).
+    mark_loaded(module, key, attached, client)
+    if not bind:
+        unbind(module)
     module.eval().requires_grad_(False)
     return DdoLoadedComponent(module, key, warm, time.perf_counter() - started)
 
@@ -203,6 +214,21 @@ def parameters_on_meta() -> Iterator[None]:
         yield
     finally:
         nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def _built_from_config(model_class: Any, path: Any, subfolder: Optional[str]) -> nn.Module:
+    """``model_class`` built from the config in ``path``/``subfolder``: a Diffusers model
+    (``load_config`` and ``from_config``) or a transformers one (``config_class``, e.g. the
+    text encoders T5EncoderModel and CLIPTextModel)."""
+    if hasattr(model_class, "load_config"):
+        return model_class.from_config(model_class.load_config(path, subfolder=subfolder))
+    config_class = getattr(model_class, "config_class", None)
+    if config_class is None or not hasattr(config_class, "from_pretrained"):
+        raise TypeError(f"{getattr(model_class, '__name__', model_class)!r} is neither a "
+                        "Diffusers model class (load_config) nor a transformers one "
+                        "(config_class)")
+    folder = os.path.join(os.fspath(path), subfolder or "")
+    return model_class(config_class.from_pretrained(folder))
 
 
 def _loader(model_loader: Any) -> Callable[..., nn.Module]:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigurationError
+from ..loaded_binding import loaded_key
 from ..quantized import detect_quantized_backend_modules
 from ..resolved_settings import ResolvedSettings, ResolvedValue, setting_text
 from .offload_settings import DynamicOffloadSettings
@@ -262,6 +263,10 @@ def choose_route(module: nn.Module, call: ResolvedCall,
     if (quantized and chosen.value == "dynamic_offload" and not call.arguments.explicit_route
             and chosen.source in ("default", "preset")):
         chosen = ResolvedValue("diffusers_group_offload", "quantized_backend")
+    elif (not quantized and loaded_key(module) is not None and chosen.value != "dynamic_offload"
+          and not call.arguments.explicit_route and chosen.source in ("default", "preset")):
+        # Built by load_from_ddod: ddod holds its weights, this process perhaps none.
+        chosen = ResolvedValue("dynamic_offload", "loaded_from_ddod")
     return RouteChoice(chosen, quantized)
 
 

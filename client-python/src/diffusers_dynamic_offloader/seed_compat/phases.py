@@ -53,15 +53,20 @@ def enter_phase(
             streaming sessions close before the memory is collected.
         purge_standby: Ask for the Windows standby purge (reported, see the module notes).
         move_pool_bytes: Let ddod move host-pool bytes for the phase (the default): for each
-            ``prefetch`` component kept in its files, the caller's unused components outside
+            ``needed`` or ``prefetch`` component kept in its files, the caller's unused
+            components outside
             ``needed`` and ``prefetch`` go to their files while the pool lacks room, and the
-            prefetched ones are read back into the pool in the background. False leaves the
-            pool as it is.
+            prefetched ones are read back into the pool in the background, the ``needed``
+            ones before the call returns (their sessions find them there). Modules in
+            ``release`` that ``load_from_ddod`` built give their weights back for this
+            (meta tensors; bound again when routed or called). False leaves the pool as it
+            is.
         record_event: Called as ``record_event("phase_<phase>", seconds, **result)``.
 
     Returns:
-        ``phase``, ``released_bytes``, ``prefetched_bytes``, ``demoted_bytes`` and
-        ``promoting_bytes`` (ddod's), ``purged``,
+        ``phase``, ``released_bytes``, ``prefetched_bytes``, ``demoted_bytes``,
+        ``promoted_bytes`` (needed components read back into the pool before the answer) and
+        ``promoting_bytes`` (prefetched ones being read back) (ddod's), ``purged``,
         ``purge_reason``, ``notes`` (what ddod did, one line each), ``seconds``.
 
     Raises:
@@ -71,9 +76,14 @@ def enter_phase(
         raise ValueError(f"Invalid phase {phase!r}. Valid values: {', '.join(PHASES)}")
     from .offload_api import _client, remove_dynamic_offload
 
+    from ..loaded_binding import unbind
+
     started = time.perf_counter()
     for item in release:
         remove_dynamic_offload(item)
+        if move_pool_bytes:
+            # A module loaded from ddod gives its weights back, so that ddod can move them.
+            unbind(getattr(item, "module", item))
     gc.collect()
     _empty_cuda_cache()
     client = _client(client)
@@ -87,6 +97,7 @@ def enter_phase(
         "prefetched_bytes": int(answer.prefetched_bytes),
         "demoted_bytes": int(answer.demoted_bytes),
         "promoting_bytes": int(answer.promoting_bytes),
+        "promoted_bytes": int(answer.promoted_bytes),
         "purged": bool(answer.purged),
         "purge_reason": answer.purge_reason,
         "notes": list(answer.notes),

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigurationError
+from ..loaded_binding import bind_again, forget_rebind, loaded_key
 from ..quantized import route_reason
 from ..resolved_settings import ResolvedSettings
 from .component_keys import default_key
@@ -167,6 +168,8 @@ def apply_route(module: nn.Module, call: ResolvedCall, choice: RouteChoice,
         payload["profile"] = call.profile.report
     started = time.perf_counter()
     warm_hit: Optional[bool] = None  # whether ddod had the weights (the DDO route)
+    if chosen.value != "dynamic_offload" and loaded_key(module) is not None:
+        bind_again(module)  # the other routes use the weights in this process
     if chosen.value == "dynamic_offload":
         warm_hit = _apply_dynamic_offload(module, call, result, payload, options, started)
     elif chosen.value == "diffusers_group_offload":
@@ -264,13 +267,15 @@ def _apply_dynamic_offload(module: nn.Module, call: ResolvedCall,
         registered = time.perf_counter()
         # The default key holds the content hash, sent with the upload for ddod to check
         # (one pass over the bytes); a caller's own key is trusted as given.
-        key, content_hash = (options.cache_key, False) if options.cache_key else default_key(
-            module, component)
-        bound = getattr(module, "_ddo_attached_component", None)
-        if bound is not None and not bound.closed and bound.cache_key == key:
-            # Built by load_from_ddod: its weights are ddod's copy under this key already
-            # (in the checkpoint's order, which a fresh registration would not match).
+        # A module built by load_from_ddod is its component: no hash, no upload (its weights
+        # are ddod's copy, bound or given back, in the checkpoint's order, which a fresh
+        # registration would not match).
+        loaded = loaded_key(module)
+        key, content_hash = ((options.cache_key or loaded, False)
+                             if options.cache_key or loaded else default_key(module, component))
+        if loaded is not None and loaded == key:
             stored = client.component(key)
+            forget_rebind(module)
         else:
             stored = client.register_module(key, module, content_hash=content_hash)
         opened = time.perf_counter()

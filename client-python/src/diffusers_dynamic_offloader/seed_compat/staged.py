@@ -70,12 +70,17 @@ def run_staged(
     returns. ``settings`` (DynamicOffloadSettings) and ``offload_kwargs`` go to every
     ``enable_offload``; ``call_kwargs`` are the pipeline call's (prompt, steps, size, ...).
     Every component is released when the run ends, also when it raises."""
+    from ..loaded_binding import loaded_key, unbind
     from .component_keys import default_cache_key, key_prefix
     from .offload_api import _client, _pipeline_components, enable_offload
     from .phases import enter_phase, standby_purge_requested
 
     client = _client(client)
     components = _pipeline_components(pipe, None)
+    # Modules built by load_from_ddod hold no window on ddod's pool until their pass routes
+    # them, so that ddod can move their bytes between the pool and their files.
+    for module in components.values():
+        unbind(module)
     routing = {"execution_device": execution_device, "offload_device": offload_device,
                **dict(offload_kwargs or {})}
     held: List[Any] = []
@@ -93,7 +98,11 @@ def run_staged(
     def keys(names: Sequence[str]) -> List[str]:
         for name, module in modules(names).items():
             prefix = key_prefix(module, name)
-            if name not in known and any(key.startswith(prefix) for key in held_keys):
+            if name in known:
+                continue
+            if loaded_key(module) is not None:
+                known[name] = loaded_key(module)  # built by load_from_ddod: its component
+            elif any(key.startswith(prefix) for key in held_keys):
                 known[name] = default_cache_key(module, name)
         return [known[name] for name in names if name in known]
 
