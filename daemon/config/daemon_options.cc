@@ -235,6 +235,18 @@ absl::Status ApplyMaxUserPool(absl::string_view what, absl::string_view value, D
   return absl::OkStatus();
 }
 
+absl::Status ApplySpillBudget(absl::string_view what, absl::string_view value,
+                              DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.spill_budget_gb, ParseNonNegativeNumber(what, value));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyMaxUserSpill(absl::string_view what, absl::string_view value,
+                               DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.max_user_spill_gb, ParseNonNegativeNumber(what, value));
+  return absl::OkStatus();
+}
+
 absl::Status ApplyKeepAlive(absl::string_view what, absl::string_view value, DaemonOptions& o) {
   const std::string text = absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
   if (text == "never" || text == "forever" || text == "0" || text == "-1") {
@@ -322,6 +334,13 @@ constexpr OptionSpec kOptions[] = {
      ApplyKeepAlive},
     {"--max-user-pool-gb", "DDO_MAX_USER_POOL_GB", "GIB",
      "host pool one user's components may take (default: the whole budget)", ApplyMaxUserPool},
+    {"--spill-budget-gb", "DDO_SPILL_BUDGET_GB", "GIB",
+     "disk the spill files of uploads may take under the state dir, so that an upload goes to "
+     "its file instead of being evicted when the pool is full (default: the RAM budget; 0: "
+     "never spill)", ApplySpillBudget},
+    {"--max-user-spill-gb", "DDO_MAX_USER_SPILL_GB", "GIB",
+     "spill files one user's uploads may take (default: the whole spill budget)",
+     ApplyMaxUserSpill},
     {"--max-connections-per-user", "DDO_MAX_CONNECTIONS_PER_USER", "N",
      "connections one user (root and ddod's user too) may hold to each of the gRPC and "
      "identity sockets (default 64); more are closed at once", ApplyMaxConnectionsPerUser},

@@ -59,6 +59,10 @@ struct DaemonOptions {
   int max_uploads_per_user = 8;
   int max_sessions_per_user = 256;
   std::optional<double> max_user_pool_gb;
+  // Spill files of uploads on the state directory's disk (docs/configuration.md): in all
+  // (unset: the RAM budget; 0: no spilling) and per user (unset: all of it).
+  std::optional<double> spill_budget_gb;
+  std::optional<double> max_user_spill_gb;
   // Connections to each of ddod's two Unix sockets (gRPC, identity): per uid (admins too) and
   // in all (admins are refused only by their per-uid limit). Descriptors kept for ddod's own
   // work: no connection is accepted while fewer would be free (docs/security.md §5).

@@ -168,6 +168,11 @@ std::string FormatStats(const ddo::v1::Stats& stats) {
         "(host sessions, staging)\n",
         FormatBytes(pool.file_bytes()), pool.backing_files(), FormatBytes(pool.held_bytes()));
   }
+  if (pool.spilled_bytes() > 0) {
+    out += absl::StrFormat("      %s of uploads spilled to disk (they go there, not away, "
+                           "when the pool needs room)\n",
+                           FormatBytes(pool.spilled_bytes()));
+  }
   if (!stats.rpcs().empty()) {
     out += absl::StrFormat("%-20s %10s %10s\n", "rpc", "ok", "failed");
     for (const auto& rpc : stats.rpcs()) {

@@ -103,6 +103,9 @@ void AppendPoolMetrics(const ddo::v1::PoolStats& pool, Exposition* out) {
            pool.file_bytes());
   out->One("ddo_pool_backing_files", "gauge",
            "File descriptors ddod holds for file-tier components.", uint64_t{pool.backing_files()});
+  out->One("ddo_pool_spilled_bytes", "gauge",
+           "Bytes of uploads spilled to files on the state directory's disk.",
+           pool.spilled_bytes());
   out->One("ddo_pool_held_bytes", "gauge",
            "RAM under the pool's budget outside its segments: host sessions' slabs and rings, "
            "file-tier staging.",

@@ -210,6 +210,14 @@ absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
   store.read_threads = static_cast<int>(std::clamp(system.cpu_count, 2u, 16u));
   store.max_uploads_per_uid = static_cast<size_t>(options.max_uploads_per_user);
   store.max_bytes_per_uid = options.max_user_pool_gb ? GiBToBytes(*options.max_user_pool_gb) : 0;
+  store.spill_budget_bytes =
+      options.spill_budget_gb ? GiBToBytes(*options.spill_budget_gb) : pool.budget_bytes;
+  store.max_spill_bytes_per_uid =
+      options.max_user_spill_gb ? GiBToBytes(*options.max_user_spill_gb) : 0;
+  if (store.spill_budget_bytes > 0) {
+    store.spill_directory = absl::StrCat(options.state_dir, "/spill");
+    DDO_RETURN_IF_ERROR(EnsurePrivateDirectory(store.spill_directory));
+  }
   // File-tier components keep descriptors: at most a quarter of what this process may open.
   const size_t descriptors =
       DescriptorReserve::ForThisProcess(static_cast<size_t>(options.descriptor_reserve)).limit();
@@ -424,6 +432,8 @@ std::vector<std::string> DaemonServer::Reload(const DaemonOptions& fresh) {
   differs("max-sessions-per-user",
           fresh.max_sessions_per_user != running.max_sessions_per_user);
   differs("max-user-pool-gb", fresh.max_user_pool_gb != running.max_user_pool_gb);
+  differs("spill-budget-gb", fresh.spill_budget_gb != running.spill_budget_gb);
+  differs("max-user-spill-gb", fresh.max_user_spill_gb != running.max_user_spill_gb);
   differs("max-connections-per-user",
           fresh.max_connections_per_user != running.max_connections_per_user);
   differs("max-connections", fresh.max_connections != running.max_connections);

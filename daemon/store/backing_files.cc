@@ -60,4 +60,17 @@ absl::StatusOr<BackingFiles> BackingFiles::TakeFrom(SafetensorsSet& set, FileSys
   return result;
 }
 
+absl::StatusOr<BackingFiles> BackingFiles::OfOwnFile(UniqueFd fd, const std::string& name,
+                                                     std::vector<FileRange> ranges,
+                                                     FileSystem* fs) {
+  FileSystem& files_fs = fs != nullptr ? *fs : *FileSystem::Default();
+  DDO_ASSIGN_OR_RETURN(struct stat info, files_fs.Stat(fd.get(), name));
+  BackingFiles result;
+  for (const FileRange& range : ranges) result.tensor_bytes_ += range.bytes;
+  result.ranges_ = std::move(ranges);
+  result.files_.push_back(BackingFile{std::make_shared<const UniqueFd>(std::move(fd)), name,
+                                      static_cast<uint64_t>(info.st_size), IdentityOf(info)});
+  return result;
+}
+
 }  // namespace ddo

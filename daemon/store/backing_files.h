@@ -50,6 +50,11 @@ class BackingFiles {
   // (a descriptor missing or the fstat failing) the set keeps the descriptors not yet moved,
   // and the ones moved close.
   static absl::StatusOr<BackingFiles> TakeFrom(SafetensorsSet& set, FileSystem* fs = nullptr);
+  // One file ddod wrote itself (an upload's spill file, spill_file.h), `ranges` in table
+  // order (their `file` 0). The size and identity come from one fstat.
+  static absl::StatusOr<BackingFiles> OfOwnFile(UniqueFd fd, const std::string& name,
+                                                std::vector<FileRange> ranges,
+                                                FileSystem* fs = nullptr);
 
   const std::vector<BackingFile>& files() const { return files_; }
   // Each tensor's range, in table order; ranges()[i].file indexes files().

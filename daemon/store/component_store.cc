@@ -109,7 +109,13 @@ ComponentStore::ComponentStore(HostPool& pool, SessionRegistry& sessions, StoreO
       sessions_(sessions),
       options_(std::move(options)),
       fs_(options_.file_system != nullptr ? *options_.file_system : pool_.file_system()),
-      clock_(options_.clock != nullptr ? options_.clock : [] { return absl::Now(); }) {}
+      clock_(options_.clock != nullptr ? options_.clock : [] { return absl::Now(); }),
+      spill_ledger_(options_.spill_directory.empty() ? 0 : options_.spill_budget_bytes,
+                    options_.max_spill_bytes_per_uid),
+      spill_worker_([this](uid_t uid, const std::string& key,
+                           const std::function<bool()>& cancelled) {
+        SpillUpload(uid, key, cancelled);
+      }) {}
 
 ComponentStore::~ComponentStore() { Close(/*discard=*/false); }
 
@@ -513,7 +519,9 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
                         FormatBytes(component.info.own_bytes), segment->name(),
                         segment->pinned() ? absl::StrFormat(", pinned in %.2f s", pin_s) : "");
   PersistLocked();
-  return SnapshotLocked(component);
+  ComponentSnapshot ready = SnapshotLocked(component);
+  QueueSpillsLocked();
+  return ready;
 }
 
 absl::StatusOr<uint64_t> ComponentStore::Abort(const std::string& lease_id,
@@ -763,6 +771,7 @@ StoreStats ComponentStore::Stats() const {
     if (component.pooled_files != nullptr) {
       stats.backing_files += static_cast<uint32_t>(component.pooled_files->descriptors());
     }
+    if (component.spill != nullptr) stats.spilled_bytes += component.spill->bytes();  // written
     for (const auto& segment : component.segments) {
       if (segment != nullptr && counted.insert(segment.get()).second) {
         stats.used_bytes += segment->size();
@@ -776,6 +785,7 @@ StoreStats ComponentStore::Stats() const {
 }
 
 void ComponentStore::Close(bool discard) {
+  spill_worker_.Stop();  // before mu_: a spill takes it
   absl::MutexLock lock(&mu_);
   if (closed_) return;
   closed_ = true;

@@ -49,6 +49,8 @@
 #include "daemon/store/component_bytes.h"
 #include "daemon/store/file_identity.h"
 #include "daemon/store/safetensors.h"
+#include "daemon/store/spill_ledger.h"
+#include "daemon/store/spill_worker.h"
 #include "daemon/layout/tensor_table.h"
 
 namespace ddo {
@@ -158,6 +160,7 @@ struct StoreStats {
   uint32_t adopted = 0;
   uint64_t file_bytes = 0;     // tensor bytes of READY file-tier components
   uint32_t backing_files = 0;  // descriptors they hold, and pooled ones kept for demotion
+  uint64_t spilled_bytes = 0;  // bytes of uploads' spill files on disk
 };
 
 struct StoreOptions {
@@ -178,6 +181,13 @@ struct StoreOptions {
   // has (and nobody could connect). DaemonServer caps the total by RLIMIT_NOFILE.
   size_t max_backing_files_per_uid = 256;
   size_t max_backing_files = 4096;
+  // Spilling uploads (spill_file.h): the directory of the unnamed spill files (ddod's own,
+  // private), the bytes they may take on disk in all (0: no spilling) and per uid (0: all of
+  // it). Uploads are spilled in the background once the pool is 3/4 full, so that they can
+  // go to their files, as loaded components do, instead of being evicted.
+  std::string spill_directory = "";
+  uint64_t spill_budget_bytes = 0;
+  uint64_t max_spill_bytes_per_uid = 0;
   // The manifest's writes, the safetensors reads and the removal of leftover segments go
   // through it (nullptr: the pool's, HostPool::file_system()); it must outlive the store.
   FileSystem* file_system = nullptr;
@@ -339,6 +349,15 @@ class ComponentStore {
                                    const std::function<bool()>& cancelled,
                                    bool whole_only = false);
 
+  // Writes the READY upload `cache_key` of `uid` to a spill file (spill_file.h) and keeps it
+  // as the files it can be demoted to; nothing when it is gone, changed meanwhile, has files
+  // already, or the spill budget, the descriptor limits or the disk do not allow it (logged).
+  // Runs on the spill worker.
+  void SpillUpload(uid_t uid, const std::string& cache_key,
+                   const std::function<bool()>& cancelled);
+  // Waits until no spill is queued or running (tests).
+  void WaitSpills() { spill_worker_.WaitIdle(); }
+
   // At shutdown: with `discard`, every segment and the manifest are removed; otherwise
   // READY components stay in /dev/shm for the next ddod, unfinished uploads are removed.
   void Close(bool discard);
@@ -370,6 +389,9 @@ class ComponentStore {
     bool reread = false;
     bool promoting = false;      // a Promote reads its units now
     uint64_t tier_changes = 0;   // bumped by every demotion and promotion
+    // An upload spilled to a file of ddod's (its `pooled_files`, or `files` once demoted):
+    // the spill budget it holds, given back when the component goes.
+    std::shared_ptr<SpillLedger::Charge> spill;
   };
   // The map's key: the owner uid and its cache key.
   static std::string KeyOf(uid_t uid, const std::string& cache_key);
@@ -557,6 +579,10 @@ class ComponentStore {
   void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ComponentSnapshot SnapshotLocked(const Component& component) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An upload that could be spilled: READY, no files, its own segments.
+  static bool SpillableLocked(const Component& component);
+  // Queues the spill of every spillable upload once the pool is 3/4 full.
+  void QueueSpillsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The store's time now (StoreOptions::clock).
   absl::Time Now() const { return clock_(); }
 
@@ -565,12 +591,16 @@ class ComponentStore {
   const StoreOptions options_;
   FileSystem& fs_;
   const std::function<absl::Time()> clock_;  // StoreOptions::clock, or absl::Now
+  // Before components_: their charges go back to it when they go.
+  SpillLedger spill_ledger_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, Component> components_ ABSL_GUARDED_BY(mu_);  // by KeyOf
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t adopted_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // Last: stopped (Close) before the members its jobs use go.
+  SpillWorker spill_worker_;
 };
 
 // 16 hex digits naming a component: a hash of its key and structure.

@@ -457,8 +457,10 @@ def three_mib(seed: int) -> dict:
 
 
 def test_lru_eviction(daemon_factory, short_dir):
-    # 10.24 MiB: two 4 MiB segments fit, three do not.
-    daemon = daemon_factory(os.path.join(short_dir, "lru.sock"), "--ram-budget-gb", "0.01")
+    # 10.24 MiB: two 4 MiB segments fit, three do not. No spill files: an upload that has
+    # none is evicted (test_spill_uploads.py: with them it goes to its file).
+    daemon = daemon_factory(os.path.join(short_dir, "lru.sock"), "--ram-budget-gb", "0.01",
+                            "--spill-budget-gb", "0")
     with DdoClient.connect(daemon.address, timeout=10) as client:
         client.register_state_dict("A", three_mib(1))
         client.register_state_dict("B", three_mib(2))
@@ -490,7 +492,8 @@ def test_lru_eviction(daemon_factory, short_dir):
 
 
 def test_a_warm_hit_counts_as_a_use(daemon_factory, short_dir):
-    daemon = daemon_factory(os.path.join(short_dir, "w.sock"), "--ram-budget-gb", "0.01")
+    daemon = daemon_factory(os.path.join(short_dir, "w.sock"), "--ram-budget-gb", "0.01",
+                            "--spill-budget-gb", "0")  # uploads are evicted, not spilled
     with DdoClient.connect(daemon.address, timeout=10) as client:
         client.register_state_dict("A", three_mib(1))
         client.register_state_dict("B", three_mib(2))
