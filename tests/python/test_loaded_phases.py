@@ -40,6 +40,28 @@ class ConfiguredTower(Tower):
         return cls(config["width"], config["layers"])
 
 
+class TowerConfig:
+    """A transformers-style config class: ``from_pretrained(folder)`` reads its config.json."""
+
+    def __init__(self, width: int, layers: int) -> None:
+        self.width, self.layers = width, layers
+
+    @classmethod
+    def from_pretrained(cls, folder):
+        with open(os.path.join(folder, "config.json")) as file:
+            config = json.load(file)
+        return cls(config["width"], config["layers"])
+
+
+class TransformersStyleTower(Tower):
+    """A text encoder as transformers builds one: ``config_class`` and ``__init__(config)``."""
+
+    config_class = TowerConfig
+
+    def __init__(self, config: TowerConfig) -> None:
+        super().__init__(config.width, config.layers)
+
+
 class TwoTowerPipeline:
     """A Diffusers-shaped pipeline: a text encoder and a transformer, both towers."""
 
@@ -146,3 +168,17 @@ def test_a_staged_run_moves_loaded_components_through_the_pool(small_ram_daemon,
             assert client.component(key).sessions == 0, key
         assert client.stats().pool.reserved_bytes <= int(BUDGET_GB * (1 << 30))
         assert client.stats().pool.evictions == 0
+
+
+def test_a_transformers_class_loads_from_its_config_class(small_ram_daemon, checkpoints):
+    root, towers = checkpoints
+    x = torch.randn(3, WIDTH, generator=torch.Generator().manual_seed(5))
+    with DdoClient.connect(small_ram_daemon.address, timeout=60) as client:
+        loaded = ddo.load_from_ddod(TransformersStyleTower, root, subfolder="text_encoder",
+                                    client=client, progress=False)
+        with torch.no_grad():
+            assert torch.equal(loaded.module(x), towers["text_encoder"](x))
+        # Refused before anything is asked of ddod.
+        with pytest.raises(TypeError, match="neither a Diffusers model class"):
+            ddo.load_from_ddod(torch.nn.Linear, root, subfolder="transformer", client=client)
+        assert [c.cache_key for c in client.components()] == [loaded.cache_key]

@@ -164,6 +164,7 @@ def load_from_ddod(
     from ..loaded_binding import mark_loaded, unbind
 
     started = time.perf_counter()
+    _check_model_class(model_class)
     from ..default_client import client_or_default
 
     client = client_or_default(client)
@@ -216,17 +217,23 @@ def parameters_on_meta() -> Iterator[None]:
         nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
+def _check_model_class(model_class: Any) -> None:
+    """TypeError unless ``model_class`` can be built from a config folder (before anything is
+    asked of ddod)."""
+    config_class = getattr(model_class, "config_class", None)
+    if not hasattr(model_class, "load_config") and not hasattr(config_class, "from_pretrained"):
+        raise TypeError(f"{getattr(model_class, '__name__', model_class)!r} is neither a "
+                        "Diffusers model class (load_config) nor a transformers one "
+                        "(config_class)")
+
+
 def _built_from_config(model_class: Any, path: Any, subfolder: Optional[str]) -> nn.Module:
     """``model_class`` built from the config in ``path``/``subfolder``: a Diffusers model
     (``load_config`` and ``from_config``) or a transformers one (``config_class``, e.g. the
     text encoders T5EncoderModel and CLIPTextModel)."""
     if hasattr(model_class, "load_config"):
         return model_class.from_config(model_class.load_config(path, subfolder=subfolder))
-    config_class = getattr(model_class, "config_class", None)
-    if config_class is None or not hasattr(config_class, "from_pretrained"):
-        raise TypeError(f"{getattr(model_class, '__name__', model_class)!r} is neither a "
-                        "Diffusers model class (load_config) nor a transformers one "
-                        "(config_class)")
+    config_class = model_class.config_class
     folder = os.path.join(os.fspath(path), subfolder or "")
     return model_class(config_class.from_pretrained(folder))
 
