@@ -247,6 +247,12 @@ absl::Status ApplyMaxUserSpill(absl::string_view what, absl::string_view value,
   return absl::OkStatus();
 }
 
+absl::Status ApplyPrefaultedReserve(absl::string_view what, absl::string_view value,
+                                    DaemonOptions& o) {
+  DDO_ASSIGN_OR_RETURN(o.prefaulted_reserve_gb, ParseNonNegativeNumber(what, value));
+  return absl::OkStatus();
+}
+
 absl::Status ApplyKeepAlive(absl::string_view what, absl::string_view value, DaemonOptions& o) {
   const std::string text = absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
   if (text == "never" || text == "forever" || text == "0" || text == "-1") {
@@ -341,6 +347,10 @@ constexpr OptionSpec kOptions[] = {
     {"--max-user-spill-gb", "DDO_MAX_USER_SPILL_GB", "GIB",
      "spill files one user's uploads may take (default: the whole spill budget)",
      ApplyMaxUserSpill},
+    {"--prefaulted-reserve-gb", "DDO_PREFAULTED_RESERVE_GB", "GIB",
+     "shared memory kept allocated ahead of the next load, part of the RAM budget and given "
+     "back to anything that needs room, so that loads read into pages that exist (default: a "
+     "quarter of the RAM budget, at most 8, with the warm_process preset; else 0: none)", ApplyPrefaultedReserve},
     {"--max-connections-per-user", "DDO_MAX_CONNECTIONS_PER_USER", "N",
      "connections one user (root and ddod's user too) may hold to each of the gRPC and "
      "identity sockets (default 64); more are closed at once", ApplyMaxConnectionsPerUser},

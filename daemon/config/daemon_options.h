@@ -63,6 +63,9 @@ struct DaemonOptions {
   // (unset: the RAM budget; 0: no spilling) and per user (unset: all of it).
   std::optional<double> spill_budget_gb;
   std::optional<double> max_user_spill_gb;
+  // The pre-faulted reserve (pool/segment_reserve.h); unset: a quarter of the RAM budget, at
+  // most 8 GiB, where ddod keeps weights warm (warm_process), else none.
+  std::optional<double> prefaulted_reserve_gb;
   // Connections to each of ddod's two Unix sockets (gRPC, identity): per uid (admins too) and
   // in all (admins are refused only by their per-uid limit). Descriptors kept for ddod's own
   // work: no connection is accepted while fewer would be free (docs/security.md §5).

@@ -173,6 +173,12 @@ std::string FormatStats(const ddo::v1::Stats& stats) {
                            "when the pool needs room)\n",
                            FormatBytes(pool.spilled_bytes()));
   }
+  if (pool.prefaulted_bytes() > 0) {
+    out += absl::StrFormat("      %s pre-faulted for the next load (%s), given back to "
+                           "anything that needs room\n",
+                           FormatBytes(pool.prefaulted_bytes()),
+                           pool.prefaulted_ready_bytes() > 0 ? "ready" : "being made");
+  }
   if (!stats.rpcs().empty()) {
     out += absl::StrFormat("%-20s %10s %10s\n", "rpc", "ok", "failed");
     for (const auto& rpc : stats.rpcs()) {

@@ -106,6 +106,10 @@ void AppendPoolMetrics(const ddo::v1::PoolStats& pool, Exposition* out) {
   out->One("ddo_pool_spilled_bytes", "gauge",
            "Bytes of uploads spilled to files on the state directory's disk.",
            pool.spilled_bytes());
+  out->One("ddo_pool_prefaulted_bytes", "gauge",
+           "Shared memory allocated ahead of the next load (the pre-faulted reserve), ready or "
+           "being made; not in ddo_pool_reserved_bytes.",
+           pool.prefaulted_bytes());
   out->One("ddo_pool_held_bytes", "gauge",
            "RAM under the pool's budget outside its segments: host sessions' slabs and rings, "
            "file-tier staging.",

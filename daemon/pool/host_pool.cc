@@ -28,24 +28,48 @@ HostPool::HostPool(PoolOptions options)
                                                    : FileSystem::Default()),
       name_prefix_(absl::StrCat("/ddo-", ::geteuid(), "-", options_.name_namespace, "-")) {}
 
-absl::Status HostPool::Reserve(uint64_t bytes, bool checked) {
-  absl::MutexLock lock(&mu_);
-  if (checked && reserved_bytes_ + bytes > options_.budget_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the host pool cannot hold ", FormatBytes(bytes), " more: budget ", FormatBytes(options_.budget_bytes),
-        ", reserved ", FormatBytes(reserved_bytes_), ", free ",
-        FormatBytes(options_.budget_bytes - std::min(reserved_bytes_, options_.budget_bytes)),
-        " (raise --ram-budget-gb or evict components)"));
-  }
-  reserved_bytes_ += bytes;
-  ++segments_;
-  return absl::OkStatus();
+absl::Status HostPool::RoomErrorLocked(uint64_t bytes) const {
+  const uint64_t taken = reserved_bytes_ + reserve_bytes_;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the host pool cannot hold ", FormatBytes(bytes), " more: budget ",
+      FormatBytes(options_.budget_bytes), ", reserved ", FormatBytes(reserved_bytes_), ", free ",
+      FormatBytes(options_.budget_bytes - std::min(taken, options_.budget_bytes)),
+      " (raise --ram-budget-gb or evict components)"));
 }
 
-void HostPool::Release(uint64_t bytes, uint64_t pinned_bytes) {
+PoolYielder* HostPool::YielderForLocked(uint64_t bytes) const {
+  if (reserve_bytes_ == 0 || bytes > options_.budget_bytes ||
+      reserved_bytes_ > options_.budget_bytes - bytes) {
+    return nullptr;
+  }
+  return yielder_.load();
+}
+
+absl::Status HostPool::Reserve(uint64_t bytes, bool checked) {
+  for (bool asked = false;; asked = true) {
+    PoolYielder* yielder = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!checked || reserved_bytes_ + reserve_bytes_ + bytes <= options_.budget_bytes) {
+        reserved_bytes_ += bytes;
+        ++segments_;
+        return absl::OkStatus();
+      }
+      if (!asked) yielder = YielderForLocked(bytes);
+      if (yielder == nullptr) return RoomErrorLocked(bytes);
+    }
+    yielder->Yield();  // outside mu_: the reserve's segment gives its bytes back through it
+  }
+}
+
+void HostPool::Release(uint64_t bytes, uint64_t pinned_bytes, bool in_reserve) {
   absl::MutexLock lock(&mu_);
-  reserved_bytes_ -= bytes;
-  --segments_;
+  if (in_reserve) {
+    reserve_bytes_ -= bytes;
+  } else {
+    reserved_bytes_ -= bytes;
+    --segments_;
+  }
   pinned_bytes_ -= pinned_bytes;
 }
 
@@ -55,13 +79,21 @@ void HostPool::CountPinned(uint64_t bytes) {
 }
 
 bool HostPool::TryHold(uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  if (bytes > options_.budget_bytes || reserved_bytes_ > options_.budget_bytes - bytes) {
-    return false;
+  for (bool asked = false;; asked = true) {
+    PoolYielder* yielder = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      const uint64_t taken = reserved_bytes_ + reserve_bytes_;
+      if (bytes <= options_.budget_bytes && taken <= options_.budget_bytes - bytes) {
+        reserved_bytes_ += bytes;
+        held_bytes_ += bytes;
+        return true;
+      }
+      if (!asked) yielder = YielderForLocked(bytes);
+      if (yielder == nullptr) return false;
+    }
+    yielder->Yield();
   }
-  reserved_bytes_ += bytes;
-  held_bytes_ += bytes;
-  return true;
 }
 
 void HostPool::ReleaseHold(uint64_t bytes) {
@@ -78,7 +110,8 @@ bool HostPool::Fits(uint64_t bytes) const {
 
 PoolUsage HostPool::Usage() const {
   absl::MutexLock lock(&mu_);
-  return {options_.budget_bytes, reserved_bytes_, held_bytes_, pinned_bytes_, segments_};
+  return {options_.budget_bytes, reserved_bytes_, held_bytes_, pinned_bytes_, segments_,
+          reserve_bytes_};
 }
 
 absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes,
@@ -90,10 +123,48 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes,
   auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size,
                                        options_.populate_threads, file_system_, progress, pages);
   if (!segment.ok()) {
-    Release(size, 0);
+    Release(size, 0, /*in_reserve=*/false);
     return segment.status();
   }
   return std::shared_ptr<PoolSegment>(new PoolSegment(*this, *std::move(segment)));
+}
+
+absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::AllocateReserve(uint64_t bytes,
+                                                                        WorkProgress* progress) {
+  const uint64_t size = Footprint(bytes);
+  {
+    absl::MutexLock lock(&mu_);
+    if (reserved_bytes_ + reserve_bytes_ + size > options_.budget_bytes) {
+      return RoomErrorLocked(size);
+    }
+    reserve_bytes_ += size;
+  }
+  if (progress != nullptr) progress->SetTotal(size);
+  auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size,
+                                       options_.populate_threads, file_system_, progress,
+                                       SegmentPages::kPopulated);
+  if (!segment.ok()) {
+    Release(size, 0, /*in_reserve=*/true);
+    return segment.status();
+  }
+  auto reserve = std::shared_ptr<PoolSegment>(
+      new PoolSegment(*this, *std::move(segment), /*prefaulted=*/true, /*in_reserve=*/true));
+  // Never adopted by a later ddod: it holds nothing until it is taken.
+  reserve->MarkDiscarded();
+  return reserve;
+}
+
+absl::Status HostPool::TakeFromReserve(PoolSegment& segment, uint64_t bytes) {
+  const uint64_t whole = segment.size();
+  const uint64_t kept = std::min(Footprint(bytes), whole);
+  absl::Status shrunk = segment.segment_.Shrink(kept);
+  const uint64_t size = shrunk.ok() ? kept : whole;
+  absl::MutexLock lock(&mu_);
+  reserve_bytes_ -= whole;
+  reserved_bytes_ += size;
+  ++segments_;
+  segment.in_reserve_.store(false);
+  return shrunk;
 }
 
 absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::AllocateReplacement(
@@ -103,7 +174,7 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::AllocateReplacement(
   auto segment = SharedSegment::Create(absl::StrCat(name_prefix_, RandomId().substr(0, 16)), size,
                                        1, file_system_, nullptr, SegmentPages::kNone);
   if (!segment.ok()) {
-    Release(size, 0);
+    Release(size, 0, /*in_reserve=*/false);
     return segment.status();
   }
   return std::shared_ptr<PoolSegment>(new PoolSegment(*this, *std::move(segment)));
@@ -190,7 +261,7 @@ PoolSegment::~PoolSegment() {
       Logger("pool")->warn("{}", unlinked.message());
     }
   }
-  pool_.Release(size(), pinned_bytes);
+  pool_.Release(size(), pinned_bytes, in_reserve_.load());
 }
 
 }  // namespace ddo

@@ -32,6 +32,16 @@ namespace ddo {
 
 class HostPool;
 
+// Something that holds part of the pool's budget and gives it back on demand: the pre-faulted
+// reserve (segment_reserve.h). The pool asks it before refusing an allocation or a hold for
+// room, so what it holds never costs anyone else their place.
+class PoolYielder {
+ public:
+  virtual ~PoolYielder() = default;
+  // Gives back everything it holds; returns once the bytes are back in the budget.
+  virtual void Yield() = 0;
+};
+
 // A segment owned by the pool. Releasing the last reference unpins and unmaps it, returns
 // its bytes to the budget and, when marked discarded, removes it from /dev/shm.
 class PoolSegment {
@@ -47,6 +57,9 @@ class PoolSegment {
   bool pinned() const { return pinned_.load(); }
   // Whether the pool page-locks its segments (CUDA usable).
   bool pool_pins() const;
+  // Whether every page exists already (the pre-faulted reserve's segment): fill it through its
+  // mapping, where nothing faults, rather than through its descriptor.
+  bool prefaulted() const { return prefaulted_; }
 
   // Page-locks the segment when the pool pins: whatever PinRange has not covered yet
   // (idempotent). Errors leave those parts unpinned.
@@ -68,7 +81,12 @@ class PoolSegment {
 
  private:
   friend class HostPool;
-  PoolSegment(HostPool& pool, SharedSegment segment) : pool_(pool), segment_(std::move(segment)) {}
+  PoolSegment(HostPool& pool, SharedSegment segment, bool prefaulted = false,
+              bool in_reserve = false)
+      : pool_(pool),
+        segment_(std::move(segment)),
+        prefaulted_(prefaulted),
+        in_reserve_(in_reserve) {}
 
   // Registers [offset, offset + bytes) and records it; pin_mu_ held.
   absl::Status PinLocked(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pin_mu_);
@@ -81,6 +99,9 @@ class PoolSegment {
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(pin_mu_) = 0;
   std::atomic<bool> pinned_{false};
   std::atomic<bool> discard_{false};
+  const bool prefaulted_;
+  // Counted as the reserve's (PoolUsage::reserve_bytes) until HostPool::TakeFromReserve.
+  std::atomic<bool> in_reserve_;
 };
 
 struct PoolOptions {
@@ -99,10 +120,12 @@ struct PoolOptions {
 
 struct PoolUsage {
   uint64_t budget_bytes = 0;
-  uint64_t reserved_bytes = 0;  // segments and holds
+  // Segments and holds; not the pre-faulted reserve, which yields to them (reserve_bytes).
+  uint64_t reserved_bytes = 0;
   uint64_t held_bytes = 0;      // holds: RAM outside the pool's segments (TryHold)
   uint64_t pinned_bytes = 0;
   uint32_t segments = 0;
+  uint64_t reserve_bytes = 0;  // the pre-faulted reserve, ready or being made
 };
 
 class HostPool {
@@ -132,6 +155,21 @@ class HostPool {
   // SharedSegment::Open otherwise. On failure the budget is as before.
   absl::StatusOr<std::shared_ptr<PoolSegment>> Adopt(const std::string& name);
 
+  // A segment for the pre-faulted reserve: every page allocated (and zeroed) by the
+  // populate threads, counted as reserve_bytes. Never yields: RESOURCE_EXHAUSTED when it does not fit
+  // beside everything else. Cancelling `progress` ends it with CANCELLED.
+  absl::StatusOr<std::shared_ptr<PoolSegment>> AllocateReserve(uint64_t bytes,
+                                                               WorkProgress* progress);
+
+  // Turns a reserve segment into an ordinary one of Footprint(bytes) (at most its size): the
+  // pages past that are freed, and the budget counts only what stays. Errors (cutting the file)
+  // leave it whole, counted whole as ordinary.
+  absl::Status TakeFromReserve(PoolSegment& segment, uint64_t bytes);
+
+  // The reserve's holder, asked to give its bytes back before an allocation or a hold is
+  // refused for room (nullptr: none). It must outlive the pool's use of it.
+  void SetYielder(PoolYielder* yielder) { yielder_.store(yielder); }
+
   // Counts `bytes` of RAM that ddod holds outside the pool's segments (a host-backend session's
   // slab and ring) against the same budget, so that one RAM budget bounds both: false, with
   // nothing counted, when they do not fit. ReleaseHold gives them back.
@@ -156,7 +194,11 @@ class HostPool {
   friend class PoolSegment;
 
   absl::Status Reserve(uint64_t bytes, bool checked = true);
-  void Release(uint64_t bytes, uint64_t pinned_bytes);
+  // The yielder to ask when `bytes` more do not fit but would without the reserve; null when
+  // asking cannot help. mu_ held.
+  PoolYielder* YielderForLocked(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RoomErrorLocked(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Release(uint64_t bytes, uint64_t pinned_bytes, bool in_reserve);
   void CountPinned(uint64_t bytes);
 
   const PoolOptions options_;
@@ -167,6 +209,8 @@ class HostPool {
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t segments_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reserve_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<PoolYielder*> yielder_{nullptr};
 };
 
 // A stable 12-hex-digit namespace for the pool of the daemon serving `socket_path`.

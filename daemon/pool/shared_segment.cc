@@ -104,6 +104,19 @@ SharedSegment::~SharedSegment() {
   }
 }
 
+absl::Status SharedSegment::Shrink(uint64_t size) {
+  if (size == 0 || size > size_ || size % kSegmentGranularity != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot shrink ", name_, " from ", size_,
+                                                   " to ", size, " bytes"));
+  }
+  if (size == size_) return absl::OkStatus();
+  DDO_ASSIGN_OR_RETURN(UniqueFd fd, fs_->ShmOpen(name_, O_RDWR | O_CLOEXEC, 0));
+  DDO_RETURN_IF_ERROR(fs_->Truncate(fd.get(), size, name_));
+  fs_->Unmap(data_ + size, size_ - size);
+  size_ = size;
+  return absl::OkStatus();
+}
+
 absl::Status SharedSegment::Unlink() const {
   absl::Status unlinked = fs_->ShmUnlink(name_);
   return absl::IsNotFound(unlinked) ? absl::OkStatus() : unlinked;

@@ -63,6 +63,12 @@ class SharedSegment {
   // Removes the name from /dev/shm; the mapping stays valid until destruction.
   absl::Status Unlink() const;
 
+  // Cuts the segment to its first `size` bytes (a multiple of kSegmentGranularity, at most
+  // size()): the file is truncated, which frees the pages past it, and the tail of the
+  // mapping is unmapped. Only for a segment nobody else has mapped or registered (the
+  // pre-faulted reserve's, before it is handed out).
+  absl::Status Shrink(uint64_t size);
+
   const std::string& name() const { return name_; }
   char* data() const { return data_; }
   uint64_t size() const { return size_; }

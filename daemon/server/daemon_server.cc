@@ -93,6 +93,19 @@ void LogMachine(const DaemonContext& context, const SystemInfo& system) {
   }
 }
 
+// Whether ddod serves as a long-lived service that keeps weights warm for later runners
+// (DDO_CACHE_PINNED_WEIGHTS, set by the warm_process preset).
+bool KeepsWeightsWarm(const DaemonOptions& options) {
+  std::string warm = "0";
+  if (auto it = options.setting_environment.find("DDO_CACHE_PINNED_WEIGHTS");
+      it != options.setting_environment.end()) {
+    warm = it->second;
+  } else if (options.preset != nullptr) {
+    warm = options.preset->Find("DDO_CACHE_PINNED_WEIGHTS").value_or("0");
+  }
+  return ParseSeedBool(warm);
+}
+
 // The streaming engine's options from ddod's: the VRAM budget, host devices, and the RAM bound.
 StreamSessionsOptions StreamSessionsOptionsOf(const DaemonContext& context) {
   StreamSessionsOptions streams;
@@ -106,14 +119,7 @@ StreamSessionsOptions StreamSessionsOptionsOf(const DaemonContext& context) {
   // the pool's budget (host_pool, set once the pool exists), so that both share one budget.
   streams.host_budget_bytes = context.ram_budget_bytes;
   // warm_process (DDO_CACHE_PINNED_WEIGHTS): slabs stay warm for the next runner.
-  const auto& env = context.options.setting_environment;
-  std::string warm = "0";
-  if (auto it = env.find("DDO_CACHE_PINNED_WEIGHTS"); it != env.end()) {
-    warm = it->second;
-  } else if (context.options.preset != nullptr) {
-    warm = context.options.preset->Find("DDO_CACHE_PINNED_WEIGHTS").value_or("0");
-  }
-  streams.keep_slabs_warm = ParseSeedBool(warm);
+  streams.keep_slabs_warm = KeepsWeightsWarm(context.options);
   return streams;
 }
 
@@ -204,7 +210,17 @@ absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
                          pool.pin ? "pinned" : (wsl_forbids ? "not pinned (WSL)"
                                                             : "not pinned"));
   pool_ = std::make_unique<HostPool>(pool);
+  SegmentReserveOptions reserve;
+  // Unset: a service that keeps weights warm (warm_process) keeps a reserve for the loads to
+  // come; a private ddod, which loads once and pays for every page it makes, does not.
+  if (options.prefaulted_reserve_gb.has_value()) {
+    reserve.target_bytes = GiBToBytes(*options.prefaulted_reserve_gb);
+  } else if (KeepsWeightsWarm(options)) {
+    reserve.target_bytes = std::min(pool.budget_bytes / 4, GiBToBytes(8));
+  }
+  reserve_ = std::make_unique<SegmentReserve>(*pool_, reserve);
   StoreOptions store;
+  store.reserve = reserve_.get();
   store.manifest_path = absl::StrCat(pool_dir, "/manifest.json");
   store_manifest_path_ = store.manifest_path;
   store.read_threads = static_cast<int>(std::clamp(system.cpu_count, 2u, 16u));
@@ -226,6 +242,12 @@ absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
       std::make_unique<SessionRegistry>(static_cast<size_t>(options.max_sessions_per_user));
   store_ = std::make_unique<ComponentStore>(*pool_, *session_registry_, store);
   store_->AdoptPrevious();
+  // After the adoption: what a previous ddod left comes first.
+  reserve_->Start();
+  if (reserve_->target_bytes() > 0) {
+    Logger("server")->info("pre-faulted reserve: {} (--prefaulted-reserve-gb)",
+                           FormatBytes(reserve_->target_bytes()));
+  }
   return absl::OkStatus();
 }
 
@@ -434,6 +456,8 @@ std::vector<std::string> DaemonServer::Reload(const DaemonOptions& fresh) {
   differs("max-user-pool-gb", fresh.max_user_pool_gb != running.max_user_pool_gb);
   differs("spill-budget-gb", fresh.spill_budget_gb != running.spill_budget_gb);
   differs("max-user-spill-gb", fresh.max_user_spill_gb != running.max_user_spill_gb);
+  differs("prefaulted-reserve-gb",
+          fresh.prefaulted_reserve_gb != running.prefaulted_reserve_gb);
   differs("max-connections-per-user",
           fresh.max_connections_per_user != running.max_connections_per_user);
   differs("max-connections", fresh.max_connections != running.max_connections);

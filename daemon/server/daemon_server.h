@@ -32,6 +32,7 @@
 #include "daemon/server/instance_lock.h"
 #include "daemon/service/daemon_context.h"
 #include "daemon/pool/host_pool.h"
+#include "daemon/pool/segment_reserve.h"
 #include "daemon/service/ddo_service.h"
 #include "daemon/store/component_store.h"
 
@@ -78,10 +79,11 @@ class DaemonServer {
   absl::Status SetSocketPermissions() const;
 
   // Destroyed in reverse order: the server, the service, the streams, the store, the session
-  // registry, then the pool.
+  // registry, the pre-faulted reserve, then the pool.
   DaemonContext context_;
   std::unique_ptr<LiveSettings> live_settings_;
   std::unique_ptr<HostPool> pool_;
+  std::unique_ptr<SegmentReserve> reserve_;  // goes before the pool, after the store
   std::unique_ptr<SessionRegistry> session_registry_;
   std::unique_ptr<ComponentStore> store_;
   std::unique_ptr<StreamSessions> streams_;

@@ -176,6 +176,8 @@ grpc::Status DdoService::GetStats(grpc::ServerContext* ctx, const ddo::v1::GetSt
     pool->set_backing_files(store.backing_files);
     pool->set_held_bytes(usage.held_bytes);
     pool->set_spilled_bytes(store.spilled_bytes);
+    pool->set_prefaulted_bytes(usage.reserve_bytes);
+    pool->set_prefaulted_ready_bytes(store.prefaulted_ready_bytes);
     for (const auto& [method, count] : counters_.Snapshot()) {
       auto* rpc = response->add_rpcs();
       rpc->set_method(method);

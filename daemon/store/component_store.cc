@@ -292,16 +292,27 @@ absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ClearKeyLocked(
   return std::optional<ComponentSnapshot>();
 }
 
+absl::StatusOr<std::shared_ptr<PoolSegment>> ComponentStore::AllocateToFill(
+    uint64_t span, WorkProgress* progress) {
+  if (options_.reserve != nullptr) {
+    if (std::shared_ptr<PoolSegment> ready = options_.reserve->Take(span)) return ready;
+  }
+  return pool_.Allocate(span, progress, SegmentPages::kReserved);
+}
+
 absl::StatusOr<RegisterResult> ComponentStore::AllocateUpload(const std::string& upload_id,
                                                               const std::string& cache_key,
                                                               uint64_t span, const Caller& caller,
-                                                              WorkProgress* progress) {
+                                                              WorkProgress* progress,
+                                                              bool by_ddod) {
   // Creating the segment reserves its pages: slow for big components, so outside the lock.
   const absl::Time allocating = absl::Now();
-  // Reserved, not populated: a load writes the segment through its descriptor, and so do
-  // the clients' uploads (pwrite), so that no page is zeroed before it is filled.
+  // Reserved, not populated: the clients' uploads write the segment through its descriptor
+  // (pwrite), so that no page is zeroed before it is filled; a load takes the pre-faulted
+  // reserve's when it can (AllocateToFill).
   absl::StatusOr<std::shared_ptr<PoolSegment>> segment =
-      pool_.Allocate(span, progress, SegmentPages::kReserved);
+      by_ddod ? AllocateToFill(span, progress)
+              : pool_.Allocate(span, progress, SegmentPages::kReserved);
   const double allocate_s = absl::ToDoubleSeconds(absl::Now() - allocating);
   absl::MutexLock lock(&mu_);
   auto it = FindUploadLocked(upload_id);
@@ -389,7 +400,7 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     placeholder.segments = {nullptr};
     AddPlaceholderLocked(lease, upload_id, span, client_written, std::move(placeholder));
   }
-  return AllocateUpload(upload_id, cache_key, span, caller, progress);
+  return AllocateUpload(upload_id, cache_key, span, caller, progress, !client_written);
 }
 
 absl::StatusOr<RegisterResult> ComponentStore::Register(const Lease& lease,
@@ -435,8 +446,11 @@ absl::Status ComponentStore::CopyClientUpload(const std::string& lease_id,
   for (const TensorEntry& tensor : tensors) {
     if (tensor.segment == 0) extents.push_back({tensor.offset, tensor.byte_size});
   }
+  std::shared_ptr<PoolSegment> prefaulted =
+      options_.reserve != nullptr ? options_.reserve->Take(bytes.own()->size()) : nullptr;
   absl::StatusOr<std::shared_ptr<PoolSegment>> copy =
-      CopyUploadSegment(pool_, fs_, *bytes.own(), extents, options_.read_threads, progress);
+      CopyUploadSegment(pool_, fs_, *bytes.own(), std::move(prefaulted), extents,
+                        options_.read_threads, progress);
   if (!copy.ok()) {
     (void)Abort(lease_id, upload_id);
     return copy.status();
@@ -781,6 +795,7 @@ StoreStats ComponentStore::Stats() const {
   stats.sessions = static_cast<uint32_t>(sessions_.size());
   stats.evictions = evictions_;
   stats.adopted = adopted_;
+  if (options_.reserve != nullptr) stats.prefaulted_ready_bytes = options_.reserve->ready_bytes();
   return stats;
 }
 

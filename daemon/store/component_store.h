@@ -43,6 +43,7 @@
 #include "absl/time/time.h"
 #include "daemon/identity/caller.h"
 #include "daemon/pool/host_pool.h"
+#include "daemon/pool/segment_reserve.h"
 #include "daemon/session/lease_registry.h"
 #include "daemon/session/session_registry.h"
 #include "daemon/store/backing_files.h"
@@ -161,6 +162,7 @@ struct StoreStats {
   uint64_t file_bytes = 0;     // tensor bytes of READY file-tier components
   uint32_t backing_files = 0;  // descriptors they hold, and pooled ones kept for demotion
   uint64_t spilled_bytes = 0;  // bytes of uploads' spill files on disk
+  uint64_t prefaulted_ready_bytes = 0;  // the pre-faulted reserve's segment ready now
 };
 
 struct StoreOptions {
@@ -188,6 +190,10 @@ struct StoreOptions {
   std::string spill_directory = "";
   uint64_t spill_budget_bytes = 0;
   uint64_t max_spill_bytes_per_uid = 0;
+  // The pre-faulted reserve the segments ddod fills itself come from when it has one ready
+  // (loads, promotions, the copy of an upload at commit); nullptr: none. It must outlive the
+  // store.
+  SegmentReserve* reserve = nullptr;
   // The manifest's writes, the safetensors reads and the removal of leftover segments go
   // through it (nullptr: the pool's, HostPool::file_system()); it must outlive the store.
   FileSystem* file_system = nullptr;
@@ -549,10 +555,16 @@ class ComponentStore {
                                 const std::vector<TensorEntry>& tensors, ComponentBytes& bytes,
                                 WorkProgress* progress);
   // Allocates the placeholder's own segment of `span` bytes outside the lock and answers the
-  // upload (ABORTED when the lease ended meanwhile, CANCELLED when `progress` was).
+  // upload (ABORTED when the lease ended meanwhile, CANCELLED when `progress` was). A segment
+  // ddod fills itself (`by_ddod`: a load) comes from the pre-faulted reserve when it can.
   absl::StatusOr<RegisterResult> AllocateUpload(const std::string& upload_id,
                                                 const std::string& cache_key, uint64_t span,
-                                                const Caller& caller, WorkProgress* progress);
+                                                const Caller& caller, WorkProgress* progress,
+                                                bool by_ddod = false);
+  // A segment of `span` bytes that ddod's readers fill (SegmentTarget): the pre-faulted
+  // reserve's when one is ready and large enough, else a new one reserved in /dev/shm.
+  absl::StatusOr<std::shared_ptr<PoolSegment>> AllocateToFill(uint64_t span,
+                                                              WorkProgress* progress);
   // Evicts unused READY components, least recently used first, until `bytes` fit. Only those
   // whose eviction releases bytes count (a base whose bytes a derived version uses releases
   // nothing until that one goes too); the components under `for_key` and `spared` (KeyOf

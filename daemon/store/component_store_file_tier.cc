@@ -25,6 +25,7 @@
 #include "daemon/store/component_store.h"
 #include "daemon/store/direct_reader.h"
 #include "daemon/store/parallel_reader.h"
+#include "daemon/store/segment_fill.h"
 #include "daemon/store/tier_units.h"
 #include "ddo/wire/display_text.h"
 
@@ -136,13 +137,14 @@ absl::Status ReadIntoSegment(const BackingFiles& files, const std::vector<size_t
                              const std::vector<TensorEntry>& pooled, PoolSegment& segment,
                              int threads, const std::function<bool()>& cancelled,
                              FileSystem* fs) {
-  DDO_ASSIGN_OR_RETURN(UniqueFd target, segment.OpenForWriting());
+  DDO_ASSIGN_OR_RETURN(SegmentTarget target, SegmentTarget::Of(segment));
   std::vector<ReadJob> jobs;
   for (size_t j = 0; j < pooled.size(); ++j) {
     const FileRange& range = files.ranges()[indices[j]];
     const BackingFile& file = files.FileOf(range);
-    jobs.push_back({file.get(), range.offset, nullptr, range.bytes, file.name, target.get(),
-                    pooled[j].offset, segment.name()});
+    ReadJob job{file.get(), range.offset, nullptr, range.bytes, file.name};
+    target.Aim(job, pooled[j].offset);
+    jobs.push_back(std::move(job));
   }
   return ReadInParallel(jobs, threads, {}, cancelled, kDefaultReadChunkBytes, fs);
 }
@@ -178,8 +180,7 @@ ComponentSnapshot ComponentStore::PromoteToFit(const Caller& caller,
       return loaded;
     }
   }
-  absl::StatusOr<std::shared_ptr<PoolSegment>> segment =
-      pool_.Allocate(span, nullptr, SegmentPages::kReserved);
+  absl::StatusOr<std::shared_ptr<PoolSegment>> segment = AllocateToFill(span, nullptr);
   if (!segment.ok()) {
     Logger("store")->info("'{}' stays in its files: {}", EscapeForDisplay(loaded.cache_key),
                           segment.status().message());

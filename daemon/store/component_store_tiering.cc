@@ -25,6 +25,7 @@
 #include "daemon/common/status_macros.h"
 #include "daemon/store/component_store.h"
 #include "daemon/store/parallel_reader.h"
+#include "daemon/store/segment_fill.h"
 #include "daemon/store/tier_units.h"
 #include "ddo/wire/display_text.h"
 
@@ -165,7 +166,7 @@ void PlanPromotion(Promotion& promotion, const std::vector<bool>* in_file,
 absl::Status ReadPromotion(const Promotion& promotion,
                            const std::vector<bool>* in_file, PoolSegment& segment, int threads,
                            const std::function<bool()>& cancelled, FileSystem* fs) {
-  DDO_ASSIGN_OR_RETURN(UniqueFd target, segment.OpenForWriting());
+  DDO_ASSIGN_OR_RETURN(SegmentTarget target, SegmentTarget::Of(segment));
   std::vector<UniqueFd> sources;
   for (const auto& old : promotion.old_segments) {
     DDO_ASSIGN_OR_RETURN(UniqueFd source, old->OpenForWriting());
@@ -178,13 +179,13 @@ absl::Status ReadPromotion(const Promotion& promotion,
     if (InFile(in_file, i)) {
       const FileRange& range = promotion.files->ranges()[i];
       const BackingFile& file = promotion.files->FileOf(range);
-      jobs.push_back({file.get(), range.offset, nullptr, range.bytes, file.name, target.get(),
-                      promotion.pooled[j].offset, segment.name()});
+      jobs.push_back({file.get(), range.offset, nullptr, range.bytes, file.name});
     } else {
       const auto& old = promotion.old_segments.at(now.segment);
       jobs.push_back({sources[now.segment].get(), now.offset, nullptr, now.byte_size,
-                      old->name(), target.get(), promotion.pooled[j].offset, segment.name()});
+                      old->name()});
     }
+    target.Aim(jobs.back(), promotion.pooled[j].offset);
   }
   return ReadInParallel(jobs, threads, {}, cancelled, kDefaultReadChunkBytes, fs);
 }
@@ -300,7 +301,7 @@ absl::StatusOr<uint64_t> ComponentStore::Promote(const std::string& cache_key,
   };
   const absl::Time started = absl::Now();
   DDO_ASSIGN_OR_RETURN(std::shared_ptr<PoolSegment> segment,
-                       pool_.Allocate(promotion->span, nullptr, SegmentPages::kReserved));
+                       AllocateToFill(promotion->span, nullptr));
   absl::Status read = ReadPromotion(*promotion, promotion->in_file.get(), *segment, options_.read_threads,
                                     cancelled, &fs_);
   if (!read.ok()) {

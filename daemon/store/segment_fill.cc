@@ -8,19 +8,39 @@
 #include "daemon/store/parallel_reader.h"
 
 namespace ddo {
+
+absl::StatusOr<SegmentTarget> SegmentTarget::Of(PoolSegment& segment) {
+  if (segment.prefaulted()) return SegmentTarget(segment, UniqueFd());
+  DDO_ASSIGN_OR_RETURN(UniqueFd fd, segment.OpenForWriting());
+  return SegmentTarget(segment, std::move(fd));
+}
+
+void SegmentTarget::Aim(ReadJob& job, uint64_t offset) const {
+  job.destination_name = segment_->name();
+  if (fd_.valid()) {
+    job.destination = nullptr;
+    job.destination_fd = fd_.get();
+    job.destination_offset = offset;
+  } else {
+    job.destination = segment_->data() + offset;
+    job.destination_fd = -1;
+  }
+}
+
 absl::StatusOr<FillTimes> FillSegmentFromFiles(
     const SafetensorsSet& set, const std::vector<TensorEntry>& laid_out, PoolSegment& segment,
     int threads, const std::function<void(uint64_t, uint64_t)>& progress,
     const std::function<bool()>& cancelled, FileSystem* fs) {
-  DDO_ASSIGN_OR_RETURN(UniqueFd target, segment.OpenForWriting());
+  DDO_ASSIGN_OR_RETURN(SegmentTarget target, SegmentTarget::Of(segment));
   std::vector<ReadJob> jobs;
   std::vector<ByteRange> extents;
   size_t index = 0;
   for (const SafetensorsFile& file : set.files) {
     for (const SafetensorsTensor& source : file.tensors) {
       const TensorEntry& placed = laid_out.at(index++);
-      jobs.push_back({file.fd.get(), source.file_offset, nullptr, source.byte_size, file.name,
-                      target.get(), placed.offset, segment.name()});
+      ReadJob job{file.fd.get(), source.file_offset, nullptr, source.byte_size, file.name};
+      target.Aim(job, placed.offset);
+      jobs.push_back(std::move(job));
       extents.push_back({placed.offset, source.byte_size});
     }
   }

@@ -2,8 +2,9 @@
 //
 // Fills a new pool segment with a load's tensors at memory speed: reader threads read each
 // tensor from its file (through the descriptor the file was validated through, never by path)
-// and write it at its place through the segment's own descriptor, so that no page is zeroed
-// before it is filled; a RangePinner page-locks the segment part by part (256 MiB, cut at
+// and put it at its place (SegmentTarget: through the mapping of a pre-faulted segment, else
+// through the segment's own descriptor, so that no page is zeroed before it is filled); a
+// RangePinner page-locks the segment part by part (256 MiB, cut at
 // tensor starts) as the parts are written, so that pinning overlaps reading.
 //
 // Thread-safety: FillSegmentFromFiles may be called from any thread; nothing else may write
@@ -19,9 +20,27 @@
 #include "daemon/common/file_system.h"
 #include "daemon/layout/tensor_table.h"
 #include "daemon/pool/host_pool.h"
+#include "daemon/store/parallel_reader.h"
 #include "daemon/store/safetensors.h"
 
 namespace ddo {
+
+// Where reader threads put bytes into a pool segment: through its mapping when its pages exist
+// already (PoolSegment::prefaulted, the reserve's: nothing faults, and writes into one tmpfs
+// file would serialise on its lock), else through its descriptor (pages written whole through
+// it are never zeroed; a mapping would fault and zero each first).
+class SegmentTarget {
+ public:
+  // Errors: opening the segment's descriptor (for one that is not pre-faulted).
+  static absl::StatusOr<SegmentTarget> Of(PoolSegment& segment);
+  // Points `job` (its source already set) at `offset` of the segment.
+  void Aim(ReadJob& job, uint64_t offset) const;
+
+ private:
+  SegmentTarget(PoolSegment& segment, UniqueFd fd) : segment_(&segment), fd_(std::move(fd)) {}
+  PoolSegment* segment_;
+  UniqueFd fd_;  // invalid for a pre-faulted segment
+};
 
 // What a fill took.
 struct FillTimes {

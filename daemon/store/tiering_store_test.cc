@@ -50,17 +50,46 @@ class TieringStoreTest : public ::testing::Test {
   void TearDown() override {
     store_->Close(/*discard=*/true);
     store_.reset();
+    reserve_.reset();
   }
   void Restart() {
     if (store_ != nullptr) store_->Close(/*discard=*/false);
     store_.reset();
+    reserve_.reset();
     registry_ = std::make_unique<SessionRegistry>();
     pool_ = std::make_unique<HostPool>(pool_options_);
     StoreOptions options{dir_.Join("manifest.json"), 2};
     options.max_backing_files_per_uid = max_backing_files_per_uid_;
     options.file_system = &fs_;
+    if (reserve_bytes_ > 0) {
+      SegmentReserveOptions reserve;
+      reserve.target_bytes = reserve_bytes_;
+      reserve.refill_delay = absl::ZeroDuration();
+      reserve.retry_interval = absl::Milliseconds(10);
+      reserve_ = std::make_unique<SegmentReserve>(*pool_, reserve);
+      options.reserve = reserve_.get();
+    }
     store_ = std::make_unique<ComponentStore>(*pool_, *registry_, options);
     store_->AdoptPrevious();
+    if (reserve_ != nullptr) reserve_->Start();
+  }
+  // Waits (up to 20 s) for the pre-faulted reserve to have a segment ready.
+  bool ReserveReady() {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (reserve_->ready_bytes() == 0) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return true;
+  }
+  // Whether `key`'s own segment came from the pre-faulted reserve.
+  bool InPrefaultedSegment(const std::string& key) {
+    auto attached = store_->AttachHost(lease_, key);
+    EXPECT_TRUE(attached.ok()) << attached.status();
+    if (!attached.ok()) return false;
+    const bool prefaulted = attached->bytes.own() != nullptr && attached->bytes.own()->prefaulted();
+    EXPECT_TRUE(store_->Detach(attached->session_id, lease_.caller).ok());
+    return prefaulted;
   }
   absl::StatusOr<LoadResult> Load(const std::string& key, const Lease* lease = nullptr) {
     SafetensorsRequest request;
@@ -79,7 +108,7 @@ class TieringStoreTest : public ::testing::Test {
   }
   void ExpectWithinBudget() {
     const PoolUsage usage = pool_->Usage();
-    EXPECT_LE(usage.reserved_bytes, usage.budget_bytes);
+    EXPECT_LE(usage.reserved_bytes + usage.reserve_bytes, usage.budget_bytes);
     EXPECT_LE(usage.pinned_bytes, usage.reserved_bytes);
   }
   // Every tensor of `key`, read where the component has it now, equals the file's.
@@ -106,8 +135,10 @@ class TieringStoreTest : public ::testing::Test {
   std::vector<std::pair<std::string, std::string>> payloads_;
   PoolOptions pool_options_;
   size_t max_backing_files_per_uid_ = 256;
+  uint64_t reserve_bytes_ = 0;  // a pre-faulted reserve of this size, when not 0
   std::unique_ptr<SessionRegistry> registry_;
   std::unique_ptr<HostPool> pool_;
+  std::unique_ptr<SegmentReserve> reserve_;
   std::unique_ptr<ComponentStore> store_;
   Lease lease_{RandomId(), 1234, "test", absl::Now(), DaemonCaller()};
 };
@@ -190,6 +221,36 @@ TEST_F(TieringStoreTest, PromoteReadsBackInPartThenWhole) {
   Restart();
   EXPECT_EQ(TierOf("a"), ComponentTier::kPool);
   ExpectBytesEqualTheFiles("a");
+}
+
+TEST_F(TieringStoreTest, LoadsAndPromotionsReadIntoThePrefaultedReserveWithinTheBudget) {
+  // Two components and a session margin (4.75 MiB), or one, the reserve and the margin.
+  pool_options_.budget_bytes = 38 * kMiB;
+  reserve_bytes_ = 16 * kMiB;
+  Restart();
+  ASSERT_TRUE(ReserveReady());
+  ASSERT_TRUE(Load("a").ok());
+  EXPECT_TRUE(InPrefaultedSegment("a"));
+  ExpectBytesEqualTheFiles("a");
+  ASSERT_TRUE(ReserveReady()) << "made again in the room left";
+  ASSERT_TRUE(Load("b").ok());
+  EXPECT_TRUE(InPrefaultedSegment("b"));
+  EXPECT_EQ(pool_->Usage().reserve_bytes, 0u) << "no room for another";
+  // "a" goes to its files; the room it leaves is the reserve's until "a" is read back.
+  ASSERT_EQ(store_->DemoteForRoom(DaemonCaller(), 16 * kMiB, {"b"}).size(), 1u);
+  ASSERT_TRUE(ReserveReady());
+  ExpectWithinBudget();
+  auto moved = store_->Promote("a", DaemonCaller(), [] { return false; });
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, 16 * kMiB);
+  EXPECT_EQ(TierOf("a"), ComponentTier::kPool);
+  EXPECT_TRUE(InPrefaultedSegment("a"));
+  ExpectBytesEqualTheFiles("a");
+  ExpectBytesEqualTheFiles("b");
+  ExpectWithinBudget();
+  // Loads that find the reserve too small or gone still work, from fresh segments.
+  ASSERT_TRUE(Load("c").ok());  // makes room by demoting
+  ExpectBytesEqualTheFiles("c");
 }
 
 TEST_F(TieringStoreTest, AWholeOnlyPromotionWithoutRoomForAllMovesNothing) {
