@@ -56,7 +56,9 @@ def pool_bytes(ddod) -> int:
 
 
 def test_t3_6_tiny_tensors_cannot_pass_the_user_limit(ddod_factory, attacker):
-    ddod = ddod_factory("", "--max-user-pool-gb", "0.25")
+    # No pre-faulted reserve: pool_bytes counts every segment in /dev/shm, and the reserve's is
+    # ddod's, not the user's.
+    ddod = ddod_factory("", "--max-user-pool-gb", "0.25", "--prefaulted-reserve-gb", "0")
     result = run_as(attacker, ddod,
                     FILLS_THE_POOL.format(rounds=14, tensors=8000), timeout=120)
     codes = [outcome["code"] for outcome in result["outcomes"]]
