@@ -111,11 +111,7 @@ ComponentStore::ComponentStore(HostPool& pool, SessionRegistry& sessions, StoreO
       fs_(options_.file_system != nullptr ? *options_.file_system : pool_.file_system()),
       clock_(options_.clock != nullptr ? options_.clock : [] { return absl::Now(); }),
       spill_ledger_(options_.spill_directory.empty() ? 0 : options_.spill_budget_bytes,
-                    options_.max_spill_bytes_per_uid),
-      spill_worker_([this](uid_t uid, const std::string& key,
-                           const std::function<bool()>& cancelled) {
-        SpillUpload(uid, key, cancelled);
-      }) {}
+                    options_.max_spill_bytes_per_uid) {}
 
 ComponentStore::~ComponentStore() { Close(/*discard=*/false); }
 
@@ -800,7 +796,7 @@ StoreStats ComponentStore::Stats() const {
 }
 
 void ComponentStore::Close(bool discard) {
-  spill_worker_.Stop();  // before mu_: a spill takes it
+  spills_.Stop();  // before mu_: a spill takes it
   absl::MutexLock lock(&mu_);
   if (closed_) return;
   closed_ = true;

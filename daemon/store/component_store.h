@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/common/background_queue.h"
 #include "daemon/identity/caller.h"
 #include "daemon/pool/host_pool.h"
 #include "daemon/pool/segment_reserve.h"
@@ -51,7 +52,6 @@
 #include "daemon/store/file_identity.h"
 #include "daemon/store/safetensors.h"
 #include "daemon/store/spill_ledger.h"
-#include "daemon/store/spill_worker.h"
 #include "daemon/layout/tensor_table.h"
 
 namespace ddo {
@@ -362,7 +362,7 @@ class ComponentStore {
   void SpillUpload(uid_t uid, const std::string& cache_key,
                    const std::function<bool()>& cancelled);
   // Waits until no spill is queued or running (tests).
-  void WaitSpills() { spill_worker_.WaitIdle(); }
+  void WaitSpills() { spills_.WaitIdle(); }
 
   // At shutdown: with `discard`, every segment and the manifest are removed; otherwise
   // READY components stay in /dev/shm for the next ddod, unfinished uploads are removed.
@@ -611,8 +611,9 @@ class ComponentStore {
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t adopted_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  // Last: stopped (Close) before the members its jobs use go.
-  SpillWorker spill_worker_;
+  // The spills of uploads (SpillUpload), on their own thread. Last: stopped (Close) before
+  // the members its jobs use go.
+  BackgroundQueue spills_;
 };
 
 // 16 hex digits naming a component: a hash of its key and structure.

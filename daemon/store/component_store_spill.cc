@@ -41,9 +41,13 @@ void ComponentStore::QueueSpillsLocked() {
   const PoolUsage usage = pool_.Usage();
   if (usage.reserved_bytes < usage.budget_bytes / 4 * 3) return;
   for (const auto& [key, component] : components_) {
-    if (SpillableLocked(component)) {
-      spill_worker_.Enqueue(component.info.owner_uid, component.info.cache_key);
-    }
+    if (!SpillableLocked(component)) continue;
+    // Queued once (by its KeyOf) until it ran; no request waits for the disk write.
+    spills_.Enqueue(key, [this, uid = component.info.owner_uid, cache_key =
+                                                                   component.info.cache_key](
+                             const std::function<bool()>& cancelled) {
+      SpillUpload(uid, cache_key, cancelled);
+    });
   }
 }
 
