@@ -1,8 +1,8 @@
 // File: daemon/common/background_queue.h
 //
 // One background thread that runs queued jobs one after the other, so that no request waits
-// for them: the store's spills of uploads (store/spill_worker.h) and the promotions a pipeline
-// phase prefetches (stream/pool_prefetcher.h). Every job has a key; a key is queued at most
+// for them: the store's spills of uploads (ComponentStore::QueueSpillsLocked) and the
+// promotions a pipeline phase prefetches (stream/pool_prefetcher.h). Every job has a key; a key is queued at most
 // once among the jobs not cancelled, and jobs are cancelled by key: a cancelled job that is
 // queued is dropped, one that runs sees its `cancelled()` turn true and stops at its next
 // chunk. The thread starts with the first job.
