@@ -645,11 +645,12 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::ReadAndCommit(
   DDO_ASSIGN_OR_RETURN(ComponentSnapshot ready, Commit(lease.id, begun.upload_id));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   Logger("store")->info(
-      "loaded '{}' from {} file(s): {} in {:.2f} s ({:.2f} GB/s; reading {:.2f} s on {} threads, "
+      "loaded '{}' from {} file(s): {} in {:.2f} s ({:.2f} GB/s; reading {:.2f} s on {} threads{}{}, "
       "{})",
       ready.cache_key, set.files.size(), FormatBytes(set.total_bytes), seconds,
       seconds > 0 ? static_cast<double>(set.total_bytes) / seconds / 1e9 : 0.0, filled->read_s,
-      options_.read_threads,
+      options_.read_threads, filled->direct ? ", past the page cache" : "",
+      bytes->own()->prefaulted() ? " into the pre-faulted reserve" : "",
       filled->pinned ? absl::StrFormat("pinned as it was read, %.2f s after", filled->pin_wait_s)
                      : std::string("not pinned while reading"));
   return ready;

@@ -5,6 +5,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
 #include "daemon/pool/range_pinner.h"
+#include "daemon/store/direct_fill.h"
 #include "daemon/store/parallel_reader.h"
 
 namespace ddo {
@@ -53,11 +54,28 @@ absl::StatusOr<FillTimes> FillSegmentFromFiles(
   FillTimes times;
   const uint64_t total = set.total_bytes;
   const absl::Time reading = absl::Now();
-  DDO_RETURN_IF_ERROR(ReadInParallel(
-      jobs, threads, [&](uint64_t done) { progress(done, total); }, cancelled,
-      kDefaultReadChunkBytes, fs, [&](size_t job, uint64_t bytes) {
-        pinner.Written(part_of[job], bytes);
-      }));
+  // A cold load into existing pages reads past the page cache (direct_fill.h), where the file
+  // system allows it; the buffered reads below otherwise.
+  absl::Status direct = absl::UnimplementedError("warm or fresh");
+  if (segment.prefaulted() && MostlyUncached(set)) {
+    direct = FillDirect(
+        set, laid_out, segment, threads,
+        [&](size_t tensor, uint64_t bytes) { pinner.Written(part_of[tensor], bytes); }, progress,
+        cancelled, fs);
+    times.direct = direct.ok();
+    if (absl::IsUnimplemented(direct)) {
+      Logger("store")->info("reading {} through the page cache: {}", segment.name(),
+                            direct.message());
+    }
+  }
+  if (!direct.ok() && !absl::IsUnimplemented(direct)) return direct;
+  if (!direct.ok()) {
+    DDO_RETURN_IF_ERROR(ReadInParallel(
+        jobs, threads, [&](uint64_t done) { progress(done, total); }, cancelled,
+        kDefaultReadChunkBytes, fs, [&](size_t job, uint64_t bytes) {
+          pinner.Written(part_of[job], bytes);
+        }));
+  }
   const absl::Time read = absl::Now();
   times.read_s = absl::ToDoubleSeconds(read - reading);
   if (absl::Status pinned = pinner.Finish(); !pinned.ok()) {

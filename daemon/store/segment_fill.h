@@ -47,6 +47,7 @@ struct FillTimes {
   double read_s = 0;      // reading and writing, all threads
   double pin_wait_s = 0;  // pinning left after the reading ended
   bool pinned = false;    // every part pinned (false without CUDA, or after a pinning error)
+  bool direct = false;    // read past the page cache (a cold load into a pre-faulted segment)
 };
 
 // Reads the tensors of `set` (in file order) to the offsets `laid_out` gives them (the same

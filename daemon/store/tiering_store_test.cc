@@ -3,6 +3,9 @@
 // anything, DemoteForRoom demotes a caller's own components, and Promote reads one back,
 // whole or in part. After every step the pool holds no more than its budget and the bytes
 // read through the component equal the files.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -229,6 +232,12 @@ TEST_F(TieringStoreTest, LoadsAndPromotionsReadIntoThePrefaultedReserveWithinThe
   reserve_bytes_ = 16 * kMiB;
   Restart();
   ASSERT_TRUE(ReserveReady());
+  // Cold: read past the page cache (direct_fill.h) where the file system allows it.
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ::fsync(fd);  // written pages are dropped only once clean
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
   ASSERT_TRUE(Load("a").ok());
   EXPECT_TRUE(InPrefaultedSegment("a"));
   ExpectBytesEqualTheFiles("a");
