@@ -312,7 +312,7 @@ def main() -> int:
     # ddod's own account of the load: segment, read and pin times.
     phases = [line.split(" store: ", 1)[1].strip()
               for line in (work / "ddod.log").read_text().splitlines()
-              if " store: " in line and "bench/model" in line]
+              if " store: " in line and ("bench/model" in line or "bench/cold" in line)]
 
     anchor_figures = anchor(path)
     bound = copy_bound_gbps(min(tensor_bytes, 2 << 30))
