@@ -42,6 +42,7 @@ from typing import Any, Dict, List
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_flux_stream as flux  # noqa: E402
+from bench_pool_load import drop_page_cache  # noqa: E402
 
 GIB = flux.GIB
 MODES = ("ddo-file", "ddo-pool", "group")
@@ -49,7 +50,9 @@ MODES = ("ddo-file", "ddo-pool", "group")
 RUNNER = r"""
 import json, os, sys, time
 cfg = json.loads(sys.argv[1])
+sys.path.insert(0, cfg["bench_dir"])
 import torch
+from bench_flux_stream import make_inputs
 from diffusers import FluxTransformer2DModel
 from diffusers_dynamic_offloader import DdoClient
 from diffusers_dynamic_offloader._proto import sessions_pb2
@@ -83,18 +86,7 @@ else:
     mine = [s.device_bytes for s in listed if s.client_pid == os.getpid()]
     torch.cuda.set_per_process_memory_fraction(
         min(1.0, max(0.0, (cap - (max(mine) if mine else 0)) / total)))
-side = cfg["resolution"] // 16
-dev, bf16 = "cuda", torch.bfloat16
-img_ids = torch.zeros(side, side, 3, device=dev)
-img_ids[..., 1] = torch.arange(side, device=dev)[:, None]
-img_ids[..., 2] = torch.arange(side, device=dev)[None, :]
-inputs = dict(
-    hidden_states=torch.randn(1, side * side, 64, device=dev, dtype=bf16),
-    encoder_hidden_states=torch.randn(1, cfg["text_tokens"], 4096, device=dev, dtype=bf16),
-    pooled_projections=torch.randn(1, 768, device=dev, dtype=bf16),
-    timestep=torch.tensor([0.5], device=dev, dtype=bf16),
-    img_ids=img_ids.reshape(side * side, 3), txt_ids=torch.zeros(cfg["text_tokens"], 3, device=dev),
-    guidance=torch.tensor([3.5], device=dev), return_dict=False)
+inputs = make_inputs(cfg["resolution"], cfg["text_tokens"], "cuda")
 with torch.no_grad():
     model(**inputs)
 torch.cuda.synchronize()
@@ -148,12 +140,7 @@ def drop_from_page_cache(paths: List[Path]) -> float:
     """Syncs and drops the files' pages; returns the fraction still resident afterwards."""
     os.sync()
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        drop_page_cache(path)
     return resident_fraction(paths)
 
 
@@ -235,6 +222,7 @@ def main() -> int:
     budget = model_bytes / GIB * 1.2 + 4
     ddod = flux.Ddod(args.ddod, work, ["--ram-budget-gb", f"{budget:.0f}"])
     payload = {"address": ddod.address, "key": "bench/flux-cold", "config": config,
+               "bench_dir": str(Path(__file__).resolve().parent),
                "folder": str(folder), "cap_gib": args.cap, "resolution": args.resolution,
                "text_tokens": args.text_tokens,
                "settings": flux.ddo_settings(args.cap, args.activation_reserve_gb, args)}
