@@ -41,6 +41,10 @@ std::shared_ptr<PoolSegment> SegmentReserve::Take(uint64_t bytes) {
   {
     absl::MutexLock lock(&mu_);
     if (ready_ == nullptr || ready_->size() < HostPool::Footprint(bytes)) return nullptr;
+    // A small load gets a fresh segment: cutting the reserve for it would throw away most of
+    // what was made, and a caller could keep ddod making reserves with loads that cost it
+    // little.
+    if (HostPool::Footprint(bytes) < target_ / kSmallestShare) return nullptr;
     taken = std::move(ready_);
     not_before_ = absl::Now() + options_.refill_delay;
     changed_.SignalAll();

@@ -41,6 +41,9 @@ struct SegmentReserveOptions {
 
 class SegmentReserve final : public PoolYielder {
  public:
+  // A take must be at least 1/kSmallestShare of the target.
+  static constexpr uint64_t kSmallestShare = 4;
+
   // Registers itself as `pool`'s yielder; makes nothing until Start.
   SegmentReserve(HostPool& pool, SegmentReserveOptions options);
   SegmentReserve(const SegmentReserve&) = delete;
@@ -52,7 +55,8 @@ class SegmentReserve final : public PoolYielder {
   void Start();
 
   // The ready segment, cut to HostPool::Footprint(bytes) and counted as an ordinary one; null
-  // when none is ready or the ready one is smaller.
+  // when none is ready, the ready one is smaller, or `bytes` are less than a quarter of the
+  // target (kSmallestShare).
   std::shared_ptr<PoolSegment> Take(uint64_t bytes);
 
   // Gives the ready segment back and cancels one being made (PoolYielder).

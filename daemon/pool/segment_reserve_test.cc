@@ -103,6 +103,18 @@ TEST(SegmentReserveTest, ALoadLargerThanTheReserveGetsNothingFromIt) {
   EXPECT_EQ(reserve.ready_bytes(), 8 * kMiB) << "still ready for the next";
 }
 
+TEST(SegmentReserveTest, ASmallLoadGetsNothingFromIt) {
+  HostPool pool(Options(64 * kMiB));
+  SegmentReserve reserve(pool, ReserveOf(16 * kMiB));
+  reserve.Start();
+  ASSERT_TRUE(Eventually([&] { return reserve.ready_bytes() > 0; }));
+  EXPECT_EQ(reserve.Take(2 * kMiB), nullptr) << "an eighth: a fresh segment serves it";
+  EXPECT_EQ(reserve.ready_bytes(), 16 * kMiB);
+  std::shared_ptr<PoolSegment> quarter = reserve.Take(4 * kMiB);
+  ASSERT_NE(quarter, nullptr);
+  quarter->MarkDiscarded();
+}
+
 TEST(SegmentReserveTest, AnAllocationThatNeedsTheRoomGetsItFromTheReserve) {
   HostPool pool(Options(32 * kMiB));
   SegmentReserve reserve(pool, ReserveOf(24 * kMiB));
