@@ -92,9 +92,13 @@ void SegmentReserve::Run() {
     const absl::Time started = absl::Now();
     absl::StatusOr<std::shared_ptr<PoolSegment>> made = pool_.AllocateReserve(target_, &progress);
     const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
+    // Yielded while it was being made: its bytes go back here, before making_ is cleared, so
+    // that the yield (which waits for that) returns with the room free. A yield that comes
+    // after this finds the segment in ready_ and drops it itself.
+    if (made.ok() && progress.cancelled()) made = absl::CancelledError("yielded");
     mu_.Lock();
     making_ = nullptr;
-    if (made.ok() && !progress.cancelled() && !stopping_) {
+    if (made.ok() && !stopping_) {
       ready_ = *std::move(made);
       reported_no_room_ = false;
       Logger("pool")->info("pre-faulted reserve ready: {} in {:.2f} s", FormatBytes(target_),
@@ -108,7 +112,7 @@ void SegmentReserve::Run() {
         Logger("pool")->warn("pre-faulted reserve: {}", made.status().message());
       }
       not_before_ = absl::Now() + options_.retry_interval;
-      if (made.ok()) {  // made but cancelled meanwhile: it goes, outside the lock
+      if (made.ok()) {  // made while ddod stops: it goes, outside the lock
         std::shared_ptr<PoolSegment> dropped = *std::move(made);
         mu_.Unlock();
         dropped.reset();

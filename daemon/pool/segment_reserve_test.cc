@@ -130,6 +130,20 @@ TEST(SegmentReserveTest, AnAllocationThatNeedsTheRoomGetsItFromTheReserve) {
   (*segment)->MarkDiscarded();
 }
 
+TEST(SegmentReserveTest, AnAllocationWhileTheSegmentIsBeingMadeGetsTheRoom) {
+  HostPool pool(Options(600 * kMiB));
+  SegmentReserve reserve(pool, ReserveOf(512 * kMiB));
+  reserve.Start();
+  // Populating 512 MiB takes a while: the allocation comes while it runs, or just after.
+  ASSERT_TRUE(Eventually([&] { return pool.Usage().reserve_bytes > 0; }));
+  auto segment = pool.Allocate(400 * kMiB);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  EXPECT_EQ(pool.Usage().reserved_bytes, 400 * kMiB);
+  EXPECT_EQ(pool.Usage().reserve_bytes, 0u);
+  EXPECT_EQ(pool.ListSegmentNames().size(), 1u) << "the reserve's segment is gone";
+  (*segment)->MarkDiscarded();
+}
+
 TEST(SegmentReserveTest, AHoldThatNeedsTheRoomGetsItFromTheReserve) {
   HostPool pool(Options(32 * kMiB));
   SegmentReserve reserve(pool, ReserveOf(24 * kMiB));
