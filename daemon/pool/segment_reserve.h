@@ -5,8 +5,9 @@
 // page cache (the kernel zeroes every fresh shared-memory page, and writes into one tmpfs file
 // serialise on its inode); a load that takes the reserve instead reads its files straight into
 // pages that exist, from several threads, and the segment is cut to the load's size (the pages
-// past it are freed). A background thread makes the next one, a second after the last take,
-// while the pool has room for it.
+// past it are freed). A background thread makes the next one 3 s after the last take (so as not
+// to compete with the taker's own fill, or with the next loads of a pipeline), while the pool
+// has room for it.
 //
 // The reserve counts in the RAM budget (PoolUsage::reserve_bytes) but never costs anyone
 // room: the pool asks it to Yield before refusing an allocation or a hold, and the store's
@@ -32,9 +33,10 @@ namespace ddo {
 struct SegmentReserveOptions {
   // The size of the segment kept ready (rounded up to the pool's granularity); 0: no reserve.
   uint64_t target_bytes = 0;
-  // How long after a take (or a yield) the next segment is made: loads that come in a row
-  // (a pipeline's components) are not slowed by a refill competing for memory bandwidth.
-  absl::Duration refill_delay = absl::Seconds(1);
+  // How long after a take (or a yield) the next segment is made: the taker's fill and loads that
+  // come in a row (a pipeline's components) should not compete with a refill for CPUs and
+  // memory bandwidth.
+  absl::Duration refill_delay = absl::Seconds(3);
   // How often a refill that found no room tries again.
   absl::Duration retry_interval = absl::Seconds(2);
 };

@@ -442,11 +442,8 @@ absl::Status ComponentStore::CopyClientUpload(const std::string& lease_id,
   for (const TensorEntry& tensor : tensors) {
     if (tensor.segment == 0) extents.push_back({tensor.offset, tensor.byte_size});
   }
-  std::shared_ptr<PoolSegment> prefaulted =
-      options_.reserve != nullptr ? options_.reserve->Take(bytes.own()->size()) : nullptr;
   absl::StatusOr<std::shared_ptr<PoolSegment>> copy =
-      CopyUploadSegment(pool_, fs_, *bytes.own(), std::move(prefaulted), extents,
-                        options_.read_threads, progress);
+      CopyUploadSegment(pool_, fs_, *bytes.own(), extents, options_.read_threads, progress);
   if (!copy.ok()) {
     (void)Abort(lease_id, upload_id);
     return copy.status();

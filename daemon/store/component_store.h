@@ -190,9 +190,8 @@ struct StoreOptions {
   std::string spill_directory = "";
   uint64_t spill_budget_bytes = 0;
   uint64_t max_spill_bytes_per_uid = 0;
-  // The pre-faulted reserve the segments ddod fills itself come from when it has one ready
-  // (loads, promotions, the copy of an upload at commit); nullptr: none. It must outlive the
-  // store.
+  // The pre-faulted reserve the segments ddod fills from files come from when it has one
+  // ready (loads, promotions); nullptr: none. It must outlive the store.
   SegmentReserve* reserve = nullptr;
   // The manifest's writes, the safetensors reads and the removal of leftover segments go
   // through it (nullptr: the pool's, HostPool::file_system()); it must outlive the store.

@@ -20,45 +20,10 @@
 
 namespace ddo {
 
-namespace {
-
-// Copies [offset, offset + length) of `upload` to the same place of `copy`: read into its
-// mapping when it is pre-faulted, else file to file in the kernel, then its pages mapped in
-// bulk. FailedPrecondition when the client truncated the upload.
-absl::Status CopyChunk(FileSystem& fs, int from, int to, const PoolSegment& upload,
-                       PoolSegment& copy, uint64_t offset, uint64_t length) {
-  for (uint64_t done = 0; done < length;) {
-    absl::StatusOr<size_t> copied =
-        copy.prefaulted()
-            ? fs.Read(from, offset + done, copy.data() + offset + done, length - done,
-                      upload.name())
-            : fs.CopyRange(from, to, offset + done, length - done, upload.name());
-    if (!copied.ok()) return copied.status();
-    if (*copied == 0) {
-      return absl::FailedPreconditionError(
-          "the upload segment was truncated by its client before commit");
-    }
-    done += *copied;
-  }
-#ifdef MADV_POPULATE_READ
-  if (!copy.prefaulted()) {
-    (void)::madvise(copy.data() + offset, length, MADV_POPULATE_READ);  // a hint: may fail
-  }
-#endif
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<std::shared_ptr<PoolSegment>> CopyUploadSegment(
     HostPool& pool, FileSystem& fs, const PoolSegment& upload,
-    std::shared_ptr<PoolSegment> into, const std::vector<ByteRange>& extents, int threads,
-    WorkProgress* progress) {
-  std::shared_ptr<PoolSegment> copy = std::move(into);
-  if (copy == nullptr || !copy->prefaulted() || copy->size() < upload.size()) {
-    if (copy != nullptr) copy->MarkDiscarded();
-    DDO_ASSIGN_OR_RETURN(copy, pool.AllocateReplacement(upload));
-  }
+    const std::vector<ByteRange>& extents, int threads, WorkProgress* progress) {
+  DDO_ASSIGN_OR_RETURN(std::shared_ptr<PoolSegment> copy, pool.AllocateReplacement(upload));
   auto discard = absl::MakeCleanup([&] { copy->MarkDiscarded(); });
   std::vector<ByteRange> parts = PinParts(extents, copy->size(), kPinPartBytes);
   std::vector<uint64_t> part_bytes;
@@ -71,10 +36,7 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> CopyUploadSegment(
   // ddod, a full /dev/shm is ENOSPC, and no page of either mapping faults one at a time (on
   // the 2-core test machine, pread into the mapped copy took 4.9 s a GiB, copy_file_range
   // 0.6 s). The copy's pages are then mapped in bulk (MADV_POPULATE_READ), so that the hash
-  // and the pinning that follow do not fault them in one by one either. Into a pre-faulted
-  // copy, whose pages exist, reads through its mapping are faster still (no fault, and no
-  // write lock of the copy's file that the kernel's copies all take in turn); a truncated
-  // upload is a short read there too, never a SIGBUS.
+  // and the pinning that follow do not fault them in one by one either.
   constexpr uint64_t kChunk = uint64_t{32} << 20;
   const uint64_t size = upload.size();
   const uint64_t chunks = (size + kChunk - 1) / kChunk;
@@ -90,11 +52,20 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> CopyUploadSegment(
     for (uint64_t i = next++; i < chunks; i = next++) {
       const uint64_t offset = i * kChunk;
       const uint64_t length = std::min(kChunk, size - offset);
-      if (absl::Status copied = CopyChunk(fs, from.get(), to.get(), upload, *copy, offset, length);
-          !copied.ok()) {
-        fail(std::move(copied));
-        return;
+      for (uint64_t done = 0; done < length;) {
+        absl::StatusOr<size_t> copied =
+            fs.CopyRange(from.get(), to.get(), offset + done, length - done, upload.name());
+        if (!copied.ok() || *copied == 0) {
+          fail(copied.ok() ? absl::FailedPreconditionError(
+                                 "the upload segment was truncated by its client before commit")
+                           : copied.status());
+          return;
+        }
+        done += *copied;
       }
+#ifdef MADV_POPULATE_READ
+      (void)::madvise(copy->data() + offset, length, MADV_POPULATE_READ);  // a hint: may fail
+#endif
       // The upload's pages go as soon as they are copied: the commit holds about a chunk per
       // thread more than the component, not twice it.
       (void)::fallocate(from.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,

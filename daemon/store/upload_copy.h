@@ -22,17 +22,14 @@
 
 namespace ddo {
 
-// A segment with the bytes of `upload`, copied by `threads` threads: `into` when given (a
-// pre-faulted segment of at least the upload's size, from the reserve: read into through its
-// mapping), else a new one of `pool` (copied file to file in the kernel). The upload's pages
-// are punched out as they are copied, then it is truncated and unlinked.
+// A new segment of `pool` with the bytes of `upload`, copied by `threads` threads; the
+// upload's pages are punched out as they are copied, then it is truncated and unlinked.
 // `extents`: where the tensors lie (the pinned parts never split one). `progress` counts the
 // bytes copied. FailedPrecondition when the client truncated the upload; the errors of
 // FileSystem::CopyRange otherwise; on failure the copy is discarded.
 absl::StatusOr<std::shared_ptr<PoolSegment>> CopyUploadSegment(
     HostPool& pool, FileSystem& fs, const PoolSegment& upload,
-    std::shared_ptr<PoolSegment> into, const std::vector<ByteRange>& extents, int threads,
-    WorkProgress* progress);
+    const std::vector<ByteRange>& extents, int threads, WorkProgress* progress);
 
 }  // namespace ddo
 

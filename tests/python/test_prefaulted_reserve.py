@@ -1,6 +1,6 @@
 """The pre-faulted reserve (issue 33, item 3): ddod keeps one shared-memory segment whose pages
-exist already, a load reads its files straight into it and it is cut to the load's size, and
-a commit copies a client's upload into it. The reserve is part of the RAM budget but gives its
+exist already, a load reads its files straight into it and it is cut to the load's size (an
+upload's commit copy does not use it). The reserve is part of the RAM budget but gives its
 room to anything that needs it: against a real ddod on the host backend, loads and uploads
 that together fill the budget evict nothing, the bytes served equal the files, and ddod's
 memory (RssAnon + RssShmem) stays within the budget plus its own heap."""
@@ -66,8 +66,7 @@ def test_loads_and_uploads_fill_the_reserve_and_it_yields_its_room(daemon_factor
         pool = client.stats().pool
         assert pool.reserved_bytes == 64 * MIB  # the reserve's segment, cut to the load
         assert pool.prefaulted_ready_bytes == 0
-        # Made again in the room left (128 of 256 MiB free), then the upload's commit copies
-        # into it.
+        # Made again in the room left (128 of 256 MiB free); an upload beside it.
         assert wait_ready(client, 128 * MIB) == 128 * MIB
         client.register_module("uploaded", towers["uploaded"])
         # 128 MiB in the pool and a reserve made again: a third component of 64 MiB needs
