@@ -56,20 +56,21 @@ absl::StatusOr<FillTimes> FillSegmentFromFiles(
   const absl::Time reading = absl::Now();
   // A cold load into existing pages reads past the page cache (direct_fill.h), where the file
   // system allows it; the buffered reads below otherwise.
-  absl::Status direct = absl::UnimplementedError("warm or fresh");
   if (segment.prefaulted() && MostlyUncached(set)) {
-    direct = FillDirect(
+    absl::Status direct = FillDirect(
         set, laid_out, segment, threads,
         [&](size_t tensor, uint64_t bytes) { pinner.Written(part_of[tensor], bytes); }, progress,
         cancelled, fs);
-    times.direct = direct.ok();
-    if (absl::IsUnimplemented(direct)) {
+    if (direct.ok()) {
+      times.direct = true;
+    } else if (absl::IsUnimplemented(direct)) {  // no direct I/O here: nothing was written
       Logger("store")->info("reading {} through the page cache: {}", segment.name(),
                             direct.message());
+    } else {
+      return direct;
     }
   }
-  if (!direct.ok() && !absl::IsUnimplemented(direct)) return direct;
-  if (!direct.ok()) {
+  if (!times.direct) {
     DDO_RETURN_IF_ERROR(ReadInParallel(
         jobs, threads, [&](uint64_t done) { progress(done, total); }, cancelled,
         kDefaultReadChunkBytes, fs, [&](size_t job, uint64_t bytes) {
