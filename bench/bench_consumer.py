@@ -209,8 +209,10 @@ def build_group_disk(args):
     gc.collect()
     text_encoder_2 = transformers.T5EncoderModel.from_pretrained(
         folder, subfolder="text_encoder_2", torch_dtype=torch.bfloat16)
+    # T5's blocks sit below its top level (encoder.block), where block level finds none and
+    # would onload the whole encoder as one group: leaf level, as diffusers' docs do for it.
     apply_group_offloading(text_encoder_2, offload_to_disk_path=str(Path(args.work) / "gd-t5"),
-                           **options)
+                           **dict(options, offload_type="leaf_level", num_blocks_per_group=None))
     gc.collect()
     pipe = diffusers.FluxPipeline.from_pretrained(
         folder, transformer=transformer, text_encoder_2=text_encoder_2,
@@ -249,14 +251,24 @@ def run_mode(args) -> Dict[str, Any]:
     pipe.vae.enable_tiling()
     result["setup_s"] = time.perf_counter() - started
     pinned = 0
-    for _ in range(args.images):
+    events: List[Dict[str, Any]] = []
+    result["events"] = events
+    for image in range(args.images):
         began = time.perf_counter()
+
+        def record_event(name: str, seconds: float, _image=image, _began=began, **payload: Any):
+            # What each phase and route cost, and what the phase moved (the timeline of a run).
+            moved = {k: v for k, v in payload.items() if k.endswith("_bytes") and v}
+            events.append({"image": _image, "at_s": round(time.perf_counter() - _began, 3),
+                           "event": name, "s": round(seconds, 3), **moved})
+
         with torch.no_grad():
             if client is not None:
                 from diffusers_dynamic_offloader.seed_compat.staged import (flux_stages,
                                                                             run_staged)
 
-                run_staged(pipe, flux_stages(), client=client, offload_kwargs={"environ": {
+                run_staged(pipe, flux_stages(), client=client, record_event=record_event,
+                           offload_kwargs={"environ": {
                     "DDO_VRAM_BUDGET_GB": str(args.cap),
                     "DDO_ACTIVATION_RESERVE_GB": str(args.activation_reserve_gb)}},
                            **call_arguments(args))
@@ -332,6 +344,7 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="small components (a smoke run)")
     parser.add_argument("--mode-timeout", type=float, default=900.0)
     parser.add_argument("--json-out", default="")
+    parser.add_argument("--ddod-log-out", default="", help="where ddod's whole log goes")
     parser.add_argument("--run", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
     parser.add_argument("--ddod-pid", type=int, default=0, help=argparse.SUPPRESS)
@@ -365,6 +378,8 @@ def main() -> int:
             finally:
                 ddod.stop()
                 result.setdefault("ddod_log_tail", ddod.log_tail(1500))
+                if args.ddod_log_out:
+                    Path(args.ddod_log_out).write_text(ddod.log_tail(1 << 22))
         else:
             result = run_in_process(args, mode, [])
         figures["modes"][mode] = result

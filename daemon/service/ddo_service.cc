@@ -689,8 +689,12 @@ grpc::Status DdoService::Phase(grpc::ServerContext* ctx, const ddo::v1::PhaseReq
     keep.insert(request->prefetch().begin(), request->prefetch().end());
     const std::vector<std::string> needed(request->needed().begin(), request->needed().end());
     const std::vector<std::string> prefetch(request->prefetch().begin(), request->prefetch().end());
-    StreamSessions::PhaseResult result =
-        streams_.Phase(*lease, keep, needed, prefetch, !request->keep_pool_bytes());
+    // Only the denoising phase runs its components many times over: only it demotes others.
+    const PoolStep pool_step = request->keep_pool_bytes() ? PoolStep::kNone
+                               : request->phase() == ddo::v1::PHASE_KIND_DENOISE
+                                   ? PoolStep::kDemoteForRoom
+                                   : PoolStep::kIntoFreeRoom;
+    StreamSessions::PhaseResult result = streams_.Phase(*lease, keep, needed, prefetch, pool_step);
     response->set_released_bytes(result.released_bytes);
     response->set_prefetched_bytes(result.prefetched_bytes);
     response->set_demoted_bytes(result.demoted_bytes);

@@ -20,10 +20,10 @@ PhasePrefetcher::PhasePrefetcher(ComponentStore& store, DeviceTable& devices,
 PhaseResult PhasePrefetcher::Begin(const Lease& lease, const std::set<std::string>& keep,
                                    const std::vector<std::string>& needed,
                                    const std::vector<std::string>& prefetch,
-                                   bool move_pool_bytes) {
+                                   PoolStep pool_step) {
   PhaseResult result;
-  if (move_pool_bytes) {
-    MovePoolBytes(lease, keep, needed, prefetch, result);
+  if (pool_step != PoolStep::kNone) {
+    MovePoolBytes(lease, keep, needed, prefetch, pool_step, result);
   } else {
     pool_.CancelLease(lease.id);  // the previous phase's promotion ends with it
   }
@@ -77,24 +77,28 @@ void PhasePrefetcher::DemoteForRoom(const Lease& lease, const std::set<std::stri
 void PhasePrefetcher::MovePoolBytes(const Lease& lease, const std::set<std::string>& keep,
                                     const std::vector<std::string>& needed,
                                     const std::vector<std::string>& prefetch,
-                                    PhaseResult& result) {
+                                    PoolStep pool_step, PhaseResult& result) {
+  const bool may_demote = pool_step == PoolStep::kDemoteForRoom;
   // The previous phase's background promotion ends first: it may be reading a component
   // this phase promotes itself.
   pool_.CancelLeaseAndWait(lease.id);
   uint64_t needed_bytes = 0;
   for (const std::string& key : ToPromote(lease, needed, &needed_bytes)) {
-    DemoteForRoom(lease, keep, needed_bytes, result);
-    // Whole or not at all: split now, it would need room for both parts to become whole
-    // later, and the phase streams what its files hold either way.
+    if (may_demote) DemoteForRoom(lease, keep, needed_bytes, result);
+    // A denoising phase's component is read once a step: what the room made for it holds
+    // comes back even when all of it does not (split), which a pool smaller than it needs.
+    // A prompt or decode phase's comes back whole or not at all: for one pass, its files
+    // serve as well, and a split now would need room for both parts to become whole later.
     absl::StatusOr<uint64_t> moved =
-        store_.Promote(key, lease.caller, [] { return false; }, /*whole_only=*/true);
+        store_.Promote(key, lease.caller, [] { return false; }, /*whole_only=*/!may_demote);
     if (moved.ok() && *moved > 0) {
       result.promoted_bytes += *moved;
       result.notes.push_back(absl::StrCat("'", key, "': ", FormatBytes(*moved),
                                           " read back into the pool for this phase"));
     } else if (moved.ok()) {
       result.notes.push_back(absl::StrCat("'", key, "' streams from its files in this phase: "
-                                          "the pool has no room for all of it"));
+                                          "the pool has no room for ",
+                                          may_demote ? "more of it" : "all of it"));
     } else {
       result.notes.push_back(absl::StrCat("'", key, "' stays in its files for this phase: ",
                                           moved.status().message()));
@@ -106,12 +110,12 @@ void PhasePrefetcher::MovePoolBytes(const Lease& lease, const std::set<std::stri
   }
   uint64_t prefetch_bytes = 0;
   std::vector<std::string> promote = ToPromote(lease, later, &prefetch_bytes);
-  if (!promote.empty()) DemoteForRoom(lease, keep, prefetch_bytes, result);
+  if (!promote.empty() && may_demote) DemoteForRoom(lease, keep, prefetch_bytes, result);
   for (const std::string& key : promote) {
     const uint64_t bytes = store_.PromotionBytes(key, lease.caller).bytes;
     result.promoting_bytes += bytes;
     result.notes.push_back(absl::StrCat(
-        "'", key, "': ", FormatBytes(bytes),
+        "'", key, "': ", may_demote ? "" : "up to ", FormatBytes(bytes),
         " read back into the pool in the background (what its free room holds)"));
   }
   pool_.Start(lease.id, lease.caller, std::move(promote));

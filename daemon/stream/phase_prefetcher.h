@@ -9,6 +9,12 @@
 // while the pool lacks room for them; the needed ones are read back into the pool before
 // Begin returns (a session reads the tier it finds when it opens: a promotion finished later
 // would help only the next run), the prefetched ones in the background (PoolPrefetcher).
+// Only a denoising phase demotes other components for room (PoolStep::kDemoteForRoom): its
+// component runs once a step, so bytes moved into the pool are read from it many times. A
+// prompt or decode pass runs its components once: reading them from their files once costs
+// no more than reading them into the pool, and demoting the denoiser for them would cost its
+// re-read at the next denoising phase (the consumer run, docs/benchmarks.md). Those phases
+// promote into free room only (PoolStep::kIntoFreeRoom).
 //
 // Thread-safety: Begin and CancelLease may be called from any thread; the prefetcher keeps no
 // state of its own beside the PoolPrefetcher (the store, the device table and the pool
@@ -29,6 +35,13 @@
 
 namespace ddo {
 
+// What a phase's pool step may do (docs/architecture.md, "Phases under a RAM budget").
+enum class PoolStep {
+  kNone,            // the caller keeps the pool as it is (PhaseRequest.keep_pool_bytes)
+  kIntoFreeRoom,    // promote needed and prefetched components into free room only
+  kDemoteForRoom,   // also demote the caller's other unused components to make room
+};
+
 struct PhaseResult {
   uint64_t released_bytes = 0;
   uint64_t prefetched_bytes = 0;
@@ -48,10 +61,11 @@ class PhasePrefetcher {
 
   // `lease`'s phase keeps the components `keep` (cache keys: `needed` and `prefetch`), runs
   // `needed` and prefetches `prefetch`. A caller's phase releases and fills only slabs of its
-  // own components. `move_pool_bytes`: run the pool step (PhaseRequest.keep_pool_bytes unset).
+  // own components. `pool_step`: what the pool step may move.
   PhaseResult Begin(const Lease& lease, const std::set<std::string>& keep,
                     const std::vector<std::string>& needed,
-                    const std::vector<std::string>& prefetch, bool move_pool_bytes = true);
+                    const std::vector<std::string>& prefetch,
+                    PoolStep pool_step = PoolStep::kDemoteForRoom);
   // The lease ended: its background promotion stops.
   void CancelLease(const std::string& lease_id) { pool_.CancelLease(lease_id); }
   // ddod stops: every background promotion stops.
@@ -64,7 +78,8 @@ class PhasePrefetcher {
   // prefetched ones' started in the background.
   void MovePoolBytes(const Lease& lease, const std::set<std::string>& keep,
                      const std::vector<std::string>& needed,
-                     const std::vector<std::string>& prefetch, PhaseResult& result);
+                     const std::vector<std::string>& prefetch, PoolStep pool_step,
+                     PhaseResult& result);
   // The caller's file-tier components among `keys` (each once) and the pool bytes their
   // promotions ask for, margin included; adds them to `*bytes`.
   std::vector<std::string> ToPromote(const Lease& lease, const std::vector<std::string>& keys,

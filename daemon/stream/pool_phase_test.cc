@@ -1,12 +1,13 @@
 // File: daemon/stream/pool_phase_test.cc
 //
 // The pool step of a phase (PhasePrefetcher::Begin with PoolPrefetcher): two components
-// loaded from files whose sum is more than the pool's budget, in a staged run. The decode
-// phase prefetches the text encoder: the transformer (the caller's, unused, outside the
-// phase) goes to its files and the text encoder comes back in the background; the prompt
-// phase prefetches the transformer while the text encoder is needed: only what the free room
-// holds comes back (split). The pool never holds more than its budget; another user's phase
-// neither moves nor names the caller's components; keep_pool_bytes leaves the pool alone.
+// loaded from files whose sum is more than the pool's budget, in a staged run. A denoising
+// phase (PoolStep::kDemoteForRoom) sends the unused text encoder to its files and reads the
+// transformer back whole before it answers; a prompt or decode phase (kIntoFreeRoom) moves
+// nothing out: the text encoder it needs streams from its files, what it prefetches comes
+// back only into free room. The pool never holds more than its budget; another user's phase
+// neither moves nor names the caller's components; keep_pool_bytes (kNone) leaves the pool
+// alone.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -74,10 +75,11 @@ class PoolPhaseTest : public ::testing::Test {
   // A phase that needs `needed` and prefetches `prefetch` (the service's keep is both), run
   // to the end of its background promotions; the pool stays within its budget.
   PhaseResult Phase(const Lease& lease, const std::vector<std::string>& needed,
-                    const std::vector<std::string>& prefetch, bool move = true) {
+                    const std::vector<std::string>& prefetch,
+                    PoolStep step = PoolStep::kDemoteForRoom) {
     std::set<std::string> keep(needed.begin(), needed.end());
     keep.insert(prefetch.begin(), prefetch.end());
-    PhaseResult result = prefetcher_->Begin(lease, keep, needed, prefetch, move);
+    PhaseResult result = prefetcher_->Begin(lease, keep, needed, prefetch, step);
     ExpectWithinBudget();
     prefetcher_->WaitPoolIdle();
     ExpectWithinBudget();
@@ -98,30 +100,20 @@ class PoolPhaseTest : public ::testing::Test {
   Lease lease_{RandomId(), 1234, "test", absl::Now(), DaemonCaller()};
 };
 
-TEST_F(PoolPhaseTest, TheDecodePhaseSendsTheTransformerToItsFilesForTheTextEncoder) {
+TEST_F(PoolPhaseTest, ADenoisingPhaseSendsTheTextEncoderToItsFilesForTheTransformer) {
   ASSERT_EQ(TierOf("te"), ComponentTier::kFile);
   ASSERT_EQ(TierOf("transformer"), ComponentTier::kPool);
-  PhaseResult decode = Phase(lease_, {"vae"}, {"te"});
-  EXPECT_EQ(decode.demoted_bytes, 16 * kMiB);
-  EXPECT_EQ(decode.promoting_bytes, 16 * kMiB);
-  EXPECT_THAT(decode.notes, Contains(HasSubstr("'transformer': 16.0 MiB to its files")));
-  EXPECT_THAT(decode.notes, Contains(HasSubstr("'te': 16.0 MiB read back into the pool")));
+  // A denoising phase of the text encoder's (as a pipeline that denoises with it would run):
+  // the transformer, unused, goes to its files and the text encoder is read back whole.
+  PhaseResult first = Phase(lease_, {"te"}, {});
+  EXPECT_EQ(first.demoted_bytes, 16 * kMiB);
+  EXPECT_THAT(first.notes, Contains(HasSubstr("'transformer': 16.0 MiB to its files")));
   EXPECT_EQ(TierOf("te"), ComponentTier::kPool);
   EXPECT_EQ(TierOf("transformer"), ComponentTier::kFile);
 
-  // The next prompt needs the text encoder, which stays; the transformer gets the free room.
-  PhaseResult prompt = Phase(lease_, {"te"}, {"transformer"});
-  EXPECT_EQ(prompt.demoted_bytes, 0u);
-  EXPECT_EQ(prompt.promoting_bytes, 16 * kMiB);
-  EXPECT_EQ(TierOf("te"), ComponentTier::kPool);
-  EXPECT_EQ(TierOf("transformer"), ComponentTier::kSplit);
-  auto split = store_->Get("transformer", lease_.caller);
-  ASSERT_TRUE(split.ok());
-  EXPECT_GT(split->pool_bytes, 0u);
-
-  // Denoising needs the transformer, split: the text encoder (unused now) goes to its file
-  // and the transformer is read back whole before the phase answers, so that its session
-  // finds it in the pool.
+  // The transformer's denoising phase: the text encoder (unused now) goes to its file and the
+  // transformer is read back whole before the phase answers, so that its session finds it
+  // in the pool.
   PhaseResult denoise = Phase(lease_, {"transformer"}, {});
   EXPECT_EQ(denoise.demoted_bytes, 16 * kMiB);
   EXPECT_GT(denoise.promoted_bytes, 0u);
@@ -136,6 +128,66 @@ TEST_F(PoolPhaseTest, TheDecodePhaseSendsTheTransformerToItsFilesForTheTextEncod
   EXPECT_EQ(again.promoted_bytes, 0u);
 }
 
+TEST_F(PoolPhaseTest, ADenoisingPhaseReadsBackWhatFitsOfAComponentLargerThanItsRoom) {
+  // 25 MiB: with its session margin, more than the 28 MiB pool can hold whole.
+  std::vector<std::pair<std::string, std::string>> tensors;
+  for (int i = 0; i < 100; ++i) {
+    tensors.emplace_back("block" + std::to_string(i) + ".weight",
+                         std::string(256 * kKiB, static_cast<char>(i)));
+  }
+  const std::string big_path = dir_.Join("big.safetensors");
+  ASSERT_TRUE(WriteU8Safetensors(big_path, tensors));
+  SafetensorsRequest request;
+  request.cache_key = "big";
+  request.files.push_back(SourceOf(big_path));
+  ASSERT_TRUE(store_->LoadSafetensors(lease_, std::move(request), [](uint64_t, uint64_t) {},
+                                      [] { return false; }).ok());
+  Phase(lease_, {"transformer"}, {});  // the big one goes to its file for the transformer
+  ASSERT_EQ(TierOf("big"), ComponentTier::kFile);
+
+  // A prompt phase needing it streams it from its files: not whole, so not at all.
+  PhaseResult prompt = Phase(lease_, {"big"}, {}, PoolStep::kIntoFreeRoom);
+  EXPECT_EQ(prompt.promoted_bytes, 0u);
+  EXPECT_EQ(TierOf("big"), ComponentTier::kFile);
+
+  // A denoising phase needing it: the others go to their files, and what the room holds of
+  // it comes back before the phase answers (split); the rest streams from its file.
+  PhaseResult denoise = Phase(lease_, {"big"}, {});
+  EXPECT_EQ(denoise.demoted_bytes, 16 * kMiB);
+  EXPECT_GT(denoise.promoted_bytes, 0u);
+  EXPECT_LT(denoise.promoted_bytes, 25 * kMiB);
+  EXPECT_EQ(TierOf("big"), ComponentTier::kSplit);
+
+  // The next denoising phase finds it as it was: nothing more fits, nothing moves.
+  PhaseResult again = Phase(lease_, {"big"}, {});
+  EXPECT_EQ(again.demoted_bytes, 0u);
+  EXPECT_EQ(again.promoted_bytes, 0u);
+  EXPECT_THAT(again.notes, Contains(HasSubstr("the pool has no room for more of it")));
+}
+
+TEST_F(PoolPhaseTest, PromptAndDecodePhasesLeaveTheTransformerInThePool) {
+  // Decode prefetches the text encoder for the next prompt: only into free room, the
+  // transformer stays (its re-read would cost the next denoising phase more than reading the
+  // text encoder from its file once costs the prompt).
+  PhaseResult decode = Phase(lease_, {"vae"}, {"te"}, PoolStep::kIntoFreeRoom);
+  EXPECT_EQ(decode.demoted_bytes, 0u);
+  EXPECT_THAT(decode.notes, Contains(HasSubstr("'te': up to 16.0 MiB read back")));
+  EXPECT_EQ(TierOf("transformer"), ComponentTier::kPool);
+  EXPECT_NE(TierOf("te"), ComponentTier::kPool);  // 16 MiB do not fit the 12 MiB free
+
+  // The prompt needs the text encoder: it streams from its files (whole or not at all).
+  PhaseResult prompt = Phase(lease_, {"te"}, {"transformer"}, PoolStep::kIntoFreeRoom);
+  EXPECT_EQ(prompt.demoted_bytes, 0u);
+  EXPECT_EQ(prompt.promoted_bytes, 0u);
+  EXPECT_THAT(prompt.notes, Contains(HasSubstr("'te' streams from its files in this phase")));
+  EXPECT_EQ(TierOf("transformer"), ComponentTier::kPool);
+
+  // The denoising phase finds the transformer where it was: nothing moves.
+  PhaseResult denoise = Phase(lease_, {"transformer"}, {});
+  EXPECT_EQ(denoise.demoted_bytes, 0u);
+  EXPECT_EQ(denoise.promoted_bytes, 0u);
+}
+
 TEST_F(PoolPhaseTest, ANeededComponentBeingPrefetchedIsWaitedForNotReadTwice) {
   // Decode prefetches the text encoder in the background; the next prompt needs it at once.
   PhaseResult decode = prefetcher_->Begin(lease_, {"vae", "te"}, {"vae"}, {"te"});
@@ -147,7 +199,7 @@ TEST_F(PoolPhaseTest, ANeededComponentBeingPrefetchedIsWaitedForNotReadTwice) {
 }
 
 TEST_F(PoolPhaseTest, KeepPoolBytesLeavesThePoolAsItIs) {
-  PhaseResult decode = Phase(lease_, {"vae"}, {"te"}, /*move=*/false);
+  PhaseResult decode = Phase(lease_, {"vae"}, {"te"}, PoolStep::kNone);
   EXPECT_EQ(decode.demoted_bytes, 0u);
   EXPECT_EQ(decode.promoting_bytes, 0u);
   EXPECT_EQ(TierOf("te"), ComponentTier::kFile);

@@ -124,14 +124,15 @@ class StreamSessions {
   // for each component of `prefetch` that had a session before, a slab of its last placement
   // is filled on that device when ddod's budget there has room, so that its next Attach
   // finds it warm (docs/streaming.md §6; PhasePrefetcher).
-  // With `move_pool_bytes`, the pool step too: the caller's unused components outside `keep`
-  // are demoted to their files while needed or prefetched file-tier ones need room; needed
-  // ones are read back into the pool before Phase returns, prefetched ones in the background
-  // (PoolPrefetcher).
+  // Then the pool step (`pool_step`, PhasePrefetcher): needed file-tier components are read
+  // back into the pool before Phase returns, prefetched ones in the background
+  // (PoolPrefetcher); a denoising phase's step may demote the caller's unused components
+  // outside `keep` to their files for room.
   PhaseResult Phase(const Lease& lease, const std::set<std::string>& keep,
                     const std::vector<std::string>& needed,
-                    const std::vector<std::string>& prefetch, bool move_pool_bytes = true) {
-    return prefetcher_.Begin(lease, keep, needed, prefetch, move_pool_bytes);
+                    const std::vector<std::string>& prefetch,
+                    PoolStep pool_step = PoolStep::kDemoteForRoom) {
+    return prefetcher_.Begin(lease, keep, needed, prefetch, pool_step);
   }
   // Waits for the phases' background promotions (tests).
   void WaitPoolPrefetches() { prefetcher_.WaitPoolIdle(); }
