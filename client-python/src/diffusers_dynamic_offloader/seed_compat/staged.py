@@ -143,9 +143,10 @@ def run_staged(
                             if k not in stages.prompt_arguments and k != "output_type"}
             latents = pipe(**denoise_call, **embeddings, output_type="latent")
             latents = getattr(latents, "images", latents)
-            # Under a RAM budget smaller than the components together, the text encoders'
-            # bytes come back into the host pool for the next prompt (the denoiser's go to
-            # their files), while the latents are decoded.
+            # The text encoders' bytes come back into the host pool's free room for the next
+            # prompt while the latents are decoded (under a RAM budget smaller than the
+            # components together, ddod keeps the denoiser's there: the encoders, run once,
+            # stream from their files).
             phase("decode", stages.decoding, stages.prompt)
             route(stages.decoding)
             output = stages.decode(pipe, latents, **call_kwargs)
