@@ -25,7 +25,11 @@ Writes, from the JSON the benchmarks recorded (nothing is measured here):
   measured under a smaller cap stands for a larger one) and the bound max(C, S/B), with the
   all-GPU step C.
 
-Each of --flux, --lora (with --lora-stored) and --arch draws its own plots; give any of them.
+- ``consumer-run.png`` (``--consumer``): bench_consumer.py's run, seconds per image and peak
+  host memory of each mode against the RAM budget + 1 GiB.
+
+Each of --flux, --lora (with --lora-stored), --arch and --consumer draws its own plots; give
+any of them.
 """
 
 from __future__ import annotations
@@ -187,6 +191,44 @@ def arch_step_vs_cap(run: Dict[str, Any], out: Path) -> Path:
     return path
 
 
+CONSUMER_LABELS = {"ddo": "DDO", "group_disk": "group offload\n(disk)",
+                   "model_cpu": "model CPU\noffload", "sequential": "sequential\nCPU offload"}
+
+
+def consumer_bars(run: Dict[str, Any], out: Path) -> Path:
+    """bench_consumer.py's run: seconds per warm image and peak host memory of each mode,
+    against the RAM budget + 1 GiB (the issue's bound); a mode that did not complete is
+    named, with no bar."""
+    modes = list(run["modes"].items())
+    limit = run["ram_budget_gib"] + 1
+    figure, (seconds_axes, memory_axes) = plt.subplots(1, 2, figsize=(9.6, 3.8))
+    labels = [CONSUMER_LABELS.get(mode, mode) for mode, _ in modes]
+    done = [result.get("completed", False) for _, result in modes]
+    colors = [DDO_COLOR if mode == "ddo" else BLOCK_COLOR for mode, _ in modes]
+    images = [result["images_s"][-1] if ok else 0.0 for (_, result), ok in zip(modes, done)]
+    peaks = [result["host_peak_bytes"] / (1 << 30) if ok else 0.0
+             for (_, result), ok in zip(modes, done)]
+    for axes, values, unit in ((seconds_axes, images, "s"), (memory_axes, peaks, "GiB")):
+        drawn = axes.bar(range(len(modes)), values, color=colors)
+        axes.bar_label(drawn, labels=[f"{v:.1f}" if ok else "did not\ncomplete"
+                                      for v, ok in zip(values, done)], fontsize=8)
+        axes.set_xticks(list(range(len(modes))), labels, fontsize=8)
+        axes.grid(axis="y", alpha=0.3)
+    seconds_axes.set_ylabel("seconds per image (the second)")
+    memory_axes.set_ylabel("peak host memory, GiB")
+    memory_axes.axhline(limit, color=BOUND_COLOR, linestyle="--",
+                        label=f"RAM budget + 1 GiB ({limit:g})")
+    memory_axes.legend(fontsize=8, loc="upper left")
+    figure.suptitle(f"FLUX.1-dev pipeline, {run['steps']} steps at 1024x1024, VRAM cap "
+                    f"{run['cap_gib']:g} GiB, RAM budget {run['ram_budget_gib']:g} GiB "
+                    f"({run['device']})", fontsize=10)
+    figure.tight_layout()
+    path = out / "consumer-run.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--flux", type=Path,
@@ -197,12 +239,13 @@ def main() -> int:
                         help="a bench_lora_swap.py run with --fused-lora stored (its DDO part)")
     parser.add_argument("--arch", type=Path, action="append", default=[],
                         help="bench_architectures.py's JSON of one architecture (repeatable)")
+    parser.add_argument("--consumer", type=Path, help="bench_consumer.py's --json-out")
     parser.add_argument("--out", type=Path, default=Path("docs/images"))
     args = parser.parse_args()
     if (args.lora is None) != (args.lora_stored is None):
         parser.error("--lora and --lora-stored go together")
-    if not (args.flux or args.lora or args.arch):
-        parser.error("give --flux, --lora with --lora-stored, or --arch")
+    if not (args.flux or args.lora or args.arch or args.consumer):
+        parser.error("give --flux, --lora with --lora-stored, --arch or --consumer")
     args.out.mkdir(parents=True, exist_ok=True)
     paths = []
     if args.flux:
@@ -211,6 +254,8 @@ def main() -> int:
     if args.lora:
         paths.append(lora_bars(load(args.lora), load(args.lora_stored), args.out))
     paths += [arch_step_vs_cap(load(path), args.out) for path in args.arch]
+    if args.consumer:
+        paths.append(consumer_bars(load(args.consumer), args.out))
     for path in paths:
         print(f"wrote {path}")
     return 0
