@@ -143,11 +143,12 @@ def run_staged(
                             if k not in stages.prompt_arguments and k != "output_type"}
             latents = pipe(**denoise_call, **embeddings, output_type="latent")
             latents = getattr(latents, "images", latents)
-            # The text encoders' bytes come back into the host pool's free room for the next
-            # prompt while the latents are decoded (under a RAM budget smaller than the
-            # components together, ddod keeps the denoiser's there: the encoders, run once,
-            # stream from their files).
-            phase("decode", stages.decoding, stages.prompt)
+            # Nothing is prefetched for the next prompt: after_run, which follows, keeps the
+            # denoiser's slab and would free the text encoders' (filling theirs here cost the
+            # H100 consumer run 1 s an image, docs/benchmarks.md run 76), and under a RAM
+            # budget their pool bytes would come back only into free room (run once, they
+            # stream from their files as well; ddod keeps the denoiser's bytes in the pool).
+            phase("decode", stages.decoding, ())
             route(stages.decoding)
             output = stages.decode(pipe, latents, **call_kwargs)
             # The denoiser's slab is kept warm; the host pool stays as decode left it (the
