@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/status_macros.h"
+#include "daemon/stream/slab_file_fill.h"
 
 namespace ddo {
 namespace {
@@ -54,42 +55,31 @@ absl::Status StreamSession::FillSlab() {
 
 namespace {
 
-// The most a slab fill reads from a file at once (through one bounce buffer).
-constexpr uint64_t kSlabReadChunk = uint64_t{16} << 20;
-
-// Copies a tensor that lies in a backing file into the slab, a chunk at a time.
-absl::Status CopyFileTensorToSlab(ResidentSlab& slab, uint64_t slab_offset, size_t index,
-                                  const ComponentBytes& host, std::vector<char>& bounce) {
-  const FileRange& whole = host.files()->ranges()[index];
-  bounce.resize(std::min(kSlabReadChunk, whole.bytes));
-  for (uint64_t done = 0; done < whole.bytes; done += bounce.size()) {
-    const uint64_t bytes = std::min<uint64_t>(bounce.size(), whole.bytes - done);
-    const FileRange part{whole.file, whole.offset + done, bytes};
-    DDO_RETURN_IF_ERROR(host.ReadRanges({part}, bounce.data()));
-    // The slab copies from pageable memory before returning (or synchronously), so the
-    // bounce buffer may be refilled at once.
-    DDO_RETURN_IF_ERROR(slab.Copy(slab_offset + done, bounce.data(), bytes));
-  }
-  return absl::OkStatus();
-}
+// The threads a slab fill reads a file-tier component's resident tensors with (4 read the
+// page cache at 27 GB/s on the H100, docs/benchmarks.md "The file tier": more than the
+// slab's pageable copies take).
+constexpr int kSlabReadThreads = 4;
 
 }  // namespace
 
 absl::Status FillResidentSlab(ResidentSlab& slab, const std::vector<PlannedTensor>& resident,
                               const std::vector<TensorEntry>& tensors, const ComponentBytes& host) {
-  std::vector<char> bounce;
+  std::vector<SlabFileChunk> file_chunks;
   for (const PlannedTensor& placed : resident) {
     const TensorEntry& tensor = tensors[placed.table_index];
     if (tensor.byte_size == 0) continue;
-    absl::Status copied =
-        host.InFile(placed.table_index)
-            ? CopyFileTensorToSlab(slab, placed.offset, placed.table_index, host, bounce)
-            : slab.Copy(placed.offset, host.DataOf(tensor), tensor.byte_size);
+    if (host.InFile(placed.table_index)) {
+      AppendSlabFileChunks(placed.offset, host.files()->ranges()[placed.table_index],
+                           tensor.name, file_chunks);
+      continue;
+    }
+    absl::Status copied = slab.Copy(placed.offset, host.DataOf(tensor), tensor.byte_size);
     if (!copied.ok()) {
-      return absl::Status(copied.code(),
-                          absl::StrCat("filling the slab with '", tensor.name, "': ", copied.message()));
+      return absl::Status(copied.code(), absl::StrCat("filling the slab with '", tensor.name,
+                                                      "': ", copied.message()));
     }
   }
+  DDO_RETURN_IF_ERROR(FillSlabFromFiles(slab, file_chunks, host, kSlabReadThreads));
   return slab.Finish();
 }
 
