@@ -180,12 +180,16 @@ def build_ddo(args, client):
     from diffusers_dynamic_offloader import load_from_ddod
 
     folder = args.dir
-    transformer = load_from_ddod(diffusers.FluxTransformer2DModel, folder, subfolder="transformer",
-                                 torch_dtype=torch.bfloat16, client=client, progress=False,
-                                 bind=False).module
+    # The denoiser last: a load that needs room sends the components loaded before it, unused,
+    # to their files, and the denoiser is the one worth the pool (run once a step). Loaded
+    # first, the transformer went to its files for T5 and the first image read it back
+    # (docs/benchmarks.md, run 76).
     text_encoder_2 = load_from_ddod(transformers.T5EncoderModel, folder,
                                     subfolder="text_encoder_2", torch_dtype=torch.bfloat16,
                                     client=client, progress=False, bind=False).module
+    transformer = load_from_ddod(diffusers.FluxTransformer2DModel, folder, subfolder="transformer",
+                                 torch_dtype=torch.bfloat16, client=client, progress=False,
+                                 bind=False).module
     return diffusers.FluxPipeline.from_pretrained(
         folder, transformer=transformer, text_encoder_2=text_encoder_2,
         torch_dtype=torch.bfloat16)
