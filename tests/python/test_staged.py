@@ -155,3 +155,71 @@ def test_a_staged_run_asks_for_the_seeds_standby_purges(client):
                                    "component_policies": NO_DIFFUSERS},
                    record_event=record, prompt="a cat", num_inference_steps=2)
     assert events["phase_prompt"]["purge_reason"] == "disabled"
+
+
+class WanShapedPipeline(SyntheticPipeline):
+    """WanPipeline's interface on the synthetic modules: ``encode_prompt`` with the negative
+    prompt under classifier-free guidance, latents answered as ``frames``, and a VAE whose
+    config carries the per-channel ``latents_mean`` and ``latents_std`` the decode undoes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vae = WanShapedVae()
+        self.video_processor = types.SimpleNamespace(
+            postprocess_video=lambda video, output_type: ("video", output_type, video))
+        self.encoded = []
+
+    def encode_prompt(self, prompt, negative_prompt=None, do_classifier_free_guidance=True,
+                      num_videos_per_prompt=1, max_sequence_length=512):
+        self.encoded.append((prompt, negative_prompt, do_classifier_free_guidance,
+                             max_sequence_length))
+        embeds = super().encode_prompt(prompt)
+        negative = super().encode_prompt(negative_prompt or "-") if do_classifier_free_guidance \
+            else None
+        return embeds, negative
+
+    @torch.no_grad()
+    def __call__(self, prompt=None, negative_prompt=None, prompt_embeds=None,
+                 negative_prompt_embeds=None, num_inference_steps=4, guidance_scale=5.0,
+                 max_sequence_length=512, output_type="np"):
+        # As WanPipeline: given embeddings under guidance, the negative ones must come too.
+        assert prompt_embeds is None or guidance_scale <= 1.0 or negative_prompt_embeds is not None
+        embeds = prompt_embeds if prompt_embeds is not None else self.encode_prompt(prompt)[0]
+        latents = torch.zeros(1, 2, 3, 1, FEATURES // 2)  # (batch, z_dim, frames, h, w)
+        for step in range(num_inference_steps):
+            latents = latents + 0.01 * (step + 1) * embeds[:, : FEATURES // 2].view(1, 1, 1, 1, -1)
+        if output_type == "latent":
+            return types.SimpleNamespace(frames=latents)
+        return types.SimpleNamespace(frames=self.vae.decode(latents * 2.0 + 1.0)[0])
+
+
+class WanShapedVae(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1))
+        self.config = types.SimpleNamespace(z_dim=2, latents_mean=[1.0, 1.0],
+                                            latents_std=[2.0, 2.0])
+
+    @property
+    def dtype(self):
+        return self.scale.dtype
+
+    def decode(self, latents, return_dict=False):
+        return (latents * self.scale,)
+
+
+def test_wan_stages_encode_with_the_negative_prompt_and_undo_the_latents_scaling(client):
+    from diffusers_dynamic_offloader import wan_stages
+
+    expected = WanShapedPipeline()(prompt="a fox", num_inference_steps=3).frames
+    pipe = WanShapedPipeline()
+    with torch.no_grad():
+        kind, output_type, video = run_staged(
+            pipe, wan_stages(), client=client, execution_device="cpu",
+            offload_kwargs={"environ": {}, "component_policies": NO_DIFFUSERS},
+            prompt="a fox", negative_prompt="blurry", num_inference_steps=3)
+    # The pipeline's defaults: guidance 5.0 (so the negative prompt is encoded), 512 tokens,
+    # output "np"; the decode applies latents * std + mean as WanPipeline does.
+    assert pipe.encoded == [("a fox", "blurry", True, 512)]
+    assert (kind, output_type) == ("video", "np")
+    assert torch.allclose(video, expected)

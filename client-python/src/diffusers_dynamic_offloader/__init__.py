@@ -100,6 +100,7 @@ __all__ = [
     "run_staged",
     "Stages",
     "flux_stages",
+    "wan_stages",
     "load_from_ddod",
     "DdoLoadedComponent",
 ]
@@ -159,6 +160,7 @@ _LAZY = {
     "run_staged": "seed_compat.staged",
     "Stages": "seed_compat.staged",
     "flux_stages": "seed_compat.staged",
+    "wan_stages": "seed_compat.staged",
     "load_from_ddod": "seed_compat.loading",
     "DdoLoadedComponent": "seed_compat.loading",
 }

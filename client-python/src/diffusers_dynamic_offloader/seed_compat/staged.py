@@ -14,13 +14,14 @@ and warms the next pass's weights). A full run (``enable_pipeline_offload`` then
 time.
 
 How a pipeline encodes and decodes differs between pipeline classes, so the passes are given
-as functions (:class:`Stages`); :func:`flux_stages` gives them for FluxPipeline.
+as functions (:class:`Stages`); :func:`flux_stages` gives them for FluxPipeline, :func:`wan_stages` for WanPipeline.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 import contextlib
+import inspect
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import torch
@@ -141,8 +142,7 @@ def run_staged(
             # The denoising pass returns latents whatever output the caller asked for.
             denoise_call = {k: v for k, v in call_kwargs.items()
                             if k not in stages.prompt_arguments and k != "output_type"}
-            latents = pipe(**denoise_call, **embeddings, output_type="latent")
-            latents = getattr(latents, "images", latents)
+            latents = _latents_of(pipe(**denoise_call, **embeddings, output_type="latent"))
             # Nothing is prefetched for the next prompt: after_run, which follows, keeps the
             # denoiser's slab and would free the text encoders' (filling theirs here cost the
             # H100 consumer run 1 s an image, docs/benchmarks.md run 76), and under a RAM
@@ -164,6 +164,29 @@ def run_staged(
 # of a staged run begins.
 _SEED_PURGE_PHASES = {"prompt": ("before_run",),
                       "denoise": ("after_text_encoder", "before_transformer")}
+
+
+def _latents_of(output: Any) -> Any:
+    """The latents of a pipeline's ``output_type="latent"`` answer: image pipelines return
+    them as ``images``, video pipelines as ``frames``, ``return_dict=False`` as a tuple."""
+    for name in ("images", "frames"):
+        if hasattr(output, name):
+            return getattr(output, name)
+    if isinstance(output, tuple):
+        return output[0]
+    return output
+
+
+def _call_default(pipe: Any, name: str, fallback: Any) -> Any:
+    """The default of the pipeline call's argument ``name`` (diffusers' own, where the
+    signature has it)."""
+    try:
+        parameter = inspect.signature(type(pipe).__call__).parameters.get(name)
+    except (TypeError, ValueError):
+        return fallback
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        return fallback
+    return parameter.default
 
 
 @contextlib.contextmanager
@@ -207,3 +230,39 @@ def flux_stages() -> Stages:
         return pipe.image_processor.postprocess(image, output_type=call.get("output_type", "pil"))
 
     return Stages(encode=encode, decode=decode)
+
+
+def wan_stages() -> Stages:
+    """The passes of diffusers' WanPipeline (Wan 2.1; Wan 2.2's second expert,
+    ``transformer_2``, is routed in the denoising pass too): ``encode_prompt`` gives
+    ``prompt_embeds`` and, under classifier-free guidance (``guidance_scale`` > 1, the
+    pipeline's default 5.0), ``negative_prompt_embeds``; the latents are unscaled with the
+    VAE's per-channel mean and std and decoded to frames, as WanPipeline does."""
+
+    def encode(pipe: Any, **call: Any) -> Dict[str, Any]:
+        guidance = call.get("guidance_scale", _call_default(pipe, "guidance_scale", 5.0))
+        prompt_embeds, negative = pipe.encode_prompt(
+            prompt=call.get("prompt"), negative_prompt=call.get("negative_prompt"),
+            do_classifier_free_guidance=guidance > 1.0,
+            num_videos_per_prompt=call.get("num_videos_per_prompt") or 1,
+            max_sequence_length=call.get("max_sequence_length",
+                                         _call_default(pipe, "max_sequence_length", 512)))
+        embeddings = {"prompt_embeds": prompt_embeds}
+        if negative is not None:
+            embeddings["negative_prompt_embeds"] = negative
+        return embeddings
+
+    def decode(pipe: Any, latents: Any, **call: Any) -> Any:
+        vae = pipe.vae
+        latents = latents.to(vae.dtype)
+        channels = (1, vae.config.z_dim, 1, 1, 1)
+        mean = torch.tensor(vae.config.latents_mean).view(channels).to(latents.device,
+                                                                       latents.dtype)
+        inverse_std = 1.0 / torch.tensor(vae.config.latents_std).view(channels).to(
+            latents.device, latents.dtype)
+        video = vae.decode(latents / inverse_std + mean, return_dict=False)[0]
+        return pipe.video_processor.postprocess_video(
+            video, output_type=call.get("output_type", _call_default(pipe, "output_type", "np")))
+
+    return Stages(encode=encode, decode=decode, prompt=("text_encoder",),
+                  denoise=("transformer", "transformer_2"))
