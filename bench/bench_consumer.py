@@ -31,7 +31,10 @@ such (the device has more RAM, so it runs to its end here).
     LD_LIBRARY_PATH=.bundle/lib PYTHONPATH=.device-deps/src:client-python/src \\
       python3 bench/bench_consumer.py --ddod .bundle/bin/ddod --json-out consumer.json
 
-``--small`` builds small components (a quick check of the whole script).
+``--pipeline wan`` runs Wan 2.1 T2V 14B with UMT5-XXL and the Wan VAE instead, a 17-frame
+clip at 480x832 (``--frames``), guidance 5.0 (two transformer passes a step), with
+``wan_stages``; the modes are the same (the text encoder on leaf-level group offloading, the
+VAE on the GPU). ``--small`` builds small components (a quick check of the whole script).
 """
 
 from __future__ import annotations
@@ -70,6 +73,25 @@ FLUX_VAE = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlo
                 scaling_factor=0.3611)
 SMALL_T5 = dict(T5_XXL, d_model=1024, d_ff=2816, num_layers=4, num_heads=16)
 SMALL_CLIP = dict(CLIP_L, num_hidden_layers=2)
+# Wan 2.1 T2V 14B (bench/architectures.py, from diffusers' convert_wan_to_diffusers.py) with
+# UMT5-XXL's encoder (google/umt5-xxl: T5-XXL's shape, a 256,384-token vocabulary) and the
+# Wan VAE (AutoencoderKLWan's defaults are Wan 2.1's).
+UMT5_XXL = dict(T5_XXL, vocab_size=256384)
+SMALL_UMT5 = dict(SMALL_T5, vocab_size=32128)
+SMALL_WAN = dict(num_layers=2, num_attention_heads=8, attention_head_dim=64, ffn_dim=1024,
+                 text_dim=1024)
+
+# What differs between the pipelines the run knows: the class names, which component is the
+# large text encoder (loaded from ddod, leaf-level group offloading), which small ones sit
+# on the GPU under group offloading, and the staged passes.
+PIPELINES = {
+    "flux": dict(pipeline="FluxPipeline", denoiser_class="FluxTransformer2DModel",
+                 encoder="text_encoder_2", encoder_class="T5EncoderModel",
+                 on_gpu=("text_encoder", "vae"), stages="flux_stages"),
+    "wan": dict(pipeline="WanPipeline", denoiser_class="WanTransformer3DModel",
+                encoder="text_encoder", encoder_class="UMT5EncoderModel", on_gpu=("vae",),
+                stages="wan_stages"),
+}
 
 
 def log(message: str) -> None:
@@ -90,7 +112,7 @@ def randomize(module, dtype) -> None:
             parameter.normal_(0.0, 0.02)
 
 
-def write_pipeline(folder: Path, small: bool) -> Dict[str, int]:
+def write_pipeline(folder: Path, small: bool, pipeline: str = "flux") -> Dict[str, int]:
     """Builds the pipeline's components with random weights on the GPU and saves them as a
     Diffusers folder; returns each component's bytes."""
     import diffusers
@@ -101,25 +123,40 @@ def write_pipeline(folder: Path, small: bool) -> Dict[str, int]:
 
     dtype = torch.bfloat16
     with torch.device("cuda"):
-        transformer = diffusers.FluxTransformer2DModel(
-            **(small_flux.TRANSFORMER if small else {"guidance_embeds": True}))
-        text_encoder = transformers.CLIPTextModel(
-            transformers.CLIPTextConfig(**(SMALL_CLIP if small else CLIP_L)))
-        text_encoder_2 = transformers.T5EncoderModel(
-            transformers.T5Config(**(SMALL_T5 if small else T5_XXL)))
-        vae = diffusers.AutoencoderKL(**FLUX_VAE)
-    modules = dict(transformer=transformer, text_encoder=text_encoder,
-                   text_encoder_2=text_encoder_2, vae=vae)
+        if pipeline == "wan":
+            from architectures import WAN21
+
+            modules = dict(
+                transformer=diffusers.WanTransformer3DModel(
+                    **(dict(WAN21.config, **SMALL_WAN) if small else WAN21.config)),
+                text_encoder=transformers.UMT5EncoderModel(
+                    transformers.UMT5Config(**(SMALL_UMT5 if small else UMT5_XXL))),
+                vae=diffusers.AutoencoderKLWan())
+        else:
+            modules = dict(
+                transformer=diffusers.FluxTransformer2DModel(
+                    **(small_flux.TRANSFORMER if small else {"guidance_embeds": True})),
+                text_encoder=transformers.CLIPTextModel(
+                    transformers.CLIPTextConfig(**(SMALL_CLIP if small else CLIP_L))),
+                text_encoder_2=transformers.T5EncoderModel(
+                    transformers.T5Config(**(SMALL_T5 if small else T5_XXL))),
+                vae=diffusers.AutoencoderKL(**FLUX_VAE))
     for module in modules.values():
         randomize(module, dtype)
-    pipe = diffusers.FluxPipeline(
-        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(),
-        tokenizer=small_flux.word_tokenizer(77), tokenizer_2=small_flux.word_tokenizer(512),
-        **modules)
+    if pipeline == "wan":
+        # 480p: flow shift 3.0 (Wan 2.1's published setting for 480x832).
+        pipe = diffusers.WanPipeline(
+            scheduler=diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0),
+            tokenizer=small_flux.word_tokenizer(512), **modules)
+    else:
+        pipe = diffusers.FluxPipeline(
+            scheduler=diffusers.FlowMatchEulerDiscreteScheduler(),
+            tokenizer=small_flux.word_tokenizer(77), tokenizer_2=small_flux.word_tokenizer(512),
+            **modules)
     pipe.save_pretrained(folder, safe_serialization=True)
     sizes = {name: sum(p.numel() * p.element_size() for p in module.parameters())
              for name, module in modules.items()}
-    del pipe, modules, transformer, text_encoder, text_encoder_2, vae
+    del pipe, modules
     gc.collect()
     torch.cuda.empty_cache()
     return sizes
@@ -166,10 +203,19 @@ class HostMemory:
 def call_arguments(args) -> Dict[str, Any]:
     import torch
 
+    generator = torch.Generator("cuda").manual_seed(0)
+    tokens = 64 if args.small else 512
+    if args.pipeline == "wan":
+        # A 17-frame clip at 480x832 (the issue's), guidance 5.0 (WanPipeline's default: each
+        # step runs the transformer twice, with the prompt and the negative prompt).
+        height, width, frames = (128, 128, 5) if args.small else (480, 832, args.frames)
+        return dict(prompt=PROMPT, negative_prompt="blurry", height=height, width=width,
+                    num_frames=frames, num_inference_steps=args.steps, guidance_scale=5.0,
+                    max_sequence_length=tokens, output_type="pt", generator=generator)
     side = 512 if args.small else args.resolution
     return dict(prompt=PROMPT, height=side, width=side, num_inference_steps=args.steps,
-                guidance_scale=3.5, max_sequence_length=64 if args.small else 512,
-                output_type="pt", generator=torch.Generator("cuda").manual_seed(0))
+                guidance_scale=3.5, max_sequence_length=tokens, output_type="pt",
+                generator=generator)
 
 
 def build_ddo(args, client):
@@ -179,20 +225,20 @@ def build_ddo(args, client):
 
     from diffusers_dynamic_offloader import load_from_ddod
 
+    spec = PIPELINES[args.pipeline]
     folder = args.dir
     # The denoiser last: a load that needs room sends the components loaded before it, unused,
     # to their files, and the denoiser is the one worth the pool (run once a step). Loaded
     # first, the transformer went to its files for T5 and the first image read it back
     # (docs/benchmarks.md, run 76).
-    text_encoder_2 = load_from_ddod(transformers.T5EncoderModel, folder,
-                                    subfolder="text_encoder_2", torch_dtype=torch.bfloat16,
-                                    client=client, progress=False, bind=False).module
-    transformer = load_from_ddod(diffusers.FluxTransformer2DModel, folder, subfolder="transformer",
-                                 torch_dtype=torch.bfloat16, client=client, progress=False,
-                                 bind=False).module
-    return diffusers.FluxPipeline.from_pretrained(
-        folder, transformer=transformer, text_encoder_2=text_encoder_2,
-        torch_dtype=torch.bfloat16)
+    encoder = load_from_ddod(getattr(transformers, spec["encoder_class"]), folder,
+                             subfolder=spec["encoder"], torch_dtype=torch.bfloat16,
+                             client=client, progress=False, bind=False).module
+    transformer = load_from_ddod(getattr(diffusers, spec["denoiser_class"]), folder,
+                                 subfolder="transformer", torch_dtype=torch.bfloat16,
+                                 client=client, progress=False, bind=False).module
+    return getattr(diffusers, spec["pipeline"]).from_pretrained(
+        folder, transformer=transformer, torch_dtype=torch.bfloat16, **{spec["encoder"]: encoder})
 
 
 def build_group_disk(args):
@@ -203,26 +249,26 @@ def build_group_disk(args):
     import transformers
     from diffusers.hooks import apply_group_offloading
 
+    spec = PIPELINES[args.pipeline]
     folder = args.dir
     options = dict(onload_device=torch.device("cuda"), offload_device=torch.device("cpu"),
                    offload_type="block_level", num_blocks_per_group=1, use_stream=True)
-    transformer = diffusers.FluxTransformer2DModel.from_pretrained(
+    transformer = getattr(diffusers, spec["denoiser_class"]).from_pretrained(
         folder, subfolder="transformer", torch_dtype=torch.bfloat16)
     apply_group_offloading(transformer, offload_to_disk_path=str(Path(args.work) / "gd-dit"),
                            **options)
     gc.collect()
-    text_encoder_2 = transformers.T5EncoderModel.from_pretrained(
-        folder, subfolder="text_encoder_2", torch_dtype=torch.bfloat16)
+    encoder = getattr(transformers, spec["encoder_class"]).from_pretrained(
+        folder, subfolder=spec["encoder"], torch_dtype=torch.bfloat16)
     # T5's blocks sit below its top level (encoder.block), where block level finds none and
     # would onload the whole encoder as one group: leaf level, as diffusers' docs do for it.
-    apply_group_offloading(text_encoder_2, offload_to_disk_path=str(Path(args.work) / "gd-t5"),
+    apply_group_offloading(encoder, offload_to_disk_path=str(Path(args.work) / "gd-te"),
                            **dict(options, offload_type="leaf_level", num_blocks_per_group=None))
     gc.collect()
-    pipe = diffusers.FluxPipeline.from_pretrained(
-        folder, transformer=transformer, text_encoder_2=text_encoder_2,
-        torch_dtype=torch.bfloat16)
-    pipe.text_encoder.to("cuda")
-    pipe.vae.to("cuda")
+    pipe = getattr(diffusers, spec["pipeline"]).from_pretrained(
+        folder, transformer=transformer, torch_dtype=torch.bfloat16, **{spec["encoder"]: encoder})
+    for name in spec["on_gpu"]:
+        getattr(pipe, name).to("cuda")
     return pipe
 
 
@@ -246,7 +292,8 @@ def run_mode(args) -> Dict[str, Any]:
     else:
         import diffusers
 
-        pipe = diffusers.FluxPipeline.from_pretrained(args.dir, torch_dtype=torch.bfloat16)
+        pipe = getattr(diffusers, PIPELINES[args.pipeline]["pipeline"]).from_pretrained(
+            args.dir, torch_dtype=torch.bfloat16)
         if args.run == "model_cpu":
             pipe.enable_model_cpu_offload()
         else:
@@ -268,10 +315,10 @@ def run_mode(args) -> Dict[str, Any]:
 
         with torch.no_grad():
             if client is not None:
-                from diffusers_dynamic_offloader.seed_compat.staged import (flux_stages,
-                                                                            run_staged)
+                from diffusers_dynamic_offloader.seed_compat import staged
 
-                run_staged(pipe, flux_stages(), client=client, record_event=record_event,
+                stages = getattr(staged, PIPELINES[args.pipeline]["stages"])()
+                staged.run_staged(pipe, stages, client=client, record_event=record_event,
                            offload_kwargs={"environ": {
                     "DDO_VRAM_BUDGET_GB": str(args.cap),
                     "DDO_ACTIVATION_RESERVE_GB": str(args.activation_reserve_gb)}},
@@ -299,7 +346,8 @@ def run_in_process(args, mode: str, extra: List[str]) -> Dict[str, Any]:
     command = [sys.executable, __file__, "--run", mode, "--dir", str(args.dir), "--work",
                str(args.work), "--cap", str(args.cap), "--steps", str(args.steps), "--images",
                str(args.images), "--resolution", str(args.resolution),
-               "--activation-reserve-gb", str(args.activation_reserve_gb), *extra]
+               "--activation-reserve-gb", str(args.activation_reserve_gb), "--pipeline",
+               args.pipeline, "--frames", str(args.frames), *extra]
     if args.small:
         command.append("--small")
     log(f"{mode}: {' '.join(command)}")
@@ -318,7 +366,7 @@ def report(figures: Dict[str, Any], budget_gib: float) -> None:
     limit = (budget_gib + 1) * GIB
     ddo = figures["modes"].get("ddo", {})
     print(f"\nconsumer run: {figures['device']}, VRAM cap {figures['cap_gib']} GiB, RAM budget "
-          f"{budget_gib} GiB; {figures['steps']} steps a image")
+          f"{budget_gib} GiB; {figures['steps']} steps an image")
     print(f"{'mode':<12}{'setup s':>9}{'image s':>9}{'vs ddo':>8}{'host GiB':>10}  fits")
     for mode, result in figures["modes"].items():
         if not result.get("completed"):
@@ -337,9 +385,13 @@ def main() -> int:
     parser.add_argument("--ddod", help="the ddod binary (.bundle/bin/ddod)")
     parser.add_argument("--cap", type=float, default=8.0, help="VRAM cap in GiB (8)")
     parser.add_argument("--ram-budget-gb", type=float, default=24.0, help="ddod's (24)")
-    parser.add_argument("--steps", type=int, default=4, help="denoising steps a image (4)")
+    parser.add_argument("--steps", type=int, default=4, help="denoising steps an image (4)")
     parser.add_argument("--images", type=int, default=2, help="images a mode (2: cold, warm)")
-    parser.add_argument("--resolution", type=int, default=1024)
+    parser.add_argument("--pipeline", choices=sorted(PIPELINES), default="flux",
+                        help="FLUX.1-dev with T5-XXL (flux), or Wan 2.1 T2V 14B with UMT5-XXL "
+                        "(wan)")
+    parser.add_argument("--resolution", type=int, default=1024, help="FLUX's side (1024)")
+    parser.add_argument("--frames", type=int, default=17, help="Wan's clip length (17)")
     parser.add_argument("--activation-reserve-gb", type=float, default=3.0,
                         help="of the cap, the DDO runner's own (3)")
     parser.add_argument("--modes", default=",".join(MODES))
@@ -366,10 +418,11 @@ def main() -> int:
     args.dir = args.dir or str(Path(args.work) / "pipeline")
     figures: Dict[str, Any] = {"device": torch.cuda.get_device_name(0), "cap_gib": args.cap,
                                "ram_budget_gib": args.ram_budget_gb, "steps": args.steps,
+                               "pipeline": args.pipeline,
                                "modes": {}}
     if not (Path(args.dir) / "model_index.json").exists():
         started = time.perf_counter()
-        figures["component_bytes"] = write_pipeline(Path(args.dir), args.small)
+        figures["component_bytes"] = write_pipeline(Path(args.dir), args.small, args.pipeline)
         log(f"pipeline written in {time.perf_counter() - started:.0f} s: "
             f"{ {k: round(v / GIB, 2) for k, v in figures['component_bytes'].items()} } GiB")
     for mode in args.modes.split(","):

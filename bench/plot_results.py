@@ -219,7 +219,8 @@ def consumer_bars(run: Dict[str, Any], out: Path) -> Path:
     memory_axes.axhline(limit, color=BOUND_COLOR, linestyle="--",
                         label=f"RAM budget + 1 GiB ({limit:g})")
     memory_axes.legend(fontsize=8, loc="upper left")
-    figure.suptitle(f"FLUX.1-dev pipeline, {run['steps']} steps at 1024x1024, VRAM cap "
+    name = {"flux": "FLUX.1-dev pipeline, 1024x1024", "wan": "Wan 2.1 14B pipeline, 480x832"}
+    figure.suptitle(f"{name[run.get('pipeline', 'flux')]}, {run['steps']} steps, VRAM cap "
                     f"{run['cap_gib']:g} GiB, RAM budget {run['ram_budget_gib']:g} GiB "
                     f"({run['device']})", fontsize=10)
     figure.tight_layout()
