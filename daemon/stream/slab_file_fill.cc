@@ -97,7 +97,8 @@ absl::Status FillSlabFromFiles(ResidentSlab& slab, const std::vector<SlabFileChu
   const size_t readers = std::clamp<size_t>(threads, 1, chunks.size());
   uint64_t largest = 0;
   for (const SlabFileChunk& chunk : chunks) largest = std::max(largest, chunk.range.bytes);
-  // Two buffers more than readers: the copier works on one while every reader reads.
+  // Two buffers more than readers: the copier works on one while every reader reads (and one
+  // filled waits), never more than one chunk's bytes each.
   ChunkExchange exchange(chunks.size(), readers + 2, largest);
   std::vector<std::thread> reading;
   for (size_t r = 0; r < readers; ++r) {

@@ -23,8 +23,10 @@
 
 namespace ddo {
 
-// The most one read (one bounce buffer) holds.
-inline constexpr uint64_t kSlabFileChunkBytes = uint64_t{16} << 20;
+// The most one read (one bounce buffer) holds. A fill holds its readers + 2 such buffers
+// outside the pool's budget (24 MiB with 4 readers; one fill ran with one 16 MiB buffer
+// before), once per session being opened: small, so that concurrent opens stay cheap.
+inline constexpr uint64_t kSlabFileChunkBytes = uint64_t{4} << 20;
 
 // One read of a slab fill: `range` of the backing files goes to `slab_offset`.
 struct SlabFileChunk {
