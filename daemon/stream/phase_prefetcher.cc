@@ -86,7 +86,8 @@ void PhasePrefetcher::MovePoolBytes(const Lease& lease, const std::set<std::stri
   for (const std::string& key : ToPromote(lease, needed, &needed_bytes)) {
     if (may_demote) DemoteForRoom(lease, keep, needed_bytes, result);
     // A denoising phase's component is read once a step: what the room made for it holds
-    // comes back even when all of it does not (split), which a pool smaller than it needs.
+    // comes back even when all of it does not (split), as it must in a pool smaller than it
+    // and its session margin.
     // A prompt or decode phase's comes back whole or not at all: for one pass, its files
     // serve as well, and a split now would need room for both parts to become whole later.
     absl::StatusOr<uint64_t> moved =
