@@ -269,6 +269,33 @@ TEST_F(RpcClientTest, RegisterCommitAttachReadsTheSameBytesThenEvict) {
   EXPECT_EQ(client.component("cpp/roundtrip").status().code(), StatusCode::kNotFound);
 }
 
+// Attach may read the component back from its files and fill a slab before it answers: it is
+// not bound by the client's timeout. ddod is held still (SIGSTOP) past that timeout while the
+// call is in flight; the call waits for it.
+TEST_F(RpcClientTest, AnAttachOutlastsTheClientsTimeout) {
+  ConnectOptions options;
+  options.address = daemon_->address();
+  options.timeout_seconds = 1;
+  StatusOr<RpcClient> client = RpcClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const std::vector<float> weight = Ramp(16, 1.0f);
+  StatusOr<Upload> upload = client->register_component("cpp/slow-attach", {FloatSpec("w", 4, 4)});
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  ASSERT_TRUE(client->write_upload(*upload, {{"w", {weight.data(), weight.size() * 4}}}).ok());
+  ASSERT_TRUE(client->commit(upload->upload_id).ok());
+
+  ASSERT_EQ(::kill(daemon_->pid(), SIGSTOP), 0);
+  std::thread resume([pid = daemon_->pid()] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    ::kill(pid, SIGCONT);
+  });
+  StatusOr<AttachAnswer> attached = client->attach("cpp/slow-attach");
+  resume.join();
+  ASSERT_TRUE(attached.ok()) << attached.status().ToString();
+  EXPECT_TRUE(client->detach(attached->session_id).ok());
+  EXPECT_TRUE(client->evict("cpp/slow-attach").ok());
+}
+
 TEST_F(RpcClientTest, AbortGivesTheUploadBack) {
   RpcClient client = Connect();
   StatusOr<Upload> upload = client.register_component("cpp/aborted", {FloatSpec("w", 8, 8)});

@@ -112,18 +112,3 @@ def test_on_windows_ddod_says_its_purge_is_not_built(daemon_factory, short_dir, 
         phase = ddo.enter_phase("before_run", purge_standby=True, client=windows_client)
     assert phase["purged"] is False and phase["purge_reason"] == "windows_purge_not_built"
 
-
-def test_a_phase_call_is_not_cut_off_by_the_connections_short_deadline(client, monkeypatch):
-    # ddod reads needed components back into the pool before a phase answers (10 s for a
-    # 22 GiB transformer on the H100): the Phase call must not inherit the 5 s default.
-    deadlines = []
-    unary = client.rpc.unary
-
-    def recording(rpc, request, *, timeout=None):
-        if rpc == "Phase":
-            deadlines.append(timeout)
-        return unary(rpc, request, timeout=timeout)
-
-    monkeypatch.setattr(client.rpc, "unary", recording)
-    ddo.enter_phase("denoise", client=client)
-    assert len(deadlines) == 1 and deadlines[0] is not None and deadlines[0] >= 600

@@ -23,12 +23,28 @@
 namespace ddo {
 namespace {
 
+// The deadline of a unary call whose work in ddod grows with the model (Attach may read the
+// component back from its files and fill a slab of resident weights, and answers with the whole
+// tensor table): the client's timeout is for calls that cost the same whatever the model. A
+// ddod that goes away ends the call at once.
+constexpr double kModelSizedCallSeconds = 3600.0;
+
 // Makes one unary call of the Ddo service with `impl`'s deadline and token.
 template <typename Method, typename Request, typename Response>
 Status Call(const RpcClient::Impl& impl, Method method, const Request& request,
             Response* response, bool with_token = true) {
   grpc::ClientContext context;
   impl.Prepare(&context, with_token);
+  return FromGrpc(((*impl.stub).*method)(&context, request, response));
+}
+
+// Makes one unary call of the Ddo service with `impl`'s token and kModelSizedCallSeconds.
+template <typename Method, typename Request, typename Response>
+Status CallSizedByModel(const RpcClient::Impl& impl, Method method, const Request& request,
+                        Response* response) {
+  grpc::ClientContext context;
+  impl.Prepare(&context);
+  SetDeadline(&context, kModelSizedCallSeconds);
   return FromGrpc(((*impl.stub).*method)(&context, request, response));
 }
 
@@ -272,7 +288,7 @@ StatusOr<AttachAnswer> RpcClient::attach(const std::string& cache_key,
   request.mutable_settings()->insert(settings.begin(), settings.end());
   for (const std::string& name : streamable) request.add_streamable(name);
   ddo::v1::AttachResponse response;
-  Status status = Call(*impl_, &ddo::v1::Ddo::Stub::Attach, request, &response);
+  Status status = CallSizedByModel(*impl_, &ddo::v1::Ddo::Stub::Attach, request, &response);
   if (!status.ok()) return status;
   return FromProto(response);
 }

@@ -35,7 +35,15 @@ from .lease import Lease
 if TYPE_CHECKING:
     from .shm import SegmentOpener
 
-__all__ = ["RpcChannel"]
+__all__ = ["MODEL_SIZED_TIMEOUT_S", "RpcChannel"]
+
+# The deadline of calls whose work in ddod grows with the model: Attach (it may read a
+# component back from its files and fill a slab of resident weights, and answers with the whole
+# tensor table) and Phase (it reads needed components back into the pool). The connection's
+# deadline (5 s by default) is for calls that cost the same whatever the model; on a loaded
+# 2-core machine a 6 GiB Attach took more than that. A ddod that goes away ends the call at
+# once, so the long deadline only matters for a ddod that is alive and working.
+MODEL_SIZED_TIMEOUT_S = 3600.0
 
 
 class RpcChannel:

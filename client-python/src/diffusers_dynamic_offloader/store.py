@@ -56,7 +56,7 @@ from .module_tensors import module_tensors, unique
 from .pool_views import map_component
 from .progress import LogFunction, ProgressReporter, format_bytes
 from .progress_call import follow_progress
-from .rpc_channel import RpcChannel
+from .rpc_channel import MODEL_SIZED_TIMEOUT_S, RpcChannel
 from .safetensors_inputs import PathArgument, SafetensorsInputs, naming_paths
 from .segment_writer import SegmentWriter, write_placements
 from .shm import SegmentOpener
@@ -664,7 +664,8 @@ def attach(rpc: RpcChannel, cache_key: str) -> AttachedComponent:
     """
     _check_key(cache_key)
     response = rpc.unary(
-        "Attach", sessions_pb2.AttachRequest(lease_id=rpc.lease_id, cache_key=cache_key)
+        "Attach", sessions_pb2.AttachRequest(lease_id=rpc.lease_id, cache_key=cache_key),
+        timeout=MODEL_SIZED_TIMEOUT_S,
     )
     info = response.component
     try:

@@ -68,7 +68,7 @@ from .fused_on_arrival import FUSED_MODES, write_back_fused
 from .module_tensors import ModuleTensor
 from .pool_views import map_component
 from .ring_consumer import RingConsumer, RingEvents, RingViews
-from .rpc_channel import RpcChannel
+from .rpc_channel import MODEL_SIZED_TIMEOUT_S, RpcChannel
 from .session_binding import SessionBinding, _dtype, streamable_weights
 from .session_edits import SessionEdits
 from .session_stats import SessionStats
@@ -135,7 +135,7 @@ def stream(
         settings=_settings_text(settings),
         streamable=streamable_weights(module, keep_resident),
     )
-    response = rpc.unary("Attach", request)
+    response = rpc.unary("Attach", request, timeout=MODEL_SIZED_TIMEOUT_S)
     session = StreamingSession(rpc, module, response, torch_device, stall_timeout, request)
     try:
         session._open()
@@ -458,7 +458,7 @@ class StreamingSession(Closeable, SessionBinding, SessionEdits, SessionStats):
         request.lease_id = rpc.lease_id
         try:
             detached = time.perf_counter()
-            response = rpc.unary("Attach", request)
+            response = rpc.unary("Attach", request, timeout=MODEL_SIZED_TIMEOUT_S)
             attached = time.perf_counter()
             self._response = response
             self.session_id = response.session_id

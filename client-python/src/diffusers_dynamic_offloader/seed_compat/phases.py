@@ -21,13 +21,9 @@ import time
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Union
 
 from .._proto import sessions_pb2
+from ..rpc_channel import MODEL_SIZED_TIMEOUT_S
 
 PHASES = ("before_run", "prompt", "denoise", "decode", "after_run")
-# The Phase call's deadline. ddod reads a needed component back into the pool before it
-# answers, work that grows with the model (the 22 GiB FLUX transformer took 10 s on the H100,
-# docs/benchmarks.md run 76; longer from a slow disk): the connection's default deadline (5 s)
-# would cut it off. A ddod that goes away ends the call at once.
-_PHASE_TIMEOUT_S = 3600.0
 
 _KINDS = {
     "before_run": sessions_pb2.PHASE_KIND_BEFORE_RUN,
@@ -96,7 +92,7 @@ def enter_phase(
     answer = client.rpc.unary("Phase", sessions_pb2.PhaseRequest(
         lease_id=client.lease_id, phase=_KINDS[phase], needed=list(needed),
         prefetch=list(prefetch), purge_standby=purge_standby,
-        keep_pool_bytes=not move_pool_bytes), timeout=_PHASE_TIMEOUT_S)
+        keep_pool_bytes=not move_pool_bytes), timeout=MODEL_SIZED_TIMEOUT_S)
     result = {
         "phase": phase,
         "released_bytes": int(answer.released_bytes),
