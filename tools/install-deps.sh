@@ -19,6 +19,8 @@ packages=(
   pybind11-dev python3-dev
   # The Debian packages (tools/package.sh: deploy/debian with debhelper) and their check.
   dpkg-dev debhelper dh-python lintian
+  # The Windows cross-build of the platform layer and its tests under wine (tools/cross-windows.sh).
+  g++-mingw-w64-x86-64-posix wine64 googletest
 )
 
 missing=()

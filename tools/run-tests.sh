@@ -30,6 +30,13 @@ else
   echo "(skipped: DDO_SKIP_NOCUDA=1)"
 fi
 
+echo "== Windows: the platform layer cross-built (mingw-w64), its tests under wine64"
+if [[ "${DDO_SKIP_WINDOWS:-0}" != "1" ]]; then
+  DDO_WINDOWS_BUILD_DIR="$build-windows" tools/cross-windows.sh
+else
+  echo "(skipped: DDO_SKIP_WINDOWS=1)"
+fi
+
 echo "== fuzzing (bounded)"
 tools/run-fuzz.sh "${DDO_FUZZ_SECONDS:-20}"
 

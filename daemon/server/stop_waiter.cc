@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -57,44 +56,26 @@ absl::StatusOr<StopWaiter> StopWaiter::Create(std::optional<pid_t> parent_pid) {
     return PosixError("eventfd", errno);
   }
   if (parent_pid.has_value()) {
-    waiter.parent_pid_ = parent_pid;
-#ifdef SYS_pidfd_open
-    const long fd = ::syscall(SYS_pidfd_open, *parent_pid, 0);
-    if (fd >= 0) {
-      waiter.parent_fd_ = UniqueFd(static_cast<int>(fd));
-    } else if (errno == ESRCH) {
+    absl::StatusOr<os::ProcessWatch> parent = os::ProcessWatch::Open(*parent_pid);
+    if (absl::IsNotFound(parent.status())) {
       return absl::NotFoundError(
           absl::StrCat("parent process ", *parent_pid, " (--parent-pid) is not running"));
     }
-#endif
-    if (!waiter.ParentAlive()) {
-      return absl::NotFoundError(
-          absl::StrCat("parent process ", *parent_pid, " (--parent-pid) is not running"));
-    }
+    if (!parent.ok()) return parent.status();
+    waiter.parent_.emplace(*std::move(parent));
   }
   return waiter;
-}
-
-bool StopWaiter::ParentAlive() const {
-  if (!parent_pid_.has_value()) {
-    return true;
-  }
-  if (parent_fd_.valid()) {
-    pollfd fd{parent_fd_.get(), POLLIN, 0};
-    return ::poll(&fd, 1, 0) == 0;  // readable once the process has exited
-  }
-  // kill(pid, 0) succeeds for zombies too, which is right: our parent reaps its children.
-  return ::kill(*parent_pid_, 0) == 0 || errno == EPERM;
 }
 
 StopReason StopWaiter::Wait() {
   for (;;) {
     pollfd fds[3] = {{signal_fd_.get(), POLLIN, 0}, {event_fd_.get(), POLLIN, 0}, {-1, 0, 0}};
     nfds_t count = 2;
-    if (parent_fd_.valid()) {
-      fds[count++] = {parent_fd_.get(), POLLIN, 0};
+    if (parent_.has_value() && parent_->pollable().valid()) {
+      fds[count++] = {parent_->pollable().get(), POLLIN, 0};
     }
-    const int timeout = (parent_pid_.has_value() && !parent_fd_.valid()) ? kParentPollMs : -1;
+    const int timeout =
+        (parent_.has_value() && !parent_->pollable().valid()) ? kParentPollMs : -1;
     const int ready = ::poll(fds, count, timeout);
     if (ready < 0 && errno != EINTR) {
       return {StopReason::Kind::kRequested,
@@ -111,9 +92,9 @@ StopReason StopWaiter::Wait() {
     if (fds[1].revents & POLLIN) {
       return {StopReason::Kind::kRequested, "stop requested"};
     }
-    if (!ParentAlive()) {
+    if (parent_.has_value() && parent_->Exited()) {
       return {StopReason::Kind::kParentExited,
-              absl::StrCat("parent process ", *parent_pid_, " exited")};
+              absl::StrCat("parent process ", parent_->pid(), " exited")};
     }
   }
 }

@@ -4,7 +4,8 @@
 // in embedded mode (--parent-pid), or a request from inside the process; or for SIGHUP, which
 // asks ddod to read its configuration again (Wait() returns kReload, and is called again). Signals are taken
 // synchronously through a signalfd, so no work ever runs inside a signal handler; parent death
-// is watched with a pidfd (Linux 5.3+), or by polling every 200 ms on older kernels.
+// is watched through the platform layer's ProcessWatch (ddo/os/process_watch.h: a pidfd polled
+// beside the signalfd, or a look every 200 ms on kernels without pidfd_open).
 //
 // BlockTerminationSignals() must run in main() before any thread starts, so that every thread
 // inherits the blocked mask and the signals stay pending for the signalfd.
@@ -19,6 +20,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "ddo/os/process_watch.h"
 #include "ddo/wire/unique_fd.h"
 
 namespace ddo {
@@ -49,12 +51,9 @@ class StopWaiter {
  private:
   StopWaiter() = default;
 
-  bool ParentAlive() const;
-
   UniqueFd signal_fd_;
   UniqueFd event_fd_;
-  UniqueFd parent_fd_;  // pidfd, when the kernel has pidfd_open
-  std::optional<pid_t> parent_pid_;
+  std::optional<os::ProcessWatch> parent_;
 };
 
 }  // namespace ddo

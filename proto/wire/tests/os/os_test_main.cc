@@ -1,0 +1,68 @@
+// The platform layer's test binary: gtest, or with "--child ROLE ..." one of the roles its
+// tests start in a second process (child_process.h).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "child_process.h"
+#include "ddo/os/shared_memory.h"
+#include "gtest/gtest.h"
+
+namespace ddo::os::test {
+namespace {
+
+// "share NAME": opens the segment NAME, checks that it starts with "parent", writes "child"
+// at offset 64. Exit codes: 0 done, 2 not opened, 3 not mapped, 4 wrong bytes.
+int Share(const std::string& name) {
+  absl::StatusOr<SharedMemory> segment = SharedMemory::Open(name, /*writable=*/true);
+  if (!segment.ok()) {
+    std::fprintf(stderr, "child: %s\n", segment.status().ToString().c_str());
+    return 2;
+  }
+  absl::StatusOr<MappedView> view = segment->Map(/*writable=*/true);
+  if (!view.ok()) {
+    std::fprintf(stderr, "child: %s\n", view.status().ToString().c_str());
+    return 3;
+  }
+  char* bytes = static_cast<char*>(view->data());
+  if (std::strcmp(bytes, "parent") != 0) return 4;
+  std::strcpy(bytes + 64, "child");
+  return 0;
+}
+
+// "open NAME": exit 0 when the segment NAME opens for writing, 5 when PermissionDenied,
+// 6 when NotFound, 7 otherwise.
+int OpenOnly(const std::string& name) {
+  absl::StatusOr<SharedMemory> segment = SharedMemory::Open(name, /*writable=*/true);
+  if (segment.ok()) return 0;
+  if (absl::IsPermissionDenied(segment.status())) return 5;
+  if (absl::IsNotFound(segment.status())) return 6;
+  return 7;
+}
+
+}  // namespace
+
+int RunChild(int argc, char** argv) {
+  const std::string role = argc > 2 ? argv[2] : "";
+  if (role == "share" && argc == 4) return Share(argv[3]);
+  if (role == "open" && argc == 4) return OpenOnly(argv[3]);
+  if (role == "sleep-ms" && argc == 4) {
+    absl::SleepFor(absl::Milliseconds(std::atoi(argv[3])));
+    return 0;
+  }
+  if (role == "exit" && argc == 4) return std::atoi(argv[3]);
+  std::fprintf(stderr, "unknown child role\n");
+  return 100;
+}
+
+}  // namespace ddo::os::test
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--child") == 0) {
+    return ddo::os::test::RunChild(argc, argv);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
