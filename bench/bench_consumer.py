@@ -35,6 +35,16 @@ such (the device has more RAM, so it runs to its end here).
 clip at 480x832 (``--frames``), guidance 5.0 (two transformer passes a step), with
 ``wan_stages``; the modes are the same (the text encoder on leaf-level group offloading, the
 VAE on the GPU). ``--small`` builds small components (a quick check of the whole script).
+
+``--storage fp8`` writes the denoiser and the large text encoder in fp8 storage, as an fp8
+checkpoint holds them: Diffusers' layerwise casting (weights in ``float8_e4m3fn``, computed in
+bf16; norms, embeddings and the in/out projections stay bf16), saved as it stands, so each
+safetensors file holds both dtypes. Every mode starts from those files as its users do: DDO's
+runner with ``load_from_ddod(..., torch_dtype="auto")`` (ddod reads the fp8 bytes; nothing
+widens them) and the same casting hooks, the diffusers modes with ``from_pretrained(...,
+torch_dtype=bfloat16)`` (which widens the fp8 weights to bf16 in RAM) and then
+``enable_layerwise_casting`` before their offloading, as Diffusers' documentation does. Give
+the fp8 pipeline its own ``--dir``.
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ sys.path.insert(0, str(REPO / "tests" / "gpu"))
 
 GIB = 1 << 30
 MODES = ("ddo", "group_disk", "model_cpu", "sequential")
+STORAGES = ("bf16", "fp8")
 PROMPT = "a painting of a squirrel eating a burger"
 
 # Published configurations (FLUX.1-dev's model cards): CLIP-L, T5-XXL's encoder, FLUX's VAE.
@@ -112,9 +123,26 @@ def randomize(module, dtype) -> None:
             parameter.normal_(0.0, 0.02)
 
 
-def write_pipeline(folder: Path, small: bool, pipeline: str = "flux") -> Dict[str, int]:
+def fp8_storage(module) -> None:
+    """Diffusers' layerwise casting of ``module``: weights stored in float8_e4m3fn, each layer
+    computed in bf16 (a Diffusers model with its own skip patterns, others with Diffusers'
+    defaults: norms, embeddings, the in/out projections stay bf16)."""
+    import torch
+    from diffusers.hooks import apply_layerwise_casting
+
+    storage, compute = torch.float8_e4m3fn, torch.bfloat16
+    if hasattr(module, "enable_layerwise_casting"):
+        module.enable_layerwise_casting(storage_dtype=storage, compute_dtype=compute)
+    else:
+        apply_layerwise_casting(module, storage_dtype=storage, compute_dtype=compute,
+                                skip_modules_pattern="auto")
+
+
+def write_pipeline(folder: Path, small: bool, pipeline: str = "flux",
+                   storage: str = "bf16") -> Dict[str, int]:
     """Builds the pipeline's components with random weights on the GPU and saves them as a
-    Diffusers folder; returns each component's bytes."""
+    Diffusers folder (the denoiser and the large text encoder in fp8 storage with
+    ``storage="fp8"``); returns each component's bytes."""
     import diffusers
     import torch
     import transformers
@@ -143,6 +171,9 @@ def write_pipeline(folder: Path, small: bool, pipeline: str = "flux") -> Dict[st
                 vae=diffusers.AutoencoderKL(**FLUX_VAE))
     for module in modules.values():
         randomize(module, dtype)
+    if storage == "fp8":
+        for name in ("transformer", PIPELINES[pipeline]["encoder"]):
+            fp8_storage(modules[name])
     if pipeline == "wan":
         # 480p: flow shift 3.0 (Wan 2.1's published setting for 480x832).
         pipe = diffusers.WanPipeline(
@@ -231,12 +262,18 @@ def build_ddo(args, client):
     # to their files, and the denoiser is the one worth the pool (run once a step). Loaded
     # first, the transformer went to its files for T5 and the first image read it back
     # (docs/benchmarks.md, run 76).
+    # fp8 files hold two dtypes: each weight binds as stored ("auto"), then gets the same
+    # casting hooks it was saved with.
+    dtype = "auto" if args.storage == "fp8" else torch.bfloat16
     encoder = load_from_ddod(getattr(transformers, spec["encoder_class"]), folder,
-                             subfolder=spec["encoder"], torch_dtype=torch.bfloat16,
+                             subfolder=spec["encoder"], torch_dtype=dtype,
                              client=client, progress=False, bind=False).module
     transformer = load_from_ddod(getattr(diffusers, spec["denoiser_class"]), folder,
-                                 subfolder="transformer", torch_dtype=torch.bfloat16,
+                                 subfolder="transformer", torch_dtype=dtype,
                                  client=client, progress=False, bind=False).module
+    if args.storage == "fp8":
+        fp8_storage(encoder)
+        fp8_storage(transformer)
     return getattr(diffusers, spec["pipeline"]).from_pretrained(
         folder, transformer=transformer, torch_dtype=torch.bfloat16, **{spec["encoder"]: encoder})
 
@@ -255,11 +292,15 @@ def build_group_disk(args):
                    offload_type="block_level", num_blocks_per_group=1, use_stream=True)
     transformer = getattr(diffusers, spec["denoiser_class"]).from_pretrained(
         folder, subfolder="transformer", torch_dtype=torch.bfloat16)
+    if args.storage == "fp8":
+        fp8_storage(transformer)  # before group offloading, as Diffusers' docs combine them
     apply_group_offloading(transformer, offload_to_disk_path=str(Path(args.work) / "gd-dit"),
                            **options)
     gc.collect()
     encoder = getattr(transformers, spec["encoder_class"]).from_pretrained(
         folder, subfolder=spec["encoder"], torch_dtype=torch.bfloat16)
+    if args.storage == "fp8":
+        fp8_storage(encoder)
     # T5's blocks sit below its top level (encoder.block), where block level finds none and
     # would onload the whole encoder as one group: leaf level, as diffusers' docs do for it.
     apply_group_offloading(encoder, offload_to_disk_path=str(Path(args.work) / "gd-te"),
@@ -279,7 +320,7 @@ def run_mode(args) -> Dict[str, Any]:
     torch.cuda.set_per_process_memory_fraction(
         min(1.0, runner_cap * GIB / torch.cuda.get_device_properties(0).total_memory))
     memory = HostMemory(args.ddod_pid)
-    result: Dict[str, Any] = {"mode": args.run, "images_s": []}
+    result: Dict[str, Any] = {"mode": args.run, "storage": args.storage, "images_s": []}
     started = time.perf_counter()
     client = None
     if args.run == "ddo":
@@ -294,6 +335,9 @@ def run_mode(args) -> Dict[str, Any]:
 
         pipe = getattr(diffusers, PIPELINES[args.pipeline]["pipeline"]).from_pretrained(
             args.dir, torch_dtype=torch.bfloat16)
+        if args.storage == "fp8":
+            fp8_storage(pipe.transformer)
+            fp8_storage(getattr(pipe, PIPELINES[args.pipeline]["encoder"]))
         if args.run == "model_cpu":
             pipe.enable_model_cpu_offload()
         else:
@@ -347,7 +391,7 @@ def run_in_process(args, mode: str, extra: List[str]) -> Dict[str, Any]:
                str(args.work), "--cap", str(args.cap), "--steps", str(args.steps), "--images",
                str(args.images), "--resolution", str(args.resolution),
                "--activation-reserve-gb", str(args.activation_reserve_gb), "--pipeline",
-               args.pipeline, "--frames", str(args.frames), *extra]
+               args.pipeline, "--frames", str(args.frames), "--storage", args.storage, *extra]
     if args.small:
         command.append("--small")
     log(f"{mode}: {' '.join(command)}")
@@ -365,8 +409,9 @@ def run_in_process(args, mode: str, extra: List[str]) -> Dict[str, Any]:
 def report(figures: Dict[str, Any], budget_gib: float) -> None:
     limit = (budget_gib + 1) * GIB
     ddo = figures["modes"].get("ddo", {})
-    print(f"\nconsumer run: {figures['device']}, VRAM cap {figures['cap_gib']} GiB, RAM budget "
-          f"{budget_gib} GiB; {figures['steps']} steps an image")
+    print(f"\nconsumer run: {figures['device']}, {figures['pipeline']} in {figures['storage']}, "
+          f"VRAM cap {figures['cap_gib']} GiB, RAM budget {budget_gib} GiB; "
+          f"{figures['steps']} steps an image")
     print(f"{'mode':<12}{'setup s':>9}{'image s':>9}{'vs ddo':>8}{'host GiB':>10}  fits")
     for mode, result in figures["modes"].items():
         if not result.get("completed"):
@@ -392,6 +437,8 @@ def main() -> int:
                         "(wan)")
     parser.add_argument("--resolution", type=int, default=1024, help="FLUX's side (1024)")
     parser.add_argument("--frames", type=int, default=17, help="Wan's clip length (17)")
+    parser.add_argument("--storage", choices=STORAGES, default="bf16",
+                        help="the denoiser's and text encoder's stored dtype (see above)")
     parser.add_argument("--activation-reserve-gb", type=float, default=3.0,
                         help="of the cap, the DDO runner's own (3)")
     parser.add_argument("--modes", default=",".join(MODES))
@@ -418,11 +465,12 @@ def main() -> int:
     args.dir = args.dir or str(Path(args.work) / "pipeline")
     figures: Dict[str, Any] = {"device": torch.cuda.get_device_name(0), "cap_gib": args.cap,
                                "ram_budget_gib": args.ram_budget_gb, "steps": args.steps,
-                               "pipeline": args.pipeline,
+                               "pipeline": args.pipeline, "storage": args.storage,
                                "modes": {}}
     if not (Path(args.dir) / "model_index.json").exists():
         started = time.perf_counter()
-        figures["component_bytes"] = write_pipeline(Path(args.dir), args.small, args.pipeline)
+        figures["component_bytes"] = write_pipeline(Path(args.dir), args.small, args.pipeline,
+                                                    args.storage)
         log(f"pipeline written in {time.perf_counter() - started:.0f} s: "
             f"{ {k: round(v / GIB, 2) for k, v in figures['component_bytes'].items()} } GiB")
     for mode in args.modes.split(","):

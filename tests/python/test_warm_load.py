@@ -76,3 +76,37 @@ def test_a_dtype_the_checkpoint_does_not_have_is_a_bind_error(client, checkpoint
     with pytest.raises(BindError, match="bfloat16|BF16|bf16"):
         ddo.load_from_ddod(ConfiguredTransformer, path, subfolder="transformer",
                            torch_dtype=torch.bfloat16, client=client)
+
+
+def test_auto_dtype_binds_a_checkpoint_of_mixed_dtypes_as_it_is(client, short_dir):
+    # What enable_layerwise_casting saves: weights in a storage dtype beside norms and biases
+    # in another (fp8 and bf16 on the GPU machine; bf16 and fp32 here, torch 1.13 has no fp8).
+    torch.manual_seed(4)
+    model = ConfiguredTransformer().eval()
+    stored = {name: (tensor.to(torch.bfloat16) if name.endswith("weight") else tensor).contiguous()
+              for name, tensor in model.state_dict().items()}
+    assert len({tensor.dtype for tensor in stored.values()}) == 2
+    folder = os.path.join(short_dir, "mixed", "transformer")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.json"), "w") as file:
+        json.dump({"_class_name": "ConfiguredTransformer"}, file)
+    write_safetensors(os.path.join(folder, "diffusion_pytorch_model.safetensors"), stored)
+    path = os.path.join(short_dir, "mixed")
+
+    with pytest.raises(BindError):  # the class's own fp32 does not fit the bf16 weights
+        ddo.load_from_ddod(ConfiguredTransformer, path, subfolder="transformer", client=client)
+    with pytest.raises(ValueError, match="auto"):
+        ddo.load_from_ddod(ConfiguredTransformer, path, subfolder="transformer",
+                           torch_dtype="float8", client=client)
+    loaded = ddo.load_from_ddod(ConfiguredTransformer, path, subfolder="transformer",
+                                torch_dtype="auto", client=client)
+    bound = loaded.module.state_dict()
+    for name, tensor in stored.items():
+        assert bound[name].dtype == tensor.dtype, name
+        assert torch.equal(bound[name], tensor), name
+    # Unbound (bind=False, as a staged run loads), the meta weights keep the stored dtypes,
+    # so binding again later fits.
+    unbound = ddo.load_from_ddod(ConfiguredTransformer, path, subfolder="transformer",
+                                 torch_dtype="auto", client=client, bind=False).module
+    for name, param in unbound.named_parameters():
+        assert param.is_meta and param.dtype == stored[name].dtype, name

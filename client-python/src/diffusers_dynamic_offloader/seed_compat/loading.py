@@ -21,8 +21,9 @@ import functools
 import importlib
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
+import torch
 from torch import nn
 
 # The safetensors backends this process can switch to for a load. Kept here: the load runs in
@@ -154,9 +155,14 @@ def load_from_ddod(
     A staged run (``run_staged``) gives back the weights of every such module between its
     passes in the same way.
 
+    ``torch_dtype="auto"`` gives every weight the dtype the checkpoint stores it in, as
+    transformers' ``from_pretrained`` does: a checkpoint of mixed dtypes (fp8 weights beside
+    bf16 norms, what ``enable_layerwise_casting`` saves) binds as it is, each tensor zero-copy.
+
     Raises:
         BindError: the checkpoint does not fit the class (names, shapes, or a ``torch_dtype``
             other than the checkpoint's: a zero-copy view cannot convert).
+        ValueError: ``torch_dtype`` is a string other than ``"auto"``.
     """
     import time
 
@@ -165,6 +171,9 @@ def load_from_ddod(
 
     started = time.perf_counter()
     _check_model_class(model_class)
+    if isinstance(torch_dtype, str) and torch_dtype != "auto":
+        raise ValueError(f"torch_dtype={torch_dtype!r}: a torch.dtype, or 'auto' for the "
+                         "checkpoint's own dtypes")
     from ..default_client import client_or_default
 
     client = client_or_default(client)
@@ -180,12 +189,14 @@ def load_from_ddod(
         client.load_safetensors(key, [folder], progress=progress)
     with parameters_on_meta():
         module = _built_from_config(model_class, pretrained_model_name_or_path, subfolder)
-    if torch_dtype is not None:
+    if torch_dtype is not None and torch_dtype != "auto":
         # torch's own cast of the meta parameters: Diffusers' ModelMixin.to warns about
         # fp32-kept modules, which matter for real weights only.
         module = nn.Module.to(module, torch_dtype)
     attached = client.attach(key)
     try:
+        if torch_dtype == "auto":
+            take_stored_dtypes(module, attached.tensors)
         attached.bind(module)
     except BaseException:
         attached.close()
@@ -197,6 +208,28 @@ def load_from_ddod(
         unbind(module)
     module.eval().requires_grad_(False)
     return DdoLoadedComponent(module, key, warm, time.perf_counter() - started)
+
+
+def take_stored_dtypes(module: nn.Module, stored: Mapping[str, torch.Tensor]) -> None:
+    """Gives each parameter and buffer of ``module`` that ``stored`` names the dtype stored
+    there (``torch_dtype="auto"``). The parameters are on the meta device, so nothing is
+    converted; a weight shared by several names stays shared."""
+    replaced: Dict[int, nn.Parameter] = {}
+    for path, owner in module.named_modules():
+        prefix = f"{path}." if path else ""
+        for name, param in list(owner._parameters.items()):
+            stored_tensor = stored.get(prefix + name)
+            if param is None or stored_tensor is None or param.dtype == stored_tensor.dtype:
+                continue
+            if id(param) not in replaced:
+                replaced[id(param)] = nn.Parameter(param.to(stored_tensor.dtype),
+                                                   requires_grad=False)
+            owner._parameters[name] = replaced[id(param)]
+        for name, buffer in list(owner._buffers.items()):
+            stored_tensor = stored.get(prefix + name)
+            if buffer is not None and stored_tensor is not None:
+                if buffer.dtype != stored_tensor.dtype:
+                    owner._buffers[name] = buffer.to(stored_tensor.dtype)
 
 
 @contextlib.contextmanager
