@@ -1,5 +1,6 @@
 # ddo_os: the platform layer (ddo/os/*.h; docs/windows.md): one interface per concern the OS
-# decides (named shared memory, watching a process), with a POSIX and a Windows implementation
+# decides (named shared memory, watching a process; the Windows service's life cycle, which
+# systemd's pieces in daemon/server are on Linux), with a POSIX and a Windows implementation
 # chosen here. No gRPC, no protobuf and no daemon code, so that it cross-builds for Windows
 # with absl alone (DDO_PLATFORM_ONLY, tools/cross-windows.sh).
 set(DDO_OS_SOURCES
@@ -11,7 +12,8 @@ if(WIN32)
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/native_handle.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/process_watch.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/shared_memory.cc
-    ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_error.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_error.cc
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_service.cc)
 else()
   list(APPEND DDO_OS_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/native_handle.cc
@@ -39,6 +41,9 @@ if(DDO_BUILD_TESTS)
     ${CMAKE_CURRENT_LIST_DIR}/tests/os/child_process.cc
     ${CMAKE_CURRENT_LIST_DIR}/tests/os/process_watch_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/tests/os/shared_memory_test.cc)
+  if(WIN32)
+    target_sources(ddo_os_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_service_test.cc)
+  endif()
   target_link_libraries(ddo_os_tests PRIVATE ddo_os GTest::gtest absl::time ddo_warnings)
   if(NOT CMAKE_CROSSCOMPILING)
     set_target_properties(ddo_os_tests PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)

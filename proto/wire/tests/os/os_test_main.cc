@@ -10,6 +10,10 @@
 #include "ddo/os/shared_memory.h"
 #include "gtest/gtest.h"
 
+#ifdef _WIN32
+#include "ddo/os/windows_service.h"
+#endif
+
 namespace ddo::os::test {
 namespace {
 
@@ -42,6 +46,26 @@ int OpenOnly(const std::string& name) {
   return 7;
 }
 
+#ifdef _WIN32
+// "service NAME SEGMENT": runs as the Windows service NAME; writes "running" into SEGMENT
+// before it reports so, and "stopped" at offset 64 once asked to stop.
+int Service(const std::string& name, const std::string& segment_name) {
+  absl::Status ran = RunAsWindowsService(name, [&segment_name](WindowsServiceSession& session) {
+    absl::StatusOr<SharedMemory> segment = SharedMemory::Open(segment_name, /*writable=*/true);
+    if (!segment.ok()) return 2;
+    absl::StatusOr<MappedView> view = segment->Map(/*writable=*/true);
+    if (!view.ok()) return 3;
+    char* bytes = static_cast<char*>(view->data());
+    std::strcpy(bytes, "running");
+    session.ReportRunning();
+    session.WaitForStop(absl::InfiniteDuration());
+    std::strcpy(bytes + 64, "stopped");
+    return 0;
+  });
+  return ran.ok() ? 0 : 8;
+}
+#endif
+
 }  // namespace
 
 int RunChild(int argc, char** argv) {
@@ -53,6 +77,9 @@ int RunChild(int argc, char** argv) {
     return 0;
   }
   if (role == "exit" && argc == 4) return std::atoi(argv[3]);
+#ifdef _WIN32
+  if (role == "service" && argc == 5) return Service(argv[3], argv[4]);
+#endif
   std::fprintf(stderr, "unknown child role\n");
   return 100;
 }
