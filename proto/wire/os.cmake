@@ -10,6 +10,8 @@ set(DDO_OS_SOURCES
 if(WIN32)
   list(APPEND DDO_OS_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/native_handle.cc
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/owner_only_security.cc
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/shared_word.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/process_watch.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/shared_memory.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_error.cc
@@ -18,14 +20,15 @@ else()
   list(APPEND DDO_OS_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/native_handle.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/process_watch.cc
-    ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/shared_memory.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/shared_memory.cc
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/shared_word.cc)
 endif()
 add_library(ddo_os STATIC ${DDO_OS_SOURCES})
 # PIC: may be linked into libddo_client_rpc.so.
 set_target_properties(ddo_os PROPERTIES POSITION_INDEPENDENT_CODE ON)
 target_include_directories(ddo_os PUBLIC ${CMAKE_CURRENT_LIST_DIR}/include)
 target_link_libraries(ddo_os PUBLIC absl::status absl::statusor absl::strings absl::time
-  PRIVATE absl::str_format ddo_warnings)
+  ddo_wire_layout PRIVATE absl::str_format ddo_warnings)
 if(WIN32)
   target_link_libraries(ddo_os PRIVATE advapi32)
 else()
@@ -40,7 +43,8 @@ if(DDO_BUILD_TESTS)
     ${CMAKE_CURRENT_LIST_DIR}/tests/os/os_test_main.cc
     ${CMAKE_CURRENT_LIST_DIR}/tests/os/child_process.cc
     ${CMAKE_CURRENT_LIST_DIR}/tests/os/process_watch_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/tests/os/shared_memory_test.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/tests/os/shared_memory_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/tests/os/shared_word_test.cc)
   if(WIN32)
     target_sources(ddo_os_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_service_test.cc)
   endif()

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "child_process.h"
 #include "ddo/os/shared_memory.h"
+#include "ddo/os/shared_word.h"
 #include "gtest/gtest.h"
 
 #ifdef _WIN32
@@ -46,6 +47,23 @@ int OpenOnly(const std::string& name) {
   return 7;
 }
 
+// "wake SEGMENT SIGNAL VALUE": after 200 ms, stores VALUE (unless 0) into the segment's first
+// word and wakes its waiter through SIGNAL. Exit codes: 0 done, 2 segment not opened, 3 not
+// mapped, 9 no signal.
+int Wake(const std::string& segment_name, const std::string& signal_name, uint32_t value) {
+  absl::StatusOr<SharedMemory> segment = SharedMemory::Open(segment_name, /*writable=*/true);
+  if (!segment.ok()) return 2;
+  absl::StatusOr<MappedView> view = segment->Map(/*writable=*/true);
+  if (!view.ok()) return 3;
+  absl::StatusOr<SharedWordSignal> signal = SharedWordSignal::Open(signal_name);
+  if (!signal.ok()) return 9;
+  auto* word = static_cast<std::atomic<uint32_t>*>(view->data());
+  absl::SleepFor(absl::Milliseconds(200));
+  if (value != 0) word->store(value, std::memory_order_release);
+  signal->Wake(word);
+  return 0;
+}
+
 #ifdef _WIN32
 // "service NAME SEGMENT": runs as the Windows service NAME; writes "running" into SEGMENT
 // before it reports so, and "stopped" at offset 64 once asked to stop.
@@ -77,6 +95,9 @@ int RunChild(int argc, char** argv) {
     return 0;
   }
   if (role == "exit" && argc == 4) return std::atoi(argv[3]);
+  if (role == "wake" && argc == 6) {
+    return Wake(argv[3], argv[4], static_cast<uint32_t>(std::atoi(argv[5])));
+  }
 #ifdef _WIN32
   if (role == "service" && argc == 5) return Service(argv[3], argv[4]);
 #endif

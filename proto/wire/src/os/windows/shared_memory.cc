@@ -1,15 +1,10 @@
 #include "ddo/os/shared_memory.h"
 
-// clang-format off
 #include <windows.h>
-#include <sddl.h>
-// clang-format on
-
-#include <memory>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "../segment_name.h"
+#include "owner_only_security.h"
 #include "windows_error.h"
 
 namespace ddo::os {
@@ -17,76 +12,6 @@ namespace {
 
 std::wstring KernelName(const std::string& name, bool global_namespace) {
   return Widen(absl::StrCat(global_namespace ? "Global\\" : "Local\\", name));
-}
-
-// A SID as SDDL text ("S-1-5-21-...").
-absl::StatusOr<std::wstring> SidText(PSID sid) {
-  wchar_t* text = nullptr;
-  if (!::ConvertSidToStringSidW(sid, &text)) {
-    return WindowsError("write a SID as text", ::GetLastError());
-  }
-  std::wstring result(text);
-  ::LocalFree(text);
-  return result;
-}
-
-// The SID of the account this process runs as.
-absl::StatusOr<std::wstring> ProcessUserSid() {
-  HANDLE raw_token = nullptr;
-  if (!::OpenProcessToken(::GetCurrentProcess(), TOKEN_QUERY, &raw_token)) {
-    return WindowsError("open this process's token", ::GetLastError());
-  }
-  NativeHandle token(raw_token);
-  DWORD bytes = 0;
-  ::GetTokenInformation(token.get(), TokenUser, nullptr, 0, &bytes);
-  std::vector<unsigned char> buffer(bytes);
-  if (bytes == 0 ||
-      !::GetTokenInformation(token.get(), TokenUser, buffer.data(), bytes, &bytes)) {
-    return WindowsError("read this process's user", ::GetLastError());
-  }
-  return SidText(reinterpret_cast<TOKEN_USER*>(buffer.data())->User.Sid);
-}
-
-absl::StatusOr<std::wstring> GroupSid(const std::string& group) {
-  const std::wstring wide = Widen(group);
-  DWORD sid_bytes = 0;
-  DWORD domain_chars = 0;
-  SID_NAME_USE use;
-  ::LookupAccountNameW(nullptr, wide.c_str(), nullptr, &sid_bytes, nullptr, &domain_chars, &use);
-  if (sid_bytes == 0) {
-    return WindowsError(absl::StrCat("look up group ", group), ::GetLastError());
-  }
-  std::vector<unsigned char> sid(sid_bytes);
-  std::vector<wchar_t> domain(domain_chars + 1);
-  if (!::LookupAccountNameW(nullptr, wide.c_str(), sid.data(), &sid_bytes, domain.data(),
-                            &domain_chars, &use)) {
-    return WindowsError(absl::StrCat("look up group ", group), ::GetLastError());
-  }
-  return SidText(sid.data());
-}
-
-struct LocalFreeDeleter {
-  void operator()(void* memory) const { ::LocalFree(memory); }
-};
-using SecurityDescriptor = std::unique_ptr<void, LocalFreeDeleter>;
-
-// A protected DACL (no inherited entries) granting the creator everything and the group, when
-// given, read and write; no one else has an entry, so no one else gets in.
-absl::StatusOr<SecurityDescriptor> OwnerOnlyDescriptor(const SegmentAccess& access) {
-  absl::StatusOr<std::wstring> user = ProcessUserSid();
-  if (!user.ok()) return user.status();
-  std::wstring sddl = L"D:P(A;;GA;;;" + *user + L")";
-  if (access.group.has_value()) {
-    absl::StatusOr<std::wstring> group = GroupSid(*access.group);
-    if (!group.ok()) return group.status();
-    sddl += L"(A;;GRGW;;;" + *group + L")";
-  }
-  PSECURITY_DESCRIPTOR descriptor = nullptr;
-  if (!::ConvertStringSecurityDescriptorToSecurityDescriptorW(sddl.c_str(), SDDL_REVISION_1,
-                                                              &descriptor, nullptr)) {
-    return WindowsError("build a segment's security descriptor", ::GetLastError());
-  }
-  return SecurityDescriptor(descriptor);
 }
 
 // The size of a mapping: its view's region, whole pages (Windows keeps no exact size).
@@ -112,12 +37,11 @@ void MappedView::Reset() {
 absl::StatusOr<SharedMemory> SharedMemory::Create(const std::string& name, uint64_t bytes,
                                                   const SegmentAccess& access) {
   if (absl::Status valid = CheckNewSegment(name, bytes); !valid.ok()) return valid;
-  absl::StatusOr<SecurityDescriptor> descriptor = OwnerOnlyDescriptor(access);
-  if (!descriptor.ok()) return descriptor.status();
-  SECURITY_ATTRIBUTES attributes{sizeof(SECURITY_ATTRIBUTES), descriptor->get(), FALSE};
+  absl::StatusOr<OwnerOnlySecurity> security = OwnerOnlySecurity::Make(access);
+  if (!security.ok()) return security.status();
   const std::wstring kernel_name = KernelName(name, access.global_namespace);
   NativeHandle mapping(::CreateFileMappingW(
-      INVALID_HANDLE_VALUE, &attributes, PAGE_READWRITE | SEC_COMMIT,
+      INVALID_HANDLE_VALUE, security->attributes(), PAGE_READWRITE | SEC_COMMIT,
       static_cast<DWORD>(bytes >> 32), static_cast<DWORD>(bytes & 0xffffffffu),
       kernel_name.c_str()));
   const DWORD error = ::GetLastError();
