@@ -12,6 +12,9 @@
 #include "gtest/gtest.h"
 
 #ifdef _WIN32
+#include <windows.h>
+
+#include "ddo/os/windows_pipe.h"
 #include "ddo/os/windows_service.h"
 #endif
 
@@ -65,6 +68,36 @@ int Wake(const std::string& segment_name, const std::string& signal_name, uint32
 }
 
 #ifdef _WIN32
+// "pipe-client PIPE": says HELLO, maps the handle of OPEN and writes "child" at offset 64, passes
+// a temporary file holding "from-child" (FILE <value>), waits for DONE. Exit codes: 0 done,
+// 10 not connected, 11 no OPEN, 12 not mapped, 13 no file, 14 no DONE.
+int PipeClient(const std::string& name) {
+  absl::StatusOr<PipeConnection> pipe = ConnectToPipe(name);
+  if (!pipe.ok()) return 10;
+  if (!pipe->Send("HELLO").ok()) return 10;
+  absl::StatusOr<std::string> open = pipe->Receive();
+  if (!open.ok() || open->rfind("OPEN ", 0) != 0) return 11;
+  HANDLE mapping = reinterpret_cast<HANDLE>(std::strtoull(open->c_str() + 5, nullptr, 10));
+  char* bytes = static_cast<char*>(::MapViewOfFile(mapping, FILE_MAP_WRITE, 0, 0, 0));
+  if (bytes == nullptr || std::strcmp(bytes, "parent") != 0) return 12;
+  std::strcpy(bytes + 64, "child");
+  ::UnmapViewOfFile(bytes);
+  wchar_t directory[MAX_PATH];
+  wchar_t path[MAX_PATH];
+  ::GetTempPathW(MAX_PATH, directory);
+  ::GetTempFileNameW(directory, L"ddo", 0, path);
+  HANDLE file = ::CreateFileW(path, GENERIC_READ | GENERIC_WRITE, 0, nullptr, CREATE_ALWAYS,
+                              FILE_FLAG_DELETE_ON_CLOSE, nullptr);
+  DWORD written = 0;
+  if (file == INVALID_HANDLE_VALUE || !::WriteFile(file, "from-child", 10, &written, nullptr) ||
+      ::SetFilePointer(file, 0, nullptr, FILE_BEGIN) != 0) {
+    return 13;
+  }
+  if (!pipe->Send("FILE " + std::to_string(reinterpret_cast<uint64_t>(file))).ok()) return 13;
+  absl::StatusOr<std::string> done = pipe->Receive();
+  return done.ok() && *done == "DONE" ? 0 : 14;
+}
+
 // "service NAME SEGMENT": runs as the Windows service NAME; writes "running" into SEGMENT
 // before it reports so, and "stopped" at offset 64 once asked to stop.
 int Service(const std::string& name, const std::string& segment_name) {
@@ -100,6 +133,7 @@ int RunChild(int argc, char** argv) {
   }
 #ifdef _WIN32
   if (role == "service" && argc == 5) return Service(argv[3], argv[4]);
+  if (role == "pipe-client" && argc == 4) return PipeClient(argv[3]);
 #endif
   std::fprintf(stderr, "unknown child role\n");
   return 100;

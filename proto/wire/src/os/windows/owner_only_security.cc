@@ -31,14 +31,7 @@ absl::StatusOr<std::wstring> ProcessUserSid() {
     return WindowsError("open this process's token", ::GetLastError());
   }
   NativeHandle token(raw_token);
-  DWORD bytes = 0;
-  ::GetTokenInformation(token.get(), TokenUser, nullptr, 0, &bytes);
-  std::vector<unsigned char> buffer(bytes);
-  if (bytes == 0 ||
-      !::GetTokenInformation(token.get(), TokenUser, buffer.data(), bytes, &bytes)) {
-    return WindowsError("read this process's user", ::GetLastError());
-  }
-  return SidText(reinterpret_cast<TOKEN_USER*>(buffer.data())->User.Sid);
+  return TokenUserSid(token.get());
 }
 
 absl::StatusOr<std::wstring> GroupSid(const std::string& group) {
@@ -60,6 +53,16 @@ absl::StatusOr<std::wstring> GroupSid(const std::string& group) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::wstring> TokenUserSid(HANDLE token) {
+  DWORD bytes = 0;
+  ::GetTokenInformation(token, TokenUser, nullptr, 0, &bytes);
+  std::vector<unsigned char> buffer(bytes);
+  if (bytes == 0 || !::GetTokenInformation(token, TokenUser, buffer.data(), bytes, &bytes)) {
+    return WindowsError("read a token's user", ::GetLastError());
+  }
+  return SidText(reinterpret_cast<TOKEN_USER*>(buffer.data())->User.Sid);
+}
 
 OwnerOnlySecurity::OwnerOnlySecurity(void* descriptor) : descriptor_(descriptor) {
   attributes_.nLength = sizeof(SECURITY_ATTRIBUTES);

@@ -12,6 +12,7 @@
 #include <windows.h>
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "ddo/os/shared_memory.h"
@@ -36,6 +37,9 @@ class OwnerOnlySecurity {
   std::unique_ptr<void, LocalFreeDeleter> descriptor_;
   SECURITY_ATTRIBUTES attributes_{};
 };
+
+// The SID ("S-1-5-21-...") of the account `token` (a TOKEN_QUERY handle) belongs to.
+absl::StatusOr<std::wstring> TokenUserSid(HANDLE token);
 
 }  // namespace ddo::os
 

@@ -24,6 +24,8 @@ absl::Status WindowsError(absl::string_view context, uint32_t code);
 
 // UTF-16 of a UTF-8 string (names and account names cross into the W APIs as UTF-16).
 std::wstring Widen(absl::string_view text);
+// UTF-8 of a UTF-16 string.
+std::string Narrow(const std::wstring& text);
 
 }  // namespace ddo::os
 
