@@ -49,9 +49,9 @@ if [[ ! -f "$absl_source/CMakeLists.txt" ]]; then
 fi
 
 echo "== Windows cross-build (mingw-w64): the platform layer and its tests"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$root/tools/windows/mingw-w64.cmake" \
-  -DCMAKE_BUILD_TYPE=Release -DDDO_PLATFORM_ONLY=ON -DDDO_WERROR=ON \
-  -DDDO_ABSL_SOURCE_DIR="$absl_source" -DDDO_GTEST_SOURCE_DIR=/usr/src/googletest >/dev/null
+# CMakePresets.json's windows-mingw-cross, with the source trees it reads from the environment.
+(cd "$root" && DDO_ABSL_SOURCE_DIR="$absl_source" DDO_GTEST_SOURCE_DIR=/usr/src/googletest \
+  cmake --preset windows-mingw-cross -B "$build" >/dev/null)
 cmake --build "$build" -j "$jobs" --target ddo_os_tests
 
 echo "== the platform layer's tests under wine64"

@@ -30,6 +30,7 @@ fi
 
 lock="$root/tools/kubernetes/package-lock.json"
 mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
 if [[ -f "$dir/node_modules/.package-lock.json" ]] && cmp -s "$lock" "$dir/package-lock.json"; then
   echo "validate-kubernetes: packages already installed in $dir"
 else

@@ -51,6 +51,7 @@ if(DDO_BUILD_TESTS)
       ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_service_test.cc)
   endif()
   target_link_libraries(ddo_os_tests PRIVATE ddo_os GTest::gtest absl::time ddo_warnings)
+  # Cross-built, the tests run under wine (tools/cross-windows.sh), not through CTest.
   if(NOT CMAKE_CROSSCOMPILING)
     set_target_properties(ddo_os_tests PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
     gtest_discover_tests(ddo_os_tests DISCOVERY_TIMEOUT 60)
