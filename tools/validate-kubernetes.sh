@@ -56,4 +56,4 @@ if (( ${#manifests[@]} == 0 )); then
 fi
 cd "$root"
 exec node tools/kubernetes/validate.js "$dir" \
-  --dockerfile deploy/kubernetes/Dockerfile "${manifests[@]#"$root"/}"
+  --dockerfile deploy/kubernetes/Dockerfile --require-ddo "${manifests[@]#"$root"/}"

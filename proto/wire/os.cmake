@@ -12,6 +12,7 @@ if(WIN32)
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/native_handle.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/owner_only_security.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/shared_word.cc
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_instance_lock.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_pipe.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/process_watch.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/shared_memory.cc
@@ -47,7 +48,8 @@ if(DDO_BUILD_TESTS)
     ${CMAKE_CURRENT_LIST_DIR}/tests/os/shared_memory_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/tests/os/shared_word_test.cc)
   if(WIN32)
-    target_sources(ddo_os_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_pipe_test.cc
+    target_sources(ddo_os_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_instance_lock_test.cc
+      ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_pipe_test.cc
       ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_service_test.cc)
   endif()
   target_link_libraries(ddo_os_tests PRIVATE ddo_os GTest::gtest absl::time ddo_warnings)

@@ -14,7 +14,8 @@
 // them: ddod runs in the node's PID and IPC namespaces as a non-root uid, its memory limit has
 // room for --ram-budget-gb, its init container chowns the directories to that uid, and every Pod
 // that mounts its socket directory mounts the same host path, shares the node's IPC namespace and
-// runs as ddod's uid (or, without a GPU, in its group); --dockerfile FILE checks the image's uid.
+// runs as ddod's uid (or, without a GPU, in its group); --dockerfile FILE checks the image's uid,
+// and --require-ddo fails the run unless the DaemonSet and a runner Pod were both found.
 //
 // Last, a self-check: broken manifests made here must each be refused, for the reason meant, and
 // a valid one accepted, so that a validator that accepts everything cannot pass.
@@ -32,7 +33,7 @@ const MIN_HEADROOM_BYTES = 4 * GiB;
 
 function usage(message) {
   process.stderr.write(`validate.js: ${message}\n` +
-    "usage: node validate.js MODULES_DIR [--dockerfile FILE] MANIFEST.yaml...\n");
+    "usage: node validate.js MODULES_DIR [--dockerfile FILE] [--require-ddo] MANIFEST.yaml...\n");
   process.exit(2);
 }
 
@@ -40,10 +41,13 @@ const argv = process.argv.slice(2);
 if (argv.length < 1) usage("no modules directory");
 const modulesDir = path.resolve(argv.shift());
 let dockerfile = null;
+let requireDdo = false;
 const files = [];
 while (argv.length > 0) {
   const arg = argv.shift();
-  if (arg === "--dockerfile") {
+  if (arg === "--require-ddo") {
+    requireDdo = true;
+  } else if (arg === "--dockerfile") {
     if (argv.length === 0) usage("--dockerfile needs a file");
     dockerfile = argv.shift();
   } else {
@@ -221,7 +225,7 @@ function ddoChecks(docs, dockerfileText) {
                                      d.metadata.name === "ddod");
   if (!daemonSet) return [];
   const results = [];
-  const spec = daemonSet.spec.template.spec;
+  const spec = ((daemonSet.spec || {}).template || {}).spec || {};
   const ddod = (spec.containers || []).find((c) => c.name === "ddod");
   const problems = [];
   const security = spec.securityContext || {};
@@ -274,7 +278,7 @@ function ddoChecks(docs, dockerfileText) {
   });
 
   for (const pod of docs.filter((d) => d && d.kind === "Pod")) {
-    const podSpec = pod.spec;
+    const podSpec = pod.spec || {};
     const podSecurity = podSpec.securityContext || {};
     const podProblems = [];
     let runner = false;
@@ -423,7 +427,9 @@ function main() {
       ++documents;
       const name = doc && doc.metadata && doc.metadata.name;
       const namespace = doc && doc.metadata && doc.metadata.namespace;
-      const label = doc ? `${doc.kind} ${namespace ? `${namespace}/` : ""}${name}` : "(unreadable)";
+      const label = doc === null ? "(unreadable)"
+        : typeof doc !== "object" || Array.isArray(doc) ? "(not an object)"
+          : `${doc.kind} ${namespace ? `${namespace}/` : ""}${name || "(no name)"}`;
       if (problems.length === 0) {
         process.stdout.write(`  ${file}: ${label}: valid\n`);
         kinds.set(doc.kind, (kinds.get(doc.kind) || 0) + 1);
@@ -445,11 +451,17 @@ function main() {
     }
   }
   let ddoFailed = 0;
-  const ddo = invalid === 0 ? ddoChecks(allDocs, dockerfileText) : [];
+  // On the valid documents: an invalid one is reported above already.
+  const ddo = ddoChecks(allDocs, dockerfileText);
   for (const { what, problems } of ddo) {
     process.stdout.write(`  ddo: ${what}: ${problems.length === 0 ? "consistent" : "INCONSISTENT"}\n`);
     for (const problem of problems) process.stdout.write(`      ${problem}\n`);
     if (problems.length > 0) ++ddoFailed;
+  }
+  if (requireDdo && !(ddo.length >= 2 && ddo[0].what.startsWith("DaemonSet ddod"))) {
+    process.stdout.write("  ddo: INCONSISTENT: --require-ddo, but no valid DaemonSet ddod with a " +
+                         "runner Pod that mounts its socket directory was found\n");
+    ++ddoFailed;
   }
   const check = selfCheck(allDocs, dockerfileText);
   process.stdout.write(`  self-check: ${check.count - check.failures.length} of ${check.count} ` +

@@ -14,6 +14,7 @@
 #ifdef _WIN32
 #include <windows.h>
 
+#include "ddo/os/windows_instance_lock.h"
 #include "ddo/os/windows_pipe.h"
 #include "ddo/os/windows_service.h"
 #endif
@@ -98,6 +99,18 @@ int PipeClient(const std::string& name) {
   return done.ok() && *done == "DONE" ? 0 : 14;
 }
 
+// "lock SOCKET MS": takes the instance lock of SOCKET and holds it MS milliseconds. Exit codes:
+// 0 done, 20 refused as held by another process (named in the refusal), 21 otherwise.
+int Lock(const std::string& socket, int milliseconds) {
+  absl::StatusOr<WindowsInstanceLock> lock = WindowsInstanceLock::Acquire(socket);
+  if (absl::IsAlreadyExists(lock.status())) {
+    return lock.status().message().find("process ") != absl::string_view::npos ? 20 : 21;
+  }
+  if (!lock.ok()) return 21;
+  absl::SleepFor(absl::Milliseconds(milliseconds));
+  return 0;
+}
+
 // "service NAME SEGMENT": runs as the Windows service NAME; writes "running" into SEGMENT
 // before it reports so, and "stopped" at offset 64 once asked to stop.
 int Service(const std::string& name, const std::string& segment_name) {
@@ -134,6 +147,7 @@ int RunChild(int argc, char** argv) {
 #ifdef _WIN32
   if (role == "service" && argc == 5) return Service(argv[3], argv[4]);
   if (role == "pipe-client" && argc == 4) return PipeClient(argv[3]);
+  if (role == "lock" && argc == 5) return Lock(argv[3], std::atoi(argv[4]));
 #endif
   std::fprintf(stderr, "unknown child role\n");
   return 100;
