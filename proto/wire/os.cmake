@@ -17,7 +17,8 @@ if(WIN32)
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/process_watch.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/shared_memory.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_error.cc
-    ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_service.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_service.cc
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_standby_purge.cc)
 else()
   list(APPEND DDO_OS_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/native_handle.cc
@@ -50,7 +51,8 @@ if(DDO_BUILD_TESTS)
   if(WIN32)
     target_sources(ddo_os_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_instance_lock_test.cc
       ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_pipe_test.cc
-      ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_service_test.cc)
+      ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_service_test.cc
+      ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_standby_purge_test.cc)
   endif()
   target_link_libraries(ddo_os_tests PRIVATE ddo_os GTest::gtest absl::time ddo_warnings)
   # Cross-built, the tests run under wine (tools/cross-windows.sh), not through CTest.
