@@ -22,6 +22,9 @@ packages=(
   # The Windows cross-build of the platform layer and its tests under wine (tools/cross-windows.sh).
   g++-mingw-w64-x86-64-posix wine64 googletest
 )
+# The offline check of deploy/kubernetes (tools/validate-kubernetes.sh) needs node and npm. Not
+# in the list above: a NodeSource nodejs already brings npm and conflicts with Debian's.
+command -v npm > /dev/null || packages+=(nodejs npm)
 
 missing=()
 for package in "${packages[@]}"; do

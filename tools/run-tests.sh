@@ -14,6 +14,9 @@ echo "== protocol stubs"
 tools/gen_python_stubs.sh --check
 python3 tools/gen_control_layout.py --check
 
+echo "== Kubernetes manifests (offline, against the OpenAPI schemas)"
+tools/validate-kubernetes.sh "$build/kubernetes-validate"
+
 echo "== C++ unit tests"
 ctest --test-dir "$build" --output-on-failure -j "${DDO_JOBS:-$(nproc)}"
 
