@@ -333,6 +333,13 @@ class ComponentStore {
   // keys), least recently used first, until the pool has `bytes` free (or none is left).
   std::vector<Demoted> DemoteForRoom(const Caller& caller, uint64_t bytes,
                                      const std::set<std::string>& spared);
+  // Whether demoting the caller's other unused components (outside `spared`) would let
+  // Promote read more of its file-tier component `cache_key` back: all of it, or at least
+  // LeastWorthPromoting more. A split component's pool part stays until the new segment
+  // replaces it, so it grows only into room beyond that part: when that room cannot come,
+  // demoting the others would only send them to their files for nothing.
+  bool DemotingOthersHelps(const std::string& cache_key, const Caller& caller,
+                           const std::set<std::string>& spared) const;
   // What promoting the caller's READY component `cache_key` whole asks of the pool: its
   // segment's bytes and the margin Promote leaves free for sessions (both 0 when it is in
   // the pool already, or not the caller's).

@@ -9,7 +9,7 @@
 // component did not change meanwhile (tier_changes), so nobody sees a half-filled segment.
 //
 // Thread-safety: the ...Locked members run with mu_ held; KeepBackingFiles, DemoteForRoom,
-// PromotionBytes and Promote take it themselves (Promote drops it while it reads).
+// DemotingOthersHelps, PromotionBytes and Promote take it themselves (Promote drops it while it reads).
 #include <algorithm>
 #include <memory>
 #include <set>
@@ -318,6 +318,35 @@ absl::StatusOr<uint64_t> ComponentStore::Promote(const std::string& cache_key,
                         absl::ToDoubleSeconds(absl::Now() - started),
                         promotion->whole ? "all of it" : "split, the rest in its files");
   return promotion->moved_bytes;
+}
+
+bool ComponentStore::DemotingOthersHelps(const std::string& cache_key, const Caller& caller,
+                                         const std::set<std::string>& spared) const {
+  absl::MutexLock lock(&mu_);
+  auto it = components_.find(KeyOf(caller.uid, cache_key));
+  if (it == components_.end() || it->second.info.state != ComponentState::kReady ||
+      it->second.files == nullptr) {
+    return false;  // nothing of it to read back
+  }
+  const Component& component = it->second;
+  uint64_t demotable = 0;
+  for (const auto& [key, other] : components_) {
+    if (&other != &component && other.info.owner_uid == caller.uid &&
+        spared.count(other.info.cache_key) == 0 && DemotableLocked(other)) {
+      demotable += ReleasableBytesLocked(other);
+    }
+  }
+  if (demotable == 0) return false;
+  // The room BeginPromotionLocked would see once the others went.
+  const PoolUsage usage = pool_.Usage();
+  const uint64_t room =
+      usage.budget_bytes - std::min(usage.reserved_bytes, usage.budget_bytes) + demotable;
+  const uint64_t margin = SessionMargin(component.info.tensors, usage.budget_bytes);
+  const uint64_t own = DemotableLocked(component) ? ReleasableBytesLocked(component) : 0;
+  if (WholeFootprint(component.info.tensors) + margin <= room + own) return true;
+  const uint64_t pooled = PooledFootprint(component);
+  return room > margin + pooled &&
+         room - margin - pooled >= LeastWorthPromoting(usage.budget_bytes);
 }
 
 ComponentStore::PromotionNeed ComponentStore::PromotionBytes(const std::string& cache_key,

@@ -84,7 +84,12 @@ void PhasePrefetcher::MovePoolBytes(const Lease& lease, const std::set<std::stri
   pool_.CancelLeaseAndWait(lease.id);
   uint64_t needed_bytes = 0;
   for (const std::string& key : ToPromote(lease, needed, &needed_bytes)) {
-    if (may_demote) DemoteForRoom(lease, keep, needed_bytes, result);
+    if (may_demote && store_.DemotingOthersHelps(key, lease.caller, keep)) {
+      DemoteForRoom(lease, keep, needed_bytes, result);
+    } else if (may_demote) {
+      result.notes.push_back(absl::StrCat("'", key, "': your other components stay in the "
+                                          "pool (their room would not let more of it in)"));
+    }
     // A denoising phase's component is read once a step: what the room made for it holds
     // comes back even when all of it does not (split), as it must in a pool smaller than it
     // and its session margin.

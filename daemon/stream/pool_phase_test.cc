@@ -165,6 +165,43 @@ TEST_F(PoolPhaseTest, ADenoisingPhaseReadsBackWhatFitsOfAComponentLargerThanItsR
   EXPECT_THAT(again.notes, Contains(HasSubstr("the pool has no room for more of it")));
 }
 
+TEST_F(PoolPhaseTest, ADenoisingPhaseDemotesNothingThatWouldNotLetTheSplitGrow) {
+  std::vector<std::pair<std::string, std::string>> big_tensors;
+  for (int i = 0; i < 100; ++i) {
+    big_tensors.emplace_back("block" + std::to_string(i) + ".weight",
+                             std::string(256 * kKiB, static_cast<char>(i)));
+  }
+  const std::string big_path = dir_.Join("big.safetensors");
+  ASSERT_TRUE(WriteU8Safetensors(big_path, big_tensors));
+  SafetensorsRequest request;
+  request.cache_key = "big";
+  request.files.push_back(SourceOf(big_path));
+  ASSERT_TRUE(store_->LoadSafetensors(lease_, std::move(request), [](uint64_t, uint64_t) {},
+                                      [] { return false; }).ok());
+  Phase(lease_, {"transformer"}, {});
+  Phase(lease_, {"big"}, {});  // split: most of the pool is its part now
+  ASSERT_EQ(TierOf("big"), ComponentTier::kSplit);
+  // A small component loaded into what room is left.
+  const std::string small_path = dir_.Join("small.safetensors");
+  ASSERT_TRUE(WriteU8Safetensors(small_path, {{"w", std::string(kMiB, 's')}}));
+  SafetensorsRequest small;
+  small.cache_key = "small";
+  small.files.push_back(SourceOf(small_path));
+  ASSERT_TRUE(store_->LoadSafetensors(lease_, std::move(small), [](uint64_t, uint64_t) {},
+                                      [] { return false; }).ok());
+  ASSERT_EQ(TierOf("small"), ComponentTier::kPool);
+  ASSERT_EQ(TierOf("big"), ComponentTier::kSplit);
+
+  // Its room would not let the split grow (its pool part stays until a new segment replaces
+  // it): the small one stays where it is.
+  PhaseResult denoise = Phase(lease_, {"big"}, {});
+  EXPECT_EQ(denoise.demoted_bytes, 0u);
+  EXPECT_EQ(denoise.promoted_bytes, 0u);
+  EXPECT_EQ(TierOf("small"), ComponentTier::kPool);
+  EXPECT_THAT(denoise.notes, Contains(HasSubstr(
+      "'big': your other components stay in the pool (their room would not let more of it in)")));
+}
+
 TEST_F(PoolPhaseTest, PromptAndDecodePhasesLeaveTheTransformerInThePool) {
   // Decode prefetches the text encoder for the next prompt: only into free room, the
   // transformer stays (its re-read would cost the next denoising phase more than reading the
