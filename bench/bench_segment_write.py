@@ -5,7 +5,8 @@
 
 Compares, on 4 GiB held by torch: mapping the file with MAP_POPULATE and copying on one
 thread (how the Python client wrote uploads before issue 33), mapping a fallocated file and
-copying from THREADS threads, os.pwrite from THREADS threads with and without fallocate, and
+copying from THREADS threads (with and without MAP_POPULATE, which maps the pages fallocate
+made in one call instead of a fault per page), os.pwrite from THREADS threads with and without fallocate, and
 os.pwrite from one thread; then torch's in-memory copy. ddod reserves an upload's pages with
 fallocate (SegmentPages::kReserved) and the clients write with pwrite (segment_writer.py).
 """
@@ -57,6 +58,7 @@ print("torch threads", torch.get_num_threads())
 for rep in range(2):
     run("today: ddod populates (not here), map POPULATE, 1 thread", "none", 1, "map-populate")
     run(f"fallocate, map, torch copy_ {T} threads", "fallocate", T, "map")
+    run(f"fallocate, map POPULATE, torch copy_ {T} threads", "fallocate", T, "map-populate")
     run(f"fallocate, os.pwrite {T} threads", "fallocate", T, "pwrite")
     run(f"no fallocate, os.pwrite {T} threads", "none", T, "pwrite")
     run(f"fallocate, os.pwrite 1 thread", "fallocate", 1, "pwrite")
