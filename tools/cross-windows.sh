@@ -7,8 +7,9 @@
 #   tools/cross-windows.sh            (DDO_WINDOWS_BUILD_DIR overrides build-windows)
 #
 # Needs g++-mingw-w64-x86-64-posix, wine64 and googletest (tools/install-deps.sh installs
-# them). The abseil source is fetched once into the build directory with apt-get source,
-# through a private deb-src list: the system's apt configuration is not touched.
+# them). The abseil source is fetched once into the build directory
+# (tools/windows/debian-source.sh: apt-get source through a private deb-src list; the system's
+# apt configuration is not touched).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DDO_WINDOWS_BUILD_DIR:-$root/build-windows}
@@ -16,37 +17,9 @@ jobs=${DDO_JOBS:-$(nproc)}
 deps="$build/deps"
 mkdir -p "$deps"
 
-# The abseil version of the installed libabsl-dev: the Windows build uses the same sources.
-absl_version=$(dpkg-query -W -f '${source:Version}' libabsl-dev)
-absl_upstream=${absl_version%-*}
-absl_source="$deps/abseil-cpp-$absl_upstream"
-
-fetch_abseil_source() {
-  local apt_dir="$deps/apt"
-  local mirror codename
-  # The system's Debian mirror: the first "URIs:" of a deb822 file, or of a one-line "deb" entry.
-  mirror=$( { sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/*.sources 2>/dev/null
-              sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]\+\).*/\2/p' \
-                /etc/apt/sources.list 2>/dev/null; } | grep -v security | head -n 1 || true)
-  codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
-  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/etc"
-  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${mirror:-http://deb.debian.org/debian} $codename main" \
-    > "$apt_dir/etc/sources.list"
-  local options=(-o "Dir::Etc::SourceList=$apt_dir/etc/sources.list" -o "Dir::Etc::SourceParts=-"
-                 -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
-                 -o "APT::Sandbox::User=root" -q)
-  apt-get "${options[@]}" update >/dev/null
-  (cd "$deps" && apt-get "${options[@]}" source --download-only "abseil=$absl_version" >/dev/null)
-  local tarball
-  tarball=$(ls "$deps"/abseil_"$absl_upstream".orig.tar.* | head -n 1)
-  mkdir -p "$absl_source"
-  tar -xf "$tarball" -C "$absl_source" --strip-components=1
-}
-
-if [[ ! -f "$absl_source/CMakeLists.txt" ]]; then
-  echo "== abseil $absl_version source (apt-get source, once)"
-  fetch_abseil_source
-fi
+echo "== abseil source (Debian's source package of the installed libabsl-dev, fetched once)"
+absl_source=$("$root/tools/windows/debian-source.sh" libabsl-dev "$deps")
+echo "$absl_source"
 
 echo "== Windows cross-build (mingw-w64): the platform layer and its tests"
 # CMakePresets.json's windows-mingw-cross, with the source trees it reads from the environment.

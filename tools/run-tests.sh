@@ -1,26 +1,34 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds, and runs every test: the C++
-# unit tests (CTest) and the black-box Python suite against the real ddod. Exits non-zero on
-# any failure. Also checks that the committed Python stubs match proto/.
+# unit tests (CTest, also of the host-only build), the Windows cross-build of the platform layer
+# under wine64, bounded fuzzing, the Debian packages, the black-box Python suite and the
+# security suite against the real ddod. Exits non-zero on any failure. Also checks that the
+# committed Python stubs match proto/ and validates the Kubernetes manifests offline.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DDO_BUILD_DIR:-$root/build}
 cd "$root"
 
+# A stage's banner, with the time: the whole run is to stay within 45 minutes on a 2-core
+# machine (CI's), so each stage says when it began.
+stage() { echo "== $* ($(date -u +%H:%M:%S) UTC, ${SECONDS} s in)"; }
+
+stage "installing what is missing"
 tools/install-deps.sh
+stage "build"
 tools/build.sh "$@"
 
-echo "== protocol stubs"
+stage "protocol stubs"
 tools/gen_python_stubs.sh --check
 python3 tools/gen_control_layout.py --check
 
-echo "== Kubernetes manifests (offline, against the OpenAPI schemas)"
+stage "Kubernetes manifests (offline, against the OpenAPI schemas)"
 tools/validate-kubernetes.sh "$build/kubernetes-validate"
 
-echo "== C++ unit tests"
+stage "C++ unit tests"
 ctest --test-dir "$build" --output-on-failure -j "${DDO_JOBS:-$(nproc)}"
 
-echo "== C++ unit tests, host-only build (-DDDO_WITH_CUDA=OFF)"
+stage "C++ unit tests, host-only build (-DDDO_WITH_CUDA=OFF)"
 # The CUDA-less configuration must keep building and passing too.
 if [[ -d /usr/local/cuda && "${DDO_SKIP_NOCUDA:-0}" != "1" ]]; then
   # The C++ client has no CUDA build dependency (it reaches the driver through dlopen): the
@@ -33,23 +41,23 @@ else
   echo "(skipped: DDO_SKIP_NOCUDA=1)"
 fi
 
-echo "== Windows: the platform layer cross-built (mingw-w64), its tests under wine64"
+stage "Windows: the platform layer cross-built (mingw-w64), its tests under wine64"
 if [[ "${DDO_SKIP_WINDOWS:-0}" != "1" ]]; then
   DDO_WINDOWS_BUILD_DIR="$build-windows" tools/cross-windows.sh
 else
   echo "(skipped: DDO_SKIP_WINDOWS=1)"
 fi
 
-echo "== fuzzing (bounded)"
+stage "fuzzing (bounded)"
 tools/run-fuzz.sh "${DDO_FUZZ_SECONDS:-20}"
 
-echo "== Debian packages"
+stage "Debian packages"
 # tests/python/test_install.py inspects them and runs lintian; tests/security/test_deb_install.py
 # installs them. DDO_DEB_DIR holds exactly the packages of this build.
 export DDO_DEB_DIR="$build/debs"
 DDO_BUILD_DIR="$build" tools/package.sh "$DDO_DEB_DIR"
 
-echo "== Python tests (Debian python3, real ddod)"
+stage "Python tests (Debian python3, real ddod)"
 # Debian's python3 with apt's grpcio/protobuf/torch/pytest: not a pyenv or venv python.
 export PYTHONPATH="$root/client-python/src${PYTHONPATH:+:$PYTHONPATH}"
 export DDO_DDOD_BINARY="$build/bin/ddod"
@@ -60,7 +68,7 @@ export DDO_DDOCTL_BINARY="$build/bin/ddoctl"
 export DDO_REQUIRE_CPP_CONSUMER=1
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 
-echo "== security suite (throwaway users)"
+stage "security suite (throwaway users)"
 # Its runners are other users, each with an empty extension cache: they stream with the Python
 # consumer rather than build the C++ one in every test.
 export DDO_CLIENT_CONSUMER=python
