@@ -25,14 +25,38 @@ mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/et
 mirror=$( { sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/*.sources 2>/dev/null
             sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]\+\).*/\2/p' \
               /etc/apt/sources.list 2>/dev/null; } | grep -v security | head -n 1 || true)
+security=$(sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/*.sources 2>/dev/null |
+           grep security | head -n 1 || true)
 codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
-list="deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${mirror:-http://deb.debian.org/debian}"
-{ echo "$list $codename main"; echo "$list $codename-updates main"; } > "$apt_dir/etc/sources.list"
+signed="deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]"
+{
+  echo "$signed ${mirror:-http://deb.debian.org/debian} $codename main"
+  echo "$signed ${mirror:-http://deb.debian.org/debian} $codename-updates main"
+  echo "$signed ${security:-http://deb.debian.org/debian-security} $codename-security main"
+} > "$apt_dir/etc/sources.list"
 options=(-o "Dir::Etc::SourceList=$apt_dir/etc/sources.list" -o "Dir::Etc::SourceParts=-"
          -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
          -o "APT::Sandbox::User=root" -q)
-[[ -n "$(ls "$apt_dir/lists" 2>/dev/null | grep -v partial)" ]] || apt-get "${options[@]}" update >/dev/null
-(cd "$work" && apt-get "${options[@]}" source --download-only "$source_package=$version" >/dev/null)
+apt-get "${options[@]}" update >/dev/null
+# The installed version's source, or (when the archive has moved past it, as a security update
+# does) the newest of the same package.
+if ! (cd "$work" && apt-get "${options[@]}" source --download-only "$source_package=$version" \
+        >/dev/null 2>&1); then
+  fetched=""
+  for version in $(apt-cache "${options[@]}" showsrc "$source_package" |
+                   sed -n 's/^Version: //p' | sort -rV); do
+    if (cd "$work" && apt-get "${options[@]}" source --download-only \
+          "$source_package=$version" >/dev/null 2>&1); then
+      fetched=$version
+      break
+    fi
+  done
+  [[ -n "$fetched" ]] || { echo "debian-source: no source of $source_package to fetch" >&2; exit 1; }
+  echo "debian-source: $dev_package's source $version (the installed one is gone)" >&2
+  upstream=${version#*:}
+  upstream=${upstream%-*}
+  tree="$work/$source_package-$upstream"
+fi
 rm -rf "$tree"
 mkdir -p "$tree"
 tarball=$(ls "$work/${source_package}_${upstream}".orig.tar.* | head -n 1)
