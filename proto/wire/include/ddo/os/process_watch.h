@@ -4,9 +4,9 @@
 // being fooled by a recycled pid once the watch is open.
 //
 //   POSIX:   a pidfd (pidfd_open, Linux 5.3+): readable once the process has exited, which
-//            poll() can wait on beside other descriptors (pollable()); on older kernels,
-//            kill(pid, 0) every 200 ms (a pid reused after the process ended is then taken for
-//            it: the kernels of ddod's users all have pidfd_open).
+//            poll() can wait on beside other descriptors (pollable()); where pidfd_open fails
+//            (an old kernel, a container's seccomp profile that predates it), kill(pid, 0)
+//            every 200 ms (a pid reused after the process ended is then taken for it).
 //   Windows: OpenProcess(SYNCHRONIZE | PROCESS_QUERY_LIMITED_INFORMATION): the handle is
 //            signalled when the process ends, and WaitForMultipleObjects can wait on it.
 //

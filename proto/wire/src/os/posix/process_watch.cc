@@ -10,7 +10,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "ddo/wire/posix_error.h"
 
 namespace ddo::os {
 namespace {
@@ -42,9 +41,9 @@ absl::StatusOr<ProcessWatch> ProcessWatch::Open(ProcessId pid) {
     pidfd = NativeHandle(static_cast<int>(fd));
   } else if (errno == ESRCH) {
     return absl::NotFoundError(absl::StrCat("process ", pid, " is not running"));
-  } else if (errno != ENOSYS) {
-    return PosixError(absl::StrCat("watch process ", pid), errno);
   }
+  // Any other failure (ENOSYS on an old kernel, EPERM from a container's seccomp profile that
+  // predates the call) leaves the polling below.
 #endif
   if (!pidfd.valid() && !Running(pid)) {
     return absl::NotFoundError(absl::StrCat("process ", pid, " is not running"));
