@@ -90,11 +90,18 @@ build_openssl() {
    make -j "$jobs" build_libs && make install_dev)
 }
 build_grpc() {
-  cmake_project "$(source_of libgrpc++-dev)" "$work/b/grpc" -DgRPC_BUILD_TESTS=OFF \
+  # gRPC's C++ library only (what ddod links): no code generators and nothing installed. Its
+  # configure step asks for libprotoc for grpc_plugin_support, a target not built here.
+  local build="$work/b/grpc"
+  cmake -S "$(source_of libgrpc++-dev)" -B "$build" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$toolchain" \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" -DBUILD_SHARED_LIBS=OFF \
+    -DCMAKE_CXX_STANDARD=17 -DgRPC_BUILD_TESTS=OFF \
     -DgRPC_ABSL_PROVIDER=package -DgRPC_CARES_PROVIDER=package -DgRPC_PROTOBUF_PROVIDER=package \
     -DgRPC_RE2_PROVIDER=package -DgRPC_SSL_PROVIDER=package -DgRPC_ZLIB_PROVIDER=package \
     -DgRPC_BUILD_CODEGEN=OFF -DgRPC_BUILD_GRPC_CPP_PLUGIN=OFF -DgRPC_BUILD_CSHARP_EXT=OFF \
-    -DProtobuf_PROTOC_EXECUTABLE=/usr/bin/protoc -DOPENSSL_ROOT_DIR="$prefix"
+    -DProtobuf_PROTOC_EXECUTABLE=/usr/bin/protoc -DProtobuf_PROTOC_LIBRARY="$prefix/lib/libprotobuf.a" \
+    -DOPENSSL_ROOT_DIR="$prefix"
+  cmake --build "$build" -j "$jobs" --target grpc++
 }
 
 step c-ares build_cares
