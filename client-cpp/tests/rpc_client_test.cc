@@ -275,7 +275,7 @@ TEST_F(RpcClientTest, RegisterCommitAttachReadsTheSameBytesThenEvict) {
 TEST_F(RpcClientTest, AnAttachOutlastsTheClientsTimeout) {
   ConnectOptions options;
   options.address = daemon_->address();
-  options.timeout_seconds = 1;
+  options.timeout_seconds = 2;
   StatusOr<RpcClient> client = RpcClient::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   const std::vector<float> weight = Ramp(16, 1.0f);
@@ -286,7 +286,7 @@ TEST_F(RpcClientTest, AnAttachOutlastsTheClientsTimeout) {
 
   ASSERT_EQ(::kill(daemon_->pid(), SIGSTOP), 0);
   std::thread resume([pid = daemon_->pid()] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(3500));
     ::kill(pid, SIGCONT);
   });
   StatusOr<AttachAnswer> attached = client->attach("cpp/slow-attach");

@@ -16,8 +16,8 @@ import diffusers_dynamic_offloader as ddo
 from diffusers_dynamic_offloader import DdoClient
 from streaming_support import STREAM_ALL, make_model
 
-CONNECTION_DEADLINE_S = 1.0
-HELD_STILL_S = 2.5
+CONNECTION_DEADLINE_S = 2.0
+HELD_STILL_S = 3.5
 
 
 def _held_still(daemon, seconds: float) -> threading.Thread:
