@@ -67,6 +67,22 @@ class PoolPhaseTest : public ::testing::Test {
     return store_->LoadSafetensors(lease_, std::move(request), [](uint64_t, uint64_t) {},
                                    [] { return false; });
   }
+  // "big": 25 MiB in 100 units of 256 KiB; with its session margin more than the 28 MiB pool
+  // holds whole.
+  absl::StatusOr<LoadResult> LoadBig() {
+    std::vector<std::pair<std::string, std::string>> tensors;
+    for (int i = 0; i < 100; ++i) {
+      tensors.emplace_back("block" + std::to_string(i) + ".weight",
+                           std::string(256 * kKiB, static_cast<char>(i)));
+    }
+    const std::string big_path = dir_.Join("big.safetensors");
+    if (!WriteU8Safetensors(big_path, tensors)) return absl::InternalError("big not written");
+    SafetensorsRequest request;
+    request.cache_key = "big";
+    request.files.push_back(SourceOf(big_path));
+    return store_->LoadSafetensors(lease_, std::move(request), [](uint64_t, uint64_t) {},
+                                   [] { return false; });
+  }
   ComponentTier TierOf(const std::string& key) {
     auto got = store_->Get(key, lease_.caller);
     EXPECT_TRUE(got.ok()) << got.status();
@@ -130,18 +146,7 @@ TEST_F(PoolPhaseTest, ADenoisingPhaseSendsTheTextEncoderToItsFilesForTheTransfor
 
 TEST_F(PoolPhaseTest, ADenoisingPhaseReadsBackWhatFitsOfAComponentLargerThanItsRoom) {
   // 25 MiB: with its session margin, more than the 28 MiB pool can hold whole.
-  std::vector<std::pair<std::string, std::string>> tensors;
-  for (int i = 0; i < 100; ++i) {
-    tensors.emplace_back("block" + std::to_string(i) + ".weight",
-                         std::string(256 * kKiB, static_cast<char>(i)));
-  }
-  const std::string big_path = dir_.Join("big.safetensors");
-  ASSERT_TRUE(WriteU8Safetensors(big_path, tensors));
-  SafetensorsRequest request;
-  request.cache_key = "big";
-  request.files.push_back(SourceOf(big_path));
-  ASSERT_TRUE(store_->LoadSafetensors(lease_, std::move(request), [](uint64_t, uint64_t) {},
-                                      [] { return false; }).ok());
+  ASSERT_TRUE(LoadBig().ok());
   Phase(lease_, {"transformer"}, {});  // the big one goes to its file for the transformer
   ASSERT_EQ(TierOf("big"), ComponentTier::kFile);
 
@@ -166,18 +171,7 @@ TEST_F(PoolPhaseTest, ADenoisingPhaseReadsBackWhatFitsOfAComponentLargerThanItsR
 }
 
 TEST_F(PoolPhaseTest, ADenoisingPhaseDemotesNothingThatWouldNotLetTheSplitGrow) {
-  std::vector<std::pair<std::string, std::string>> big_tensors;
-  for (int i = 0; i < 100; ++i) {
-    big_tensors.emplace_back("block" + std::to_string(i) + ".weight",
-                             std::string(256 * kKiB, static_cast<char>(i)));
-  }
-  const std::string big_path = dir_.Join("big.safetensors");
-  ASSERT_TRUE(WriteU8Safetensors(big_path, big_tensors));
-  SafetensorsRequest request;
-  request.cache_key = "big";
-  request.files.push_back(SourceOf(big_path));
-  ASSERT_TRUE(store_->LoadSafetensors(lease_, std::move(request), [](uint64_t, uint64_t) {},
-                                      [] { return false; }).ok());
+  ASSERT_TRUE(LoadBig().ok());
   Phase(lease_, {"transformer"}, {});
   Phase(lease_, {"big"}, {});  // split: most of the pool is its part now
   ASSERT_EQ(TierOf("big"), ComponentTier::kSplit);
