@@ -58,7 +58,9 @@ absl::Status ValidateTensorTable(const std::vector<TensorEntry>& tensors) {
   return absl::OkStatus();
 }
 
-uint64_t LayOut(std::vector<TensorEntry>& tensors) {
+uint64_t LayOut(std::vector<TensorEntry>& tensors) { return LayOutOnGrid(tensors, 0); }
+
+uint64_t LayOutOnGrid(std::vector<TensorEntry>& tensors, uint64_t grid) {
   // Units in order of first appearance; tensors of a unit in table order.
   std::vector<uint32_t> unit_order;
   std::map<uint32_t, std::vector<TensorEntry*>> members;
@@ -74,6 +76,11 @@ uint64_t LayOut(std::vector<TensorEntry>& tensors) {
     cursor = AlignUp(cursor, kUnitAlignment);
     for (TensorEntry* tensor : members[unit]) {
       cursor = AlignUp(cursor, kTensorAlignment);
+      // A tensor that would cross a line of the grid and fits in one cell starts the next.
+      if (grid != 0 && tensor->byte_size <= grid &&
+          (cursor + tensor->byte_size - 1) / grid != cursor / grid) {
+        cursor = AlignUp(cursor, grid);
+      }
       tensor->offset = cursor;
       cursor += tensor->byte_size;
     }

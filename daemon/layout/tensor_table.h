@@ -52,6 +52,11 @@ absl::Status ValidateTensorTable(const std::vector<TensorEntry>& tensors);
 // Assigns offsets (see the file comment) and returns the bytes the layout spans.
 uint64_t LayOut(std::vector<TensorEntry>& tensors);
 
+// LayOut, except that a tensor of at most `grid` bytes that would cross a multiple of `grid`
+// starts at that multiple instead (0: no grid): for a segment pinned in parts of `grid` bytes
+// ahead of the layout (the pre-pinned reserve), since a copy must stay within one part.
+uint64_t LayOutOnGrid(std::vector<TensorEntry>& tensors, uint64_t grid);
+
 // Sum of byte sizes.
 uint64_t TotalTensorBytes(const std::vector<TensorEntry>& tensors);
 

@@ -66,6 +66,37 @@ TEST(TensorTableTest, UnitsAreContiguousInOrderOfFirstAppearance) {
   EXPECT_EQ(TotalTensorBytes(tensors), 800u);
 }
 
+TEST(TensorTableTest, OnAGridNoTensorThatFitsACellCrossesALine) {
+  // bf16 tensors of 3000, 1500 and 5000 bytes on a 4096-byte grid: the one of 5000 is larger
+  // than a cell and starts where it falls; the others move past the line they would cross.
+  std::vector<TensorEntry> tensors;
+  for (int i = 0; i < 12; ++i) {
+    tensors.push_back(Spec("t" + std::to_string(i), {i % 3 == 0 ? 1500 : i % 3 == 1 ? 750 : 2500},
+                           static_cast<uint32_t>(i / 4)));
+  }
+  tensors = Table(tensors);
+  std::vector<TensorEntry> plain = tensors;
+  const uint64_t plain_span = LayOut(plain);
+  EXPECT_EQ(LayOutOnGrid(tensors, 0), plain_span) << "no grid: LayOut";
+  constexpr uint64_t kGrid = 4096;
+  const uint64_t span = LayOutOnGrid(tensors, kGrid);
+  EXPECT_GE(span, plain_span);
+  uint64_t previous_end = 0;
+  for (const TensorEntry& tensor : tensors) {
+    EXPECT_EQ(tensor.offset % kTensorAlignment, 0u);
+    EXPECT_GE(tensor.offset, previous_end) << tensor.name << " overlaps the one before";
+    previous_end = tensor.offset + tensor.byte_size;
+    if (tensor.byte_size <= kGrid) {
+      EXPECT_EQ(tensor.offset / kGrid, (previous_end - 1) / kGrid) << tensor.name << " crosses";
+    }
+    EXPECT_LE(previous_end, span);
+  }
+  // Units stay contiguous and in order, as LayOut has them.
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    EXPECT_GT(tensors[i].offset, tensors[i - 1].offset);
+  }
+}
+
 TEST(TensorTableTest, StructureHashSeesNamesShapesDtypesAndUnits) {
   auto base = Table({Spec("a", {2, 3}, 0)});
   const std::string hash = StructureHash(base);

@@ -78,6 +78,11 @@ void HostPool::CountPinned(uint64_t bytes) {
   pinned_bytes_ += bytes;
 }
 
+void HostPool::CountUnpinned(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  pinned_bytes_ -= bytes;
+}
+
 bool HostPool::TryHold(uint64_t bytes) {
   for (bool asked = false;; asked = true) {
     PoolYielder* yielder = nullptr;
@@ -154,9 +159,21 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::AllocateReserve(uint64_t 
   return reserve;
 }
 
+absl::Status HostPool::PinReserve(PoolSegment& segment, uint64_t grid, WorkProgress* progress) {
+  if (!options_.pin || grid == 0) return absl::OkStatus();
+  segment.pin_grid_.store(grid);
+  for (uint64_t offset = 0; offset < segment.size(); offset += grid) {
+    if (progress != nullptr && progress->cancelled()) return absl::CancelledError("yielded");
+    DDO_RETURN_IF_ERROR(segment.PinRange(offset, std::min(grid, segment.size() - offset)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status HostPool::TakeFromReserve(PoolSegment& segment, uint64_t bytes) {
   const uint64_t whole = segment.size();
   const uint64_t kept = std::min(Footprint(bytes), whole);
+  // Pinned pages are never freed: the registrations past the cut go first.
+  if (kept < whole) segment.UnpinFrom(kept);
   absl::Status shrunk = segment.segment_.Shrink(kept);
   const uint64_t size = shrunk.ok() ? kept : whole;
   absl::MutexLock lock(&mu_);
@@ -212,15 +229,7 @@ absl::Status PoolSegment::Pin() {
     return PinLocked(0, size());
   }
   // The gaps the ranges left, each registered on its own.
-  std::vector<std::pair<uint64_t, uint64_t>> ranges = pinned_ranges_;
-  std::sort(ranges.begin(), ranges.end());
-  uint64_t covered = 0;
-  for (const auto& [offset, bytes] : ranges) {
-    if (offset > covered) DDO_RETURN_IF_ERROR(PinLocked(covered, offset - covered));
-    covered = std::max(covered, offset + bytes);
-  }
-  if (covered < size()) DDO_RETURN_IF_ERROR(PinLocked(covered, size() - covered));
-  return absl::OkStatus();
+  return PinGapsLocked(0, size());
 }
 
 bool PoolSegment::pool_pins() const { return pool_.options().pin; }
@@ -232,10 +241,89 @@ absl::Status PoolSegment::PinRange(uint64_t offset, uint64_t bytes) {
                                                    name(), " (", size(), " bytes)"));
   }
   absl::MutexLock lock(&pin_mu_);
+  return PinGapsLocked(offset, offset + bytes);
+}
+
+absl::Status PoolSegment::PinGapsLocked(uint64_t offset, uint64_t end) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges = pinned_ranges_;
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t cursor = offset;
+  for (const auto& [start, bytes] : ranges) {
+    if (start + bytes <= cursor) continue;
+    if (start >= end) break;
+    if (start > cursor) DDO_RETURN_IF_ERROR(PinNewLocked(cursor, start - cursor));
+    cursor = std::max(cursor, start + bytes);
+  }
+  if (cursor < end) DDO_RETURN_IF_ERROR(PinNewLocked(cursor, end - cursor));
+  return absl::OkStatus();
+}
+
+absl::Status PoolSegment::PinNewLocked(uint64_t offset, uint64_t bytes) {
   // A pre-faulted segment's pages are mapped already: walking them again would only cost time
   // (MADV_POPULATE_WRITE of mapped pages: 0.05 s a GiB on the 2-core development machine).
   if (!prefaulted_) PreTouchPages(data() + offset, bytes, 1);
   return PinLocked(offset, bytes);
+}
+
+SegmentExtents PoolSegment::PinnedRanges() {
+  absl::MutexLock lock(&pin_mu_);
+  SegmentExtents ranges = pinned_ranges_;
+  std::sort(ranges.begin(), ranges.end());
+  return ranges;
+}
+
+void PoolSegment::UnpinCrossed(const SegmentExtents& extents) {
+  absl::MutexLock lock(&pin_mu_);
+  if (pinned_ranges_.empty()) return;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges = pinned_ranges_;
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<bool> crossed(ranges.size(), false);
+  for (const auto& [offset, bytes] : extents) {
+    if (bytes == 0) continue;
+    const uint64_t end = offset + bytes;
+    // The ranges the extent overlaps: crossed unless one holds it whole.
+    auto first = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(offset, ~uint64_t{0}));
+    if (first != ranges.begin()) --first;
+    for (auto it = first; it != ranges.end() && it->first < end; ++it) {
+      const uint64_t range_end = it->first + it->second;
+      if (range_end <= offset) continue;
+      if (it->first > offset || range_end < end) crossed[it - ranges.begin()] = true;
+    }
+  }
+  uint64_t unpinned = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> kept;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    if (crossed[i]) {
+      UnpinHostRange(data() + ranges[i].first, ranges[i].second);
+      unpinned += ranges[i].second;
+    } else {
+      kept.push_back(ranges[i]);
+    }
+  }
+  pinned_ranges_ = std::move(kept);
+  if (unpinned == 0) return;
+  pinned_bytes_ -= unpinned;
+  pinned_.store(false);
+  pool_.CountUnpinned(unpinned);
+}
+
+void PoolSegment::UnpinFrom(uint64_t offset) {
+  absl::MutexLock lock(&pin_mu_);
+  uint64_t unpinned = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> kept;
+  for (const auto& [start, bytes] : pinned_ranges_) {
+    if (start + bytes <= offset) {
+      kept.emplace_back(start, bytes);
+    } else {
+      UnpinHostRange(data() + start, bytes);
+      unpinned += bytes;
+    }
+  }
+  pinned_ranges_ = std::move(kept);
+  if (unpinned == 0) return;
+  pinned_bytes_ -= unpinned;
+  pinned_.store(false);
+  pool_.CountUnpinned(unpinned);
 }
 
 absl::Status PoolSegment::PinLocked(uint64_t offset, uint64_t bytes) {

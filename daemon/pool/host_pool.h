@@ -32,6 +32,9 @@ namespace ddo {
 
 class HostPool;
 
+// (offset, bytes) of the tensors laid out in a segment.
+using SegmentExtents = std::vector<std::pair<uint64_t, uint64_t>>;
+
 // Something that holds part of the pool's budget and gives it back on demand: the pre-faulted
 // reserve (segment_reserve.h). The pool asks it before refusing an allocation or a hold for
 // room, so what it holds never costs anyone else their place.
@@ -65,11 +68,29 @@ class PoolSegment {
   // (idempotent). Errors leave those parts unpinned.
   absl::Status Pin();
 
-  // Page-locks [offset, offset + bytes) now, when the pool pins: a load pins each part of the
-  // segment as soon as it is written, so that pinning overlaps reading. Ranges must not
-  // overlap one pinned before, and a copy to the device must not span two of them (CUDA
-  // treats each registration as its own allocation): a load splits at tensor boundaries.
+  // Page-locks what of [offset, offset + bytes) is not pinned yet, when the pool pins: a load
+  // pins each part of the segment as soon as it is written, so that pinning overlaps reading.
+  // A copy to the device must not span two registrations (CUDA treats each as its own
+  // allocation): a load splits at tensor boundaries, and a pre-pinned reserve's parts are
+  // boundaries its takers lay their tensors out around (ReservePinGrid).
   absl::Status PinRange(uint64_t offset, uint64_t bytes);
+
+  // Unregisters every registered range that reaches past `offset`, so that the pages past it
+  // can be freed (a reserve cut to its taker's size). What of them lies before `offset` is
+  // left unpinned, for the taker's own pinning.
+  void UnpinFrom(uint64_t offset);
+
+  // Unregisters every registered range that one of `extents` ((offset, bytes) of the
+  // tensors laid out in the segment) crosses out of, so that the taker's own pinning
+  // (PinRange, cut at tensor starts) registers each tensor within one range.
+  void UnpinCrossed(const SegmentExtents& extents);
+
+  // The registered ranges, sorted by offset.
+  SegmentExtents PinnedRanges();
+
+  // The size of the fixed parts the segment was pinned in ahead of any layout (the pre-faulted
+  // reserve, pinned in the background); 0 when it was not.
+  uint64_t pin_grid() const { return pin_grid_.load(); }
 
   // A read-write descriptor of the segment, for filling it with pwrite (ReadJob's
   // destination_fd): the pages a write fills whole are never zeroed.
@@ -90,6 +111,10 @@ class PoolSegment {
 
   // Registers [offset, offset + bytes) and records it; pin_mu_ held.
   absl::Status PinLocked(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pin_mu_);
+  // Registers the parts of [offset, end) that no recorded range covers; pin_mu_ held.
+  absl::Status PinGapsLocked(uint64_t offset, uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pin_mu_);
+  // Faults in [offset, offset + bytes) unless pre-faulted, then PinLocked; pin_mu_ held.
+  absl::Status PinNewLocked(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pin_mu_);
 
   HostPool& pool_;
   SharedSegment segment_;
@@ -99,6 +124,7 @@ class PoolSegment {
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(pin_mu_) = 0;
   std::atomic<bool> pinned_{false};
   std::atomic<bool> discard_{false};
+  std::atomic<uint64_t> pin_grid_{0};
   const bool prefaulted_;
   // Counted as the reserve's (PoolUsage::reserve_bytes) until HostPool::TakeFromReserve.
   std::atomic<bool> in_reserve_;
@@ -161,9 +187,15 @@ class HostPool {
   absl::StatusOr<std::shared_ptr<PoolSegment>> AllocateReserve(uint64_t bytes,
                                                                WorkProgress* progress);
 
+  // Pins a reserve segment in parts of `grid` bytes, in order, until `progress` is cancelled
+  // (the parts pinned so far stay pinned); does nothing when the pool does not pin. The
+  // segment's pin_grid() is `grid` from then on: its takers lay their tensors out so that none
+  // crosses a part (PinGridLayout).
+  absl::Status PinReserve(PoolSegment& segment, uint64_t grid, WorkProgress* progress);
+
   // Turns a reserve segment into an ordinary one of Footprint(bytes) (at most its size): the
-  // pages past that are freed, and the budget counts only what stays. Errors (cutting the file)
-  // leave it whole, counted whole as ordinary.
+  // pages past that are freed (and unpinned first), and the budget counts only what stays.
+  // Errors (cutting the file) leave it whole, counted whole as ordinary.
   absl::Status TakeFromReserve(PoolSegment& segment, uint64_t bytes);
 
   // The reserve's holder, asked to give its bytes back before an allocation or a hold is
@@ -200,6 +232,7 @@ class HostPool {
   absl::Status RoomErrorLocked(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Release(uint64_t bytes, uint64_t pinned_bytes, bool in_reserve);
   void CountPinned(uint64_t bytes);
+  void CountUnpinned(uint64_t bytes);
 
   const PoolOptions options_;
   FileSystem* const file_system_;

@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
@@ -40,11 +41,7 @@ std::shared_ptr<PoolSegment> SegmentReserve::Take(uint64_t bytes) {
   std::shared_ptr<PoolSegment> taken;
   {
     absl::MutexLock lock(&mu_);
-    if (ready_ == nullptr || ready_->size() < HostPool::Footprint(bytes)) return nullptr;
-    // A small load gets a fresh segment: cutting the reserve for it would throw away most of
-    // what was made, and a caller could keep ddod making reserves with loads that cost it
-    // little.
-    if (HostPool::Footprint(bytes) < target_ / kSmallestShare) return nullptr;
+    if (!WouldTakeLocked(bytes)) return nullptr;
     taken = std::move(ready_);
     not_before_ = absl::Now() + options_.refill_delay;
     changed_.SignalAll();
@@ -54,6 +51,19 @@ std::shared_ptr<PoolSegment> SegmentReserve::Take(uint64_t bytes) {
                          FormatBytes(taken->size()), cut.message());
   }
   return taken;
+}
+
+bool SegmentReserve::WouldTakeLocked(uint64_t bytes) const {
+  // A small load gets a fresh segment: cutting the reserve for it would throw away most of
+  // what was made, and a caller could keep ddod making reserves with loads that cost it little.
+  return ready_ != nullptr && ready_->size() >= HostPool::Footprint(bytes) &&
+         HostPool::Footprint(bytes) >= target_ / kSmallestShare;
+}
+
+uint64_t SegmentReserve::PinGridFor(uint64_t bytes) const {
+  absl::MutexLock lock(&mu_);
+  if (!WouldTakeLocked(bytes)) return 0;
+  return ready_->pin_grid();
 }
 
 void SegmentReserve::Yield() {
@@ -92,6 +102,16 @@ void SegmentReserve::Run() {
     const absl::Time started = absl::Now();
     absl::StatusOr<std::shared_ptr<PoolSegment>> made = pool_.AllocateReserve(target_, &progress);
     const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
+    double pin_seconds = 0;
+    if (made.ok() && (*made)->pool_pins()) {
+      const absl::Time pinning = absl::Now();
+      absl::Status pinned = pool_.PinReserve(**made, options_.pin_grid_bytes, &progress);
+      pin_seconds = absl::ToDoubleSeconds(absl::Now() - pinning);
+      // Unpinned parts are pinned by the taker, as any load's are.
+      if (!pinned.ok() && !absl::IsCancelled(pinned)) {
+        Logger("pool")->warn("pinning the pre-faulted reserve: {}", pinned.message());
+      }
+    }
     // Yielded while it was being made: its bytes go back here, before making_ is cleared, so
     // that the yield (which waits for that) returns with the room free. A yield that comes
     // after this finds the segment in ready_ and drops it itself.
@@ -101,8 +121,10 @@ void SegmentReserve::Run() {
     if (made.ok() && !stopping_) {
       ready_ = *std::move(made);
       reported_no_room_ = false;
-      Logger("pool")->info("pre-faulted reserve ready: {} in {:.2f} s", FormatBytes(target_),
-                           seconds);
+      Logger("pool")->info("pre-faulted reserve ready: {} in {:.2f} s{}", FormatBytes(target_),
+                           seconds,
+                           ready_->pinned() ? absl::StrFormat(", pinned in %.2f s", pin_seconds)
+                                            : std::string());
     } else {
       if (!made.ok() && absl::IsResourceExhausted(made.status()) && !reported_no_room_) {
         reported_no_room_ = true;

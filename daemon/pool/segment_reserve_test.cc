@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "daemon/common/file_system.h"
 #include "daemon/common/random_id.h"
+#include "daemon/pool/host_pinning.h"
 #include "daemon/pool/host_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -219,6 +220,79 @@ TEST(SegmentReserveTest, NoTargetNoReserve) {
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(pool.Usage().reserve_bytes, 0u);
   EXPECT_EQ(reserve.Take(1), nullptr);
+}
+
+// The GPU machine's tests: the reserve is pinned in the background in parts of its grid, a take
+// unpins what it cuts off, and a taker's own pinning fills the gaps; elsewhere, nothing is
+// pinned and the reserve is as before.
+SegmentReserveOptions PinnedReserveOf(uint64_t bytes, uint64_t grid) {
+  SegmentReserveOptions options = ReserveOf(bytes);
+  options.pin_grid_bytes = grid;
+  return options;
+}
+
+HostPool PinningPool(uint64_t budget) {
+  PoolOptions options = Options(budget);
+  options.pin = HostPinningAvailable();
+  return HostPool(options);
+}
+
+TEST(SegmentReserveGpuTest, TheReserveIsPinnedInItsGridAndATakeUnpinsWhatItCuts) {
+  if (!HostPinningAvailable()) GTEST_SKIP() << "no CUDA device: nothing is pinned";
+  HostPool pool = PinningPool(64 * kMiB);
+  SegmentReserve reserve(pool, PinnedReserveOf(16 * kMiB, 4 * kMiB));
+  reserve.Start();
+  ASSERT_TRUE(Eventually([&] { return pool.Usage().pinned_bytes == 16 * kMiB; }))
+      << "pinned in the background: " << pool.Usage().pinned_bytes;
+  EXPECT_EQ(reserve.PinGridFor(10 * kMiB), 4 * kMiB);
+  EXPECT_EQ(reserve.PinGridFor(1 * kMiB), 0u) << "too small to be given the reserve";
+  std::shared_ptr<PoolSegment> taken = reserve.Take(10 * kMiB);
+  ASSERT_NE(taken, nullptr);
+  taken->MarkDiscarded();
+  EXPECT_EQ(taken->size(), 10 * kMiB);
+  EXPECT_EQ(taken->PinnedRanges(), (SegmentExtents{{0, 4 * kMiB}, {4 * kMiB, 4 * kMiB}}))
+      << "the part the cut falls in and those past it are unpinned";
+  EXPECT_EQ(pool.Usage().pinned_bytes, 8 * kMiB);
+  EXPECT_FALSE(taken->pinned());
+  ASSERT_TRUE(taken->PinRange(6 * kMiB, 4 * kMiB).ok()) << "only the gap is registered";
+  EXPECT_EQ(taken->PinnedRanges(),
+            (SegmentExtents{{0, 4 * kMiB}, {4 * kMiB, 4 * kMiB}, {8 * kMiB, 2 * kMiB}}));
+  EXPECT_TRUE(taken->pinned());
+  EXPECT_EQ(pool.Usage().pinned_bytes, 10 * kMiB);
+  taken.reset();
+  EXPECT_EQ(pool.Usage().pinned_bytes, 0u);
+}
+
+TEST(SegmentReserveGpuTest, ATensorAcrossTwoPartsHasThemRegisteredAgainAsOne) {
+  if (!HostPinningAvailable()) GTEST_SKIP() << "no CUDA device: nothing is pinned";
+  HostPool pool = PinningPool(64 * kMiB);
+  SegmentReserve reserve(pool, PinnedReserveOf(16 * kMiB, 4 * kMiB));
+  reserve.Start();
+  ASSERT_TRUE(Eventually([&] { return pool.Usage().pinned_bytes == 16 * kMiB; }));
+  std::shared_ptr<PoolSegment> taken = reserve.Take(16 * kMiB);
+  ASSERT_NE(taken, nullptr);
+  taken->MarkDiscarded();
+  // One tensor inside the first part, one from 3 to 9 MiB (across the second part, into the
+  // third), one inside the fourth.
+  taken->UnpinCrossed({{0, 1 * kMiB}, {3 * kMiB, 6 * kMiB}, {12 * kMiB, 4 * kMiB}});
+  EXPECT_EQ(taken->PinnedRanges(), (SegmentExtents{{12 * kMiB, 4 * kMiB}}));
+  // The fill's pinning, cut at tensor starts (PinParts), registers the rest.
+  ASSERT_TRUE(taken->PinRange(0, 3 * kMiB).ok());
+  ASSERT_TRUE(taken->PinRange(3 * kMiB, 9 * kMiB).ok());
+  EXPECT_EQ(taken->PinnedRanges(),
+            (SegmentExtents{{0, 3 * kMiB}, {3 * kMiB, 9 * kMiB}, {12 * kMiB, 4 * kMiB}}));
+  EXPECT_TRUE(taken->pinned());
+}
+
+TEST(SegmentReserveGpuTest, AYieldWhilePinningLeavesNothingPinned) {
+  if (!HostPinningAvailable()) GTEST_SKIP() << "no CUDA device: nothing is pinned";
+  HostPool pool = PinningPool(1024 * kMiB);
+  SegmentReserve reserve(pool, PinnedReserveOf(512 * kMiB, 2 * kMiB));
+  reserve.Start();
+  ASSERT_TRUE(Eventually([&] { return pool.Usage().pinned_bytes > 0; }));
+  reserve.Yield();
+  EXPECT_EQ(pool.Usage().reserve_bytes, 0u);
+  EXPECT_EQ(pool.Usage().pinned_bytes, 0u);
 }
 
 }  // namespace

@@ -288,10 +288,32 @@ absl::StatusOr<std::optional<ComponentSnapshot>> ComponentStore::ClearKeyLocked(
   return std::optional<ComponentSnapshot>();
 }
 
+SegmentExtents ComponentStore::OwnExtents(const std::vector<TensorEntry>& tensors) {
+  SegmentExtents extents;
+  for (const TensorEntry& tensor : tensors) {
+    if (tensor.segment == 0) extents.emplace_back(tensor.offset, tensor.byte_size);
+  }
+  return extents;
+}
+
+uint64_t ComponentStore::LayOutToFill(std::vector<TensorEntry>& tensors) const {
+  const uint64_t span = LayOut(tensors);
+  const uint64_t grid = options_.reserve == nullptr ? 0 : options_.reserve->PinGridFor(span);
+  if (grid == 0) return span;
+  const uint64_t on_grid = LayOutOnGrid(tensors, grid);
+  if (options_.reserve->PinGridFor(on_grid) == grid) return on_grid;
+  // The grid's padding leaves it too large for the reserve: the plain layout takes it, and the
+  // parts its tensors cross are registered again by the fill (AllocateToFill).
+  return LayOut(tensors);
+}
+
 absl::StatusOr<std::shared_ptr<PoolSegment>> ComponentStore::AllocateToFill(
-    uint64_t span, WorkProgress* progress) {
+    uint64_t span, const SegmentExtents& extents, WorkProgress* progress) {
   if (options_.reserve != nullptr) {
-    if (std::shared_ptr<PoolSegment> ready = options_.reserve->Take(span)) return ready;
+    if (std::shared_ptr<PoolSegment> ready = options_.reserve->Take(span)) {
+      ready->UnpinCrossed(extents);
+      return ready;
+    }
   }
   return pool_.Allocate(span, progress, SegmentPages::kReserved);
 }
@@ -300,14 +322,14 @@ absl::StatusOr<RegisterResult> ComponentStore::AllocateUpload(const std::string&
                                                               const std::string& cache_key,
                                                               uint64_t span, const Caller& caller,
                                                               WorkProgress* progress,
-                                                              bool by_ddod) {
+                                                              const SegmentExtents* fill_extents) {
   // Creating the segment reserves its pages: slow for big components, so outside the lock.
   const absl::Time allocating = absl::Now();
   // Reserved, not populated: the clients' uploads write the segment through its descriptor
   // (pwrite), so that no page is zeroed before it is filled; a load takes the pre-faulted
   // reserve's when it can (AllocateToFill).
   absl::StatusOr<std::shared_ptr<PoolSegment>> segment =
-      by_ddod ? AllocateToFill(span, progress)
+      fill_extents != nullptr ? AllocateToFill(span, *fill_extents, progress)
               : pool_.Allocate(span, progress, SegmentPages::kReserved);
   const double allocate_s = absl::ToDoubleSeconds(absl::Now() - allocating);
   absl::MutexLock lock(&mu_);
@@ -363,7 +385,8 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
   }
   if (!content_hash.empty()) DDO_RETURN_IF_ERROR(CheckContentHashForm(content_hash));
   for (TensorEntry& tensor : tensors) tensor.segment = 0;
-  const uint64_t span = LayOut(tensors);
+  const uint64_t span = client_written ? LayOut(tensors) : LayOutToFill(tensors);
+  const SegmentExtents extents = client_written ? SegmentExtents() : OwnExtents(tensors);
   const std::string structure_hash = StructureHash(tensors);
   const std::string upload_id = RandomId();
   {
@@ -396,7 +419,8 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     placeholder.segments = {nullptr};
     AddPlaceholderLocked(lease, upload_id, span, client_written, std::move(placeholder));
   }
-  return AllocateUpload(upload_id, cache_key, span, caller, progress, !client_written);
+  return AllocateUpload(upload_id, cache_key, span, caller, progress,
+                        client_written ? nullptr : &extents);
 }
 
 absl::StatusOr<RegisterResult> ComponentStore::Register(const Lease& lease,

@@ -562,14 +562,23 @@ class ComponentStore {
                                 WorkProgress* progress);
   // Allocates the placeholder's own segment of `span` bytes outside the lock and answers the
   // upload (ABORTED when the lease ended meanwhile, CANCELLED when `progress` was). A segment
-  // ddod fills itself (`by_ddod`: a load) comes from the pre-faulted reserve when it can.
+  // ddod fills itself (a load: `fill_extents`, its tensors' (offset, bytes), not null) comes
+  // from the pre-faulted reserve when it can.
   absl::StatusOr<RegisterResult> AllocateUpload(const std::string& upload_id,
                                                 const std::string& cache_key, uint64_t span,
                                                 const Caller& caller, WorkProgress* progress,
-                                                bool by_ddod = false);
-  // A segment of `span` bytes that ddod's readers fill (SegmentTarget): the pre-faulted
-  // reserve's when one is ready and large enough, else a new one reserved in /dev/shm.
+                                                const SegmentExtents* fill_extents = nullptr);
+  // (offset, bytes) of each tensor in the component's own segment (segment 0).
+  static SegmentExtents OwnExtents(const std::vector<TensorEntry>& tensors);
+  // Lays `tensors` out for a segment that ddod's readers fill: on the pre-pinned reserve's grid
+  // (LayOutOnGrid) when the reserve would be taken for it, else as LayOut. Returns the span.
+  uint64_t LayOutToFill(std::vector<TensorEntry>& tensors) const;
+  // A segment of `span` bytes that ddod's readers fill (SegmentTarget) with the tensors at
+  // `extents`: the pre-faulted reserve's when one is ready and large enough (its registrations
+  // that a tensor crosses undone, for the fill's own pinning), else a new one reserved in
+  // /dev/shm.
   absl::StatusOr<std::shared_ptr<PoolSegment>> AllocateToFill(uint64_t span,
+                                                              const SegmentExtents& extents,
                                                               WorkProgress* progress);
   // Evicts unused READY components, least recently used first, until `bytes` fit. Only those
   // whose eviction releases bytes count (a base whose bytes a derived version uses releases

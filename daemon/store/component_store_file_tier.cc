@@ -169,7 +169,7 @@ ComponentSnapshot ComponentStore::PromoteToFit(const Caller& caller,
     indices.push_back(i);
   }
   if (pooled.empty()) return loaded;
-  const uint64_t span = LayOut(pooled);
+  const uint64_t span = LayOutToFill(pooled);
   {
     absl::MutexLock lock(&mu_);
     // The pool bytes count in the owner's limit (--max-user-pool-gb) like any other.
@@ -180,7 +180,7 @@ ComponentSnapshot ComponentStore::PromoteToFit(const Caller& caller,
       return loaded;
     }
   }
-  absl::StatusOr<std::shared_ptr<PoolSegment>> segment = AllocateToFill(span, nullptr);
+  absl::StatusOr<std::shared_ptr<PoolSegment>> segment = AllocateToFill(span, OwnExtents(pooled), nullptr);
   if (!segment.ok()) {
     Logger("store")->info("'{}' stays in its files: {}", EscapeForDisplay(loaded.cache_key),
                           segment.status().message());

@@ -301,7 +301,7 @@ absl::StatusOr<uint64_t> ComponentStore::Promote(const std::string& cache_key,
   };
   const absl::Time started = absl::Now();
   DDO_ASSIGN_OR_RETURN(std::shared_ptr<PoolSegment> segment,
-                       AllocateToFill(promotion->span, nullptr));
+                       AllocateToFill(promotion->span, OwnExtents(promotion->pooled), nullptr));
   absl::Status read = ReadPromotion(*promotion, promotion->in_file.get(), *segment, options_.read_threads,
                                     cancelled, &fs_);
   if (!read.ok()) {
