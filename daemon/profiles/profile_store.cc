@@ -282,12 +282,22 @@ absl::StatusOr<std::vector<ProfileFile>> ProfileStore::List() const {
   if (!directory_.valid()) return files;
   DDO_ASSIGN_OR_RETURN(std::vector<std::string> keys,
                        KeysIn(directory_.get(), description_, /*regular_only=*/true));
+  size_t listed_bytes = 0;
   for (const std::string& key : keys) {
+    // Sized before it is read: what would not fit the listing is never loaded.
+    struct stat info {};
+    if (::fstatat(directory_.get(), FileName(key).c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 &&
+        listed_bytes + static_cast<size_t>(std::max<off_t>(info.st_size, 0)) > kMaxStoreBytes) {
+      Logger("profiles")->warn("{} holds more than {} bytes of profiles: listing the first {}",
+                               description_, kMaxStoreBytes, files.size());
+      break;
+    }
     absl::StatusOr<ProfileFile> file = Load(directory_.get(), key, description_, owner_);
     if (!file.ok()) {
       Logger("profiles")->warn("{}", file.status().message());
       continue;
     }
+    listed_bytes += file->json.size();
     files.push_back(*std::move(file));
   }
   return files;
@@ -325,10 +335,23 @@ absl::StatusOr<ProfileFile> ProfileStore::Put(const std::string& key,
   }
   const std::string target = FileName(key);
   const std::string about = absl::StrCat("profile ", key, " in ", description_);
+  DDO_ASSIGN_OR_RETURN(std::vector<std::string> keys,
+                       KeysIn(directory_.get(), description_, /*regular_only=*/false));
+  size_t other_bytes = 0;
+  for (const std::string& other : keys) {
+    struct stat info {};
+    if (other != key &&
+        ::fstatat(directory_.get(), FileName(other).c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0) {
+      other_bytes += static_cast<size_t>(std::max<off_t>(info.st_size, 0));
+    }
+  }
+  if (other_bytes + json.size() + (needs_newline ? 1 : 0) > kMaxStoreBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        description_, " holds ", other_bytes, " bytes of other profiles; with ", key,
+        " it would pass the ", kMaxStoreBytes, " bytes ddod keeps (delete some first)"));
+  }
   struct stat existing {};
   if (::fstatat(directory_.get(), target.c_str(), &existing, AT_SYMLINK_NOFOLLOW) != 0) {
-    DDO_ASSIGN_OR_RETURN(std::vector<std::string> keys,
-                         KeysIn(directory_.get(), description_, /*regular_only=*/false));
     if (keys.size() >= kMaxProfilesPerStore) {
       return absl::ResourceExhaustedError(
           absl::StrCat(description_, " already holds ", keys.size(),

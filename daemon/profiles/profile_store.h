@@ -43,6 +43,10 @@ namespace ddo {
 inline constexpr size_t kMaxProfileBytes = size_t{1} << 20;
 // The most profiles one store (one user's directory) holds: a caller cannot fill ddod's disk.
 inline constexpr size_t kMaxProfilesPerStore = 1024;
+// The most profile bytes one store holds, and one listing returns: a listing is read whole into
+// memory and sent as one message, which must fit a client's default limit (4 MiB in gRPC), and
+// a user may list many times at once (the seed's profiles take a few KiB each).
+inline constexpr size_t kMaxStoreBytes = size_t{3} << 20;
 
 struct ProfileFile {
   std::string key;   // the 24 hex digits of the file name
@@ -82,14 +86,16 @@ class ProfileStore {
   ProfileStore& operator=(const ProfileStore&) = delete;
 
   // Every valid profile, by key; an absent directory holds none. Entries that are not regular
-  // files owned by ddod's user with one link, or not JSON objects, are skipped.
+  // files owned by ddod's user with one link, or not JSON objects, are skipped, and so is
+  // whatever would take the listing past kMaxStoreBytes (a store filled before that limit).
   absl::StatusOr<std::vector<ProfileFile>> List() const;
   // NotFound when there is none; PermissionDenied when something other than a profile file
   // ddod wrote sits under its name; DataLoss when the file is not a JSON object.
   absl::StatusOr<ProfileFile> Get(const std::string& key) const;
   // Stores `json` (a JSON object of at most kMaxProfileBytes whose "profile_key" is `key`;
   // InvalidArgument otherwise). FailedPrecondition on a store opened with IfMissing::kEmpty
-  // whose directory was missing; ResourceExhausted past kMaxProfilesPerStore.
+  // whose directory was missing; ResourceExhausted past kMaxProfilesPerStore or
+  // kMaxStoreBytes.
   absl::StatusOr<ProfileFile> Put(const std::string& key, const std::string& json) const;
   // False when there was none.
   absl::StatusOr<bool> Delete(const std::string& key) const;

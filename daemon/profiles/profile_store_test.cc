@@ -205,6 +205,43 @@ TEST_F(ProfileStoreTest, TheSizeLimitIsTheStoredText) {
   EXPECT_TRUE(store.Get(kKey).ok());
 }
 
+// A listing is read whole and sent as one message, and a user may list many times at once: the
+// bytes one store holds, and one listing reads, are bounded.
+TEST_F(ProfileStoreTest, AStoreHoldsABoundedNumberOfBytesAndAListingReadsNoMore) {
+  ProfileStore store = User(1000);
+  const auto padded = [](const std::string& key, size_t size) {
+    const std::string head = "{\"profile_key\": \"" + key + "\", \"pad\": \"";
+    return head + std::string(size - head.size() - 3, 'x') + "\"}\n";
+  };
+  const size_t each = kMaxProfileBytes;
+  const size_t fit = kMaxStoreBytes / each;
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < fit; ++i) {
+    char key[32];
+    std::snprintf(key, sizeof(key), "%024zx", i + 1);
+    keys.push_back(key);
+    ASSERT_TRUE(store.Put(key, padded(key, each)).ok()) << i;
+  }
+  const absl::Status full = store.Put(kKey, Record(kKey)).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_THAT(full.message(), HasSubstr("delete some first"));
+  EXPECT_TRUE(store.Put(keys[0], Record(keys[0])).ok()) << "a smaller replacement fits";
+  EXPECT_TRUE(store.Put(kKey, Record(kKey)).ok()) << "and leaves room";
+
+  // Files put there before the limit (planted here): the listing stops at the limit.
+  for (size_t i = 0; i < 3; ++i) {
+    char key[32];
+    std::snprintf(key, sizeof(key), "%024zx", fit + 100 + i);
+    WriteFile(UserFile(1000, key), padded(key, each));
+  }
+  absl::StatusOr<std::vector<ProfileFile>> listed = store.List();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  size_t bytes = 0;
+  for (const ProfileFile& file : *listed) bytes += file.json.size();
+  EXPECT_LE(bytes, kMaxStoreBytes);
+  EXPECT_LT(listed->size(), fit + 1 + 3);
+}
+
 TEST_F(ProfileStoreTest, AnOversizeFileIsRefusedWithoutItsSizeOrBytes) {
   ProfileStore store = User(1000);
   const size_t size = kMaxProfileBytes + 4321;

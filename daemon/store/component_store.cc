@@ -59,7 +59,8 @@ absl::StatusOr<std::vector<TensorEntry>> TableOfSafetensors(
         tensor.unit = unit->second;
       } else {
         return absl::InvalidArgumentError(absl::StrCat(
-            "units names no unit for tensor '", source.name, "' of ", file.name));
+            "units names no unit for tensor '", EscapeForDisplay(source.name), "' of ",
+            file.name));
       }
       tensors.push_back(std::move(tensor));
     }

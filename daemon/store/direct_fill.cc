@@ -70,8 +70,13 @@ std::vector<Chunk> ChunksOf(const SafetensorsSet& set) {
 absl::StatusOr<std::vector<UniqueFd>> OpenDirect(const SafetensorsSet& set, FileSystem& fs) {
   std::vector<UniqueFd> direct;
   for (const SafetensorsFile& file : set.files) {
+    // O_NONBLOCK: a new open of a caller's file would break a lease the caller holds on it,
+    // and wait for the caller to let go (lease-break-time, 45 s by default), holding the call
+    // and ddod's shutdown; non-blocking, it fails at once (EWOULDBLOCK) and the buffered reads,
+    // which break no lease, take over. It changes nothing else for a regular file.
     absl::StatusOr<UniqueFd> opened =
-        fs.Open(absl::StrCat("/proc/self/fd/", file.fd.get()), O_RDONLY | O_DIRECT | O_CLOEXEC, 0);
+        fs.Open(absl::StrCat("/proc/self/fd/", file.fd.get()),
+                O_RDONLY | O_DIRECT | O_NONBLOCK | O_CLOEXEC, 0);
     if (!opened.ok()) {
       return absl::UnimplementedError(absl::StrCat("no direct reads of ", file.name, ": ",
                                                    opened.status().message()));
