@@ -102,6 +102,26 @@ TEST(HostPoolTest, KeptSegmentsSurviveAndAreAdoptedByTheNextPool) {
   (*adopted)->MarkDiscarded();
 }
 
+// A name of the manifest whose file has a second name (a hard link planted in /dev/shm), or
+// that is a link, is not a segment ddod made: refused, nothing mapped.
+TEST(HostPoolTest, AdoptionRefusesAHardLinkedOrLinkedName) {
+  const PoolOptions options = Options(16ull << 20);
+  HostPool pool(options);
+  auto segment = pool.Allocate(1 << 20);
+  ASSERT_TRUE(segment.ok());
+  (*segment)->MarkDiscarded();
+  const std::string linked = pool.name_prefix() + "hardlinked00000";
+  const std::string symbolic = pool.name_prefix() + "symlinked000000";
+  ASSERT_EQ(::link(SegmentPath((*segment)->name()).c_str(), SegmentPath(linked).c_str()), 0);
+  ASSERT_EQ(::symlink(SegmentPath((*segment)->name()).c_str(), SegmentPath(symbolic).c_str()), 0);
+  HostPool next(options);
+  EXPECT_EQ(next.Adopt(linked).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(next.Adopt(symbolic).ok());
+  EXPECT_EQ(next.Usage().reserved_bytes, 0u);
+  ::unlink(SegmentPath(linked).c_str());
+  ::unlink(SegmentPath(symbolic).c_str());
+}
+
 TEST(HostPoolTest, TwoPoolsNeverShareNames) {
   HostPool a(Options(4 << 20));
   HostPool b(Options(4 << 20));

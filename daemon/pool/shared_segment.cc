@@ -70,7 +70,10 @@ absl::StatusOr<SharedSegment> SharedSegment::Open(const std::string& name, FileS
   if (fs == nullptr) fs = FileSystem::Default();
   DDO_ASSIGN_OR_RETURN(UniqueFd fd, fs->ShmOpen(name, O_RDWR | O_CLOEXEC, 0));
   DDO_ASSIGN_OR_RETURN(struct stat info, fs->Stat(fd.get(), name));
-  if (info.st_uid != ::geteuid() || (info.st_mode & 077) != 0) {
+  // shm_open never follows a link (glibc adds O_NOFOLLOW); a second name of the file (a hard
+  // link planted where a segment of the manifest was) or anything but a file is not ours either.
+  if (!S_ISREG(info.st_mode) || info.st_nlink != 1 || info.st_uid != ::geteuid() ||
+      (info.st_mode & 077) != 0) {
     return absl::PermissionDeniedError(
         absl::StrCat(name, " is not an owner-only segment of this user; not adopting it"));
   }
