@@ -1,14 +1,11 @@
 // ddod: the DDO daemon. See `ddod --help` and docs/configuration.md.
 #include <cstdio>
-#include <cstdlib>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "spdlog/spdlog.h"
 #include "daemon/common/descriptor_reserve.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/version.h"
@@ -105,11 +102,6 @@ int main(int argc, char** argv) {
     }
     notifier.Stopping(absl::StrCat("stopping: ", reason.description));
     (*server)->Shutdown(reason.description);
-    // Shutdown released and persisted everything ddod owns. What destructors would still do is
-    // gRPC's own teardown, whose executor thread can sit out a pending timer first (10 s seen
-    // after clients that took large answers): a stop would take that long for nothing.
-    spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& logger) { logger->flush(); });
-    std::fflush(nullptr);
-    std::_Exit(kExitOk);
+    return kExitOk;
   }
 }

@@ -519,6 +519,10 @@ void DaemonServer::Shutdown(const std::string& reason) {
     if (tcp_gate_ != nullptr) tcp_gate_->Stop();
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
+    // ~grpc::Server ends with grpc_shutdown, whose executor thread can first sit out a pending
+    // timer (10 s seen after clients that took large answers): the stopped server, which
+    // serves nothing any more, is left to the process's exit instead of making a stop wait.
+    (void)server_.release();
   }
   if (identity_ != nullptr) identity_->Stop();
   if (streams_ != nullptr) streams_->CloseAll();
