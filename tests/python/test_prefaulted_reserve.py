@@ -8,6 +8,7 @@ memory (RssAnon + RssShmem) stays within the budget plus its own heap."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 
@@ -97,3 +98,31 @@ def test_without_a_reserve_nothing_is_prefaulted(daemon_factory, short_dir):
             expected = tower(x)
         expect_equal_streams(client, {"m": tower}, x, {"m": expected})
         assert client.stats().pool.prefaulted_bytes == 0
+
+
+def test_a_stopped_ddod_leaves_its_components_and_not_its_reserve(daemon_factory, short_dir):
+    """The reserve's segment holds nothing a later ddod could adopt: a SIGTERM removes it from
+    /dev/shm at once, while a component's segment stays there for the next ddod."""
+    daemon = start(daemon_factory, short_dir, "0.25", "0.125")
+    tower = built_tower(WIDTH, LAYERS, 0)
+    with DdoClient.connect(daemon.address, timeout=60) as client:
+        client.register_module("kept", tower)
+        assert wait_ready(client, 128 * MIB) == 128 * MIB
+    namespace = re.search(r"host pool ([0-9a-f]+)", daemon.log()).group(1)
+    prefix = f"ddo-{os.geteuid()}-{namespace}-"
+
+    def segments():
+        return {name: os.path.getsize(os.path.join("/dev/shm", name))
+                for name in os.listdir("/dev/shm") if name.startswith(prefix)}
+
+    before = segments()
+    assert sorted(before.values()) == [64 * MIB, 128 * MIB], before
+    started = time.monotonic()
+    assert daemon.terminate() == 0
+    assert time.monotonic() - started < 3.0, "a stop waits for nothing"
+    after = segments()
+    try:
+        assert list(after.values()) == [64 * MIB], f"before {before}, after {after}"
+    finally:
+        for name in after:
+            os.unlink(os.path.join("/dev/shm", name))
