@@ -129,13 +129,19 @@ def fp8_storage(module) -> None:
     defaults: norms, embeddings, the in/out projections stay bf16)."""
     import torch
     from diffusers.hooks import apply_layerwise_casting
+    from diffusers.hooks.layerwise_casting import DEFAULT_SKIP_MODULES_PATTERN
 
     storage, compute = torch.float8_e4m3fn, torch.bfloat16
     if hasattr(module, "enable_layerwise_casting"):
         module.enable_layerwise_casting(storage_dtype=storage, compute_dtype=compute)
     else:
+        # Also the modules transformers keeps in full precision (T5's `wo`): T5's feed-forward
+        # casts its input to `wo.weight.dtype` before `wo`'s own hook runs, so an fp8 `wo`
+        # would get an fp8 input (run 80).
+        fp32_names = getattr(module, "_keep_in_fp32_modules", None) or ()
+        kept = tuple(rf"(^|\.){name}$" for name in fp32_names)
         apply_layerwise_casting(module, storage_dtype=storage, compute_dtype=compute,
-                                skip_modules_pattern="auto")
+                                skip_modules_pattern=DEFAULT_SKIP_MODULES_PATTERN + kept)
 
 
 def write_pipeline(folder: Path, small: bool, pipeline: str = "flux",

@@ -110,3 +110,32 @@ def test_auto_dtype_binds_a_checkpoint_of_mixed_dtypes_as_it_is(client, short_di
                                  torch_dtype="auto", client=client, bind=False).module
     for name, param in unbound.named_parameters():
         assert param.is_meta and param.dtype == stored[name].dtype, name
+
+
+class TiedEncoder(torch.nn.Module):
+    """T5's shape of a tie (transformers' ``tie_weights``): ``shared`` and
+    ``encoder.embed_tokens`` are two modules with one weight, which the checkpoint holds once,
+    as ``shared.weight``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared = torch.nn.Embedding(16, 8)
+        self.encoder = torch.nn.Module()
+        self.encoder.embed_tokens = torch.nn.Embedding(16, 8)
+        self.encoder.embed_tokens.weight = self.shared.weight
+        self.encoder.proj = torch.nn.Linear(8, 8)
+
+
+def test_auto_dtype_keeps_a_tied_weight_tied_when_the_checkpoint_names_it_once():
+    from diffusers_dynamic_offloader.seed_compat.loading import (parameters_on_meta,
+                                                                 take_stored_dtypes)
+    with parameters_on_meta():
+        module = TiedEncoder()
+    stored = {"shared.weight": torch.zeros(16, 8, dtype=torch.bfloat16),
+              "encoder.proj.weight": torch.zeros(8, 8, dtype=torch.bfloat16),
+              "encoder.proj.bias": torch.zeros(8)}
+    take_stored_dtypes(module, stored)
+    assert module.encoder.embed_tokens.weight is module.shared.weight, "the tie is kept"
+    assert module.shared.weight.dtype == torch.bfloat16 and module.shared.weight.is_meta
+    assert module.encoder.proj.weight.dtype == torch.bfloat16
+    assert module.encoder.proj.bias.dtype == torch.float32

@@ -214,17 +214,22 @@ def take_stored_dtypes(module: nn.Module, stored: Mapping[str, torch.Tensor]) ->
     """Gives each parameter and buffer of ``module`` that ``stored`` names the dtype stored
     there (``torch_dtype="auto"``). The parameters are on the meta device, so nothing is
     converted; a weight shared by several names stays shared."""
+    owners = [(f"{path}." if path else "", owner)
+              for path, owner in module.named_modules(remove_duplicate=False)]
     replaced: Dict[int, nn.Parameter] = {}
-    for path, owner in module.named_modules():
-        prefix = f"{path}." if path else ""
-        for name, param in list(owner._parameters.items()):
+    for prefix, owner in owners:
+        for name, param in owner._parameters.items():
             stored_tensor = stored.get(prefix + name)
-            if param is None or stored_tensor is None or param.dtype == stored_tensor.dtype:
+            if (param is None or stored_tensor is None or id(param) in replaced
+                    or param.dtype == stored_tensor.dtype):
                 continue
-            if id(param) not in replaced:
-                replaced[id(param)] = nn.Parameter(param.to(stored_tensor.dtype),
-                                                   requires_grad=False)
-            owner._parameters[name] = replaced[id(param)]
+            replaced[id(param)] = nn.Parameter(param.to(stored_tensor.dtype), requires_grad=False)
+    # Every name of a replaced weight, the checkpoint's or not: a tied alias that the
+    # checkpoint leaves out (T5's encoder.embed_tokens, saved as shared) stays the same weight.
+    for prefix, owner in owners:
+        for name, param in list(owner._parameters.items()):
+            if param is not None and id(param) in replaced:
+                owner._parameters[name] = replaced[id(param)]
         for name, buffer in list(owner._buffers.items()):
             stored_tensor = stored.get(prefix + name)
             if buffer is not None and stored_tensor is not None:
