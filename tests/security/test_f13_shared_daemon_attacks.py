@@ -70,12 +70,17 @@ def test_a_lease_on_a_passed_file_cannot_hold_sigterm(ddod, attacker):
         stop_process(holder)
 
 
-def _peak_rss_bytes(pid: int) -> int:
+def _status_bytes(pid: int, field: str) -> int:
+    """A size line of /proc/PID/status (``VmRSS``, ``VmHWM``), in bytes."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
+    raise AssertionError(f"no {field}")
+
+
+def _peak_rss_bytes(pid: int) -> int:
+    return _status_bytes(pid, "VmHWM")
 
 
 def _reset_peak_rss(pid: int) -> None:
@@ -84,11 +89,7 @@ def _reset_peak_rss(pid: int) -> None:
 
 
 def _rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+    return _status_bytes(pid, "VmRSS")
 
 
 PROFILE_BYTES = 1 << 20  # kMaxProfileBytes: the largest profile ddod stores
