@@ -1,5 +1,8 @@
 #include "daemon/identity/caller_registry.h"
 
+#include <optional>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/common/random_id.h"
 
@@ -99,7 +102,7 @@ void CallerRegistry::Grant(const std::string& token, const std::string& shm_name
 
 void CallerRegistry::Grant(const std::string& token, const SegmentGrant& grant) {
   const bool is_file = grant.kind == SegmentKind::kFile;
-  if (is_file && grant.file == nullptr) return;
+  if (grant.kind != SegmentKind::kShm && grant.file == nullptr) return;
   std::shared_ptr<const UniqueFd> replaced;  // closes after the lock is released
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(token);
@@ -115,17 +118,17 @@ void CallerRegistry::Grant(const std::string& token, const SegmentGrant& grant) 
   const bool widens = !fresh && !is_file && granted.kind == SegmentKind::kShm && granted.writable;
   if (granted.file != nullptr) replaced = std::move(granted.file);
   granted = grant;
-  granted.writable = !is_file && (grant.writable || widens);
+  granted.writable =
+      grant.kind == SegmentKind::kPipe || (!is_file && (grant.writable || widens));
 }
 
 void CallerRegistry::Grant(const std::string& token, const std::vector<SegmentGrant>& grants) {
   for (const SegmentGrant& grant : grants) Grant(token, grant);
 }
 
-absl::StatusOr<SegmentGrant> CallerRegistry::FindGrant(const std::string& token,
-                                                       const std::string& shm_name,
-                                                       bool writable) const {
-  absl::MutexLock lock(&mu_);
+absl::StatusOr<const SegmentGrant*> CallerRegistry::FindGrantLocked(const std::string& token,
+                                                                    const std::string& shm_name,
+                                                                    bool writable) const {
   auto it = entries_.find(token);
   if (it == entries_.end()) return UnknownToken();
   auto grant = it->second.grants.find(shm_name);
@@ -137,7 +140,32 @@ absl::StatusOr<SegmentGrant> CallerRegistry::FindGrant(const std::string& token,
   if (writable && !grant->second.writable) {
     return absl::PermissionDeniedError("that segment was granted read-only");
   }
-  return grant->second;
+  return &grant->second;
+}
+
+absl::StatusOr<SegmentGrant> CallerRegistry::FindGrant(const std::string& token,
+                                                       const std::string& shm_name,
+                                                       bool writable) const {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<const SegmentGrant*> grant = FindGrantLocked(token, shm_name, writable);
+  if (!grant.ok()) return grant.status();
+  return **grant;
+}
+
+absl::StatusOr<SegmentGrant> CallerRegistry::ServeGrant(const std::string& token,
+                                                        const std::string& shm_name,
+                                                        bool writable) {
+  std::optional<SegmentGrant> taken;  // its descriptor closes after the lock is released
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<const SegmentGrant*> grant = FindGrantLocked(token, shm_name, writable);
+  if (!grant.ok()) return grant.status();
+  if ((*grant)->kind != SegmentKind::kPipe) return **grant;
+  if (!writable) {
+    return absl::PermissionDeniedError("an upload stream is a pipe's write end: OPEN it rw");
+  }
+  taken = **grant;
+  entries_.find(token)->second.grants.erase(shm_name);
+  return *std::move(taken);
 }
 
 absl::Status CallerRegistry::CheckGrant(const std::string& token, const std::string& shm_name,

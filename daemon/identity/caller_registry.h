@@ -65,9 +65,9 @@ class CallerRegistry {
   // Lets the caller open shared-memory segment `shm_name` through OPEN; read-write only if
   // `writable`. A second grant of the same name widens it, never narrows it.
   void Grant(const std::string& token, const std::string& shm_name, bool writable);
-  // As above for one grant of either kind. A file grant (SegmentKind::kFile) is read-only
-  // whatever its `writable` says, and replaces an earlier grant of the same name; one without
-  // a descriptor grants nothing.
+  // As above for one grant of any kind. A file grant (SegmentKind::kFile) is read-only
+  // whatever its `writable` says, a pipe grant (kPipe) write-only; either replaces an earlier
+  // grant of the same name, and one without a descriptor grants nothing.
   void Grant(const std::string& token, const SegmentGrant& grant);
   // Each of `grants` (the rules that make the list: store/segment_grants.h,
   // stream/session_grants.h).
@@ -77,6 +77,11 @@ class CallerRegistry {
   // message never says whether the segment exists, nor echoes its name.
   absl::StatusOr<SegmentGrant> FindGrant(const std::string& token, const std::string& shm_name,
                                          bool writable) const;
+  // The grant OPEN serves: FindGrant's, except that a pipe's (SegmentKind::kPipe) is taken
+  // out, so that it is served once and ddod keeps no write end of the pipe afterwards; asked
+  // for read-only, it is PERMISSION_DENIED and stays.
+  absl::StatusOr<SegmentGrant> ServeGrant(const std::string& token, const std::string& shm_name,
+                                          bool writable);
   // FindGrant's status alone.
   absl::Status CheckGrant(const std::string& token, const std::string& shm_name,
                           bool writable) const;
@@ -90,6 +95,12 @@ class CallerRegistry {
     uint64_t next_handle = 1;
     std::map<std::string, SegmentGrant> grants;  // by shm_name
   };
+
+  // The grant named `shm_name` of `token`'s entry, if it allows `writable`: FindGrant's errors.
+  absl::StatusOr<const SegmentGrant*> FindGrantLocked(const std::string& token,
+                                                      const std::string& shm_name,
+                                                      bool writable) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);

@@ -104,5 +104,34 @@ TEST(CallerRegistryTest, FileGrantsKeepTheirDescriptorAndAreReadOnly) {
   EXPECT_EQ(file.use_count(), 1);
 }
 
+TEST(CallerRegistryTest, APipeGrantIsServedOnceWriteOnlyAndThenHeldByNobody) {
+  CallerRegistry callers;
+  const std::string token = callers.Add(CallerFromCredentials(1001, 1001, 1));
+  const std::string other = callers.Add(CallerFromCredentials(1002, 1002, 2));
+  int ends[2];
+  ASSERT_EQ(::pipe2(ends, O_CLOEXEC), 0);
+  UniqueFd read_end(ends[0]);
+  auto write_end = std::make_shared<const UniqueFd>(ends[1]);
+  callers.Grant(token, SegmentGrant::Pipe("/ddo-stream-x-0", write_end));
+  write_end.reset();  // the grant alone holds it now
+  // Another connection, or a read-only OPEN, gets nothing and takes nothing.
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      callers.ServeGrant(other, "/ddo-stream-x-0", /*writable=*/true).status()));
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      callers.ServeGrant(token, "/ddo-stream-x-0", /*writable=*/false).status()));
+  absl::StatusOr<SegmentGrant> served =
+      callers.ServeGrant(token, "/ddo-stream-x-0", /*writable=*/true);
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ(served->kind, SegmentKind::kPipe);
+  EXPECT_EQ(served->file.use_count(), 1);  // taken out of the registry
+  // Served once.
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      callers.ServeGrant(token, "/ddo-stream-x-0", /*writable=*/true).status()));
+  // With the served grant gone, nobody in ddod holds the write end: the reader sees its end.
+  served = absl::CancelledError("dropped");
+  char byte = 0;
+  EXPECT_EQ(::read(read_end.get(), &byte, 1), 0);
+}
+
 }  // namespace
 }  // namespace ddo

@@ -41,6 +41,11 @@ bool Answer(int socket, const std::string& text, int fd = -1) {
 // by name, or a duplicate of the read-only descriptor a file grant holds. The messages never
 // echo the name.
 absl::StatusOr<UniqueFd> OpenGranted(const SegmentGrant& grant, bool writable) {
+  if (grant.kind == SegmentKind::kPipe) {  // ServeGrant took it: served write-only, once
+    UniqueFd copy(::fcntl(grant.file->get(), F_DUPFD_CLOEXEC, 0));
+    if (!copy.valid()) return PosixError("duplicating an upload stream's descriptor", errno);
+    return copy;
+  }
   if (grant.kind == SegmentKind::kFile) {
     // Only ever read-only: a descriptor ddod holds that could write is not handed out.
     const int flags = ::fcntl(grant.file->get(), F_GETFL);
@@ -344,9 +349,10 @@ bool IdentityServer::Serve(Connection& connection) {
     if (!handle.ok()) return Answer(connection.fd.get(), IdentityError(handle.status().message()));
     return Answer(connection.fd.get(), IdentityOk(absl::StrCat(*handle)));
   }
-  // OPEN: only what this connection was granted, with no more access than granted.
+  // OPEN: only what this connection was granted, with no more access than granted (a pipe's
+  // write end only once).
   absl::StatusOr<SegmentGrant> granted =
-      callers_.FindGrant(connection.token, request->name, request->writable);
+      callers_.ServeGrant(connection.token, request->name, request->writable);
   if (!granted.ok()) return Answer(connection.fd.get(), IdentityError(granted.status().message()));
   absl::StatusOr<UniqueFd> opened = OpenGranted(*granted, request->writable);
   if (!opened.ok()) return Answer(connection.fd.get(), IdentityError(opened.status().message()));

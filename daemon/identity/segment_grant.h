@@ -3,7 +3,8 @@
 // One segment a caller may have ddod open for it (OPEN on the identity socket), and whether
 // read-write. A segment is a shared-memory segment of the pool (opened by name), or a
 // component's backing file (kind kFile): ddod holds a read-only descriptor of that file, and
-// OPEN answers a duplicate of it, never read-write. The layers that own the segments say
+// OPEN answers a duplicate of it, never read-write; or the write end of a pipe of a streamed
+// upload (kind kPipe, store/upload_pipes.h), served once, write-only. The layers that own the segments say
 // which ones an answer grants (store/segment_grants.h for components and uploads,
 // stream/session_grants.h for a streaming session's); the service hands the list to
 // CallerRegistry::Grant with the caller's token.
@@ -23,6 +24,7 @@ namespace ddo {
 enum class SegmentKind {
   kShm,   // a POSIX shared-memory segment, opened by name
   kFile,  // a backing file, served from `file`
+  kPipe,  // a streamed upload's pipe: its write end, in `file`, served once
 };
 
 struct SegmentGrant {
@@ -38,11 +40,20 @@ struct SegmentGrant {
     return grant;
   }
 
-  std::string shm_name;  // the name the caller OPENs (for kFile, one ddod made up)
-  bool writable = false;  // never true for kFile
+  // A streamed upload's pipe, whose write end `descriptor` is served once (OPEN ... rw).
+  static SegmentGrant Pipe(std::string name, std::shared_ptr<const UniqueFd> descriptor) {
+    SegmentGrant grant(std::move(name), /*read_write=*/true);
+    grant.kind = SegmentKind::kPipe;
+    grant.file = std::move(descriptor);
+    return grant;
+  }
+
+  std::string shm_name;  // the name the caller OPENs (for kFile and kPipe, one ddod made up)
+  bool writable = false;  // never true for kFile, always for kPipe
   SegmentKind kind = SegmentKind::kShm;
   // kFile: the read-only descriptor OPEN duplicates; shared with its owner (the component's
   // backing files), so the grant keeps the file open no longer than the caller's connection.
+  // kPipe: the pipe's write end, held by the grant alone.
   std::shared_ptr<const UniqueFd> file;
 };
 

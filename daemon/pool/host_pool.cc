@@ -1,6 +1,7 @@
 #include "daemon/pool/host_pool.h"
 
 #include <algorithm>
+#include <set>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -181,6 +182,9 @@ absl::Status HostPool::TakeFromReserve(PoolSegment& segment, uint64_t bytes) {
   reserved_bytes_ += size;
   ++segments_;
   segment.in_reserve_.store(false);
+  // A component's from now on: a stopped ddod leaves it for the next one to adopt, as it does
+  // every other component's (a reserve's is removed, since it holds nothing).
+  segment.discard_.store(false);
   return shrunk;
 }
 
@@ -277,7 +281,7 @@ void PoolSegment::UnpinCrossed(const SegmentExtents& extents) {
   if (pinned_ranges_.empty()) return;
   std::vector<std::pair<uint64_t, uint64_t>> ranges = pinned_ranges_;
   std::sort(ranges.begin(), ranges.end());
-  std::vector<bool> crossed(ranges.size(), false);
+  std::set<std::pair<uint64_t, uint64_t>> crossed;
   for (const auto& [offset, bytes] : extents) {
     if (bytes == 0) continue;
     const uint64_t end = offset + bytes;
@@ -287,36 +291,29 @@ void PoolSegment::UnpinCrossed(const SegmentExtents& extents) {
     for (auto it = first; it != ranges.end() && it->first < end; ++it) {
       const uint64_t range_end = it->first + it->second;
       if (range_end <= offset) continue;
-      if (it->first > offset || range_end < end) crossed[it - ranges.begin()] = true;
+      if (it->first > offset || range_end < end) crossed.insert(*it);
     }
   }
-  uint64_t unpinned = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> kept;
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    if (crossed[i]) {
-      UnpinHostRange(data() + ranges[i].first, ranges[i].second);
-      unpinned += ranges[i].second;
-    } else {
-      kept.push_back(ranges[i]);
-    }
-  }
-  pinned_ranges_ = std::move(kept);
-  if (unpinned == 0) return;
-  pinned_bytes_ -= unpinned;
-  pinned_.store(false);
-  pool_.CountUnpinned(unpinned);
+  UnpinWhereLocked([&](uint64_t start, uint64_t bytes) {
+    return crossed.count({start, bytes}) != 0;
+  });
 }
 
 void PoolSegment::UnpinFrom(uint64_t offset) {
   absl::MutexLock lock(&pin_mu_);
+  UnpinWhereLocked([offset](uint64_t start, uint64_t bytes) { return start + bytes > offset; });
+}
+
+void PoolSegment::UnpinWhereLocked(
+    const std::function<bool(uint64_t offset, uint64_t bytes)>& unpin) {
   uint64_t unpinned = 0;
   std::vector<std::pair<uint64_t, uint64_t>> kept;
   for (const auto& [start, bytes] : pinned_ranges_) {
-    if (start + bytes <= offset) {
-      kept.emplace_back(start, bytes);
-    } else {
+    if (unpin(start, bytes)) {
       UnpinHostRange(data() + start, bytes);
       unpinned += bytes;
+    } else {
+      kept.emplace_back(start, bytes);
     }
   }
   pinned_ranges_ = std::move(kept);

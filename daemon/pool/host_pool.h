@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -115,6 +116,10 @@ class PoolSegment {
   absl::Status PinGapsLocked(uint64_t offset, uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pin_mu_);
   // Faults in [offset, offset + bytes) unless pre-faulted, then PinLocked; pin_mu_ held.
   absl::Status PinNewLocked(uint64_t offset, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pin_mu_);
+  // Unregisters the recorded ranges for which `unpin(offset, bytes)` holds, and counts them
+  // out of the segment's and the pool's pinned bytes; pin_mu_ held.
+  void UnpinWhereLocked(const std::function<bool(uint64_t offset, uint64_t bytes)>& unpin)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pin_mu_);
 
   HostPool& pool_;
   SharedSegment segment_;

@@ -201,6 +201,25 @@ TEST(SegmentReserveTest, ItsSegmentLeavesShmWhenTheReserveGoes) {
   EXPECT_EQ(pool.Usage().reserve_bytes, 0u);
 }
 
+TEST(SegmentReserveTest, ATakenSegmentStaysInShmForALaterDdodLikeAnyComponents) {
+  HostPool pool(Options(64 * kMiB));
+  std::string name;
+  {
+    SegmentReserve reserve(pool, ReserveOf(8 * kMiB));
+    reserve.Start();
+    ASSERT_TRUE(Eventually([&] { return reserve.ready_bytes() > 0; }));
+    std::shared_ptr<PoolSegment> taken = reserve.Take(8 * kMiB);
+    ASSERT_NE(taken, nullptr);
+    name = taken->name();
+  }  // the component's segment let go without a discard: what a stopping ddod does
+  const std::vector<std::string> left = pool.ListSegmentNames();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0], name);
+  absl::StatusOr<std::shared_ptr<PoolSegment>> adopted = pool.Adopt(name);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  (*adopted)->MarkDiscarded();
+}
+
 TEST(SegmentReserveTest, AFullShmLeavesNothingAndIsTriedAgain) {
   FaultInjectingFileSystem fs;
   HostPool pool(Options(64 * kMiB, &fs));

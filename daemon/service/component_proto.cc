@@ -1,6 +1,9 @@
 #include "daemon/service/component_proto.h"
 
+#include <algorithm>
+
 #include "daemon/service/tensor_proto.h"
+#include "daemon/store/upload_pipes.h"
 
 namespace ddo {
 namespace {
@@ -104,6 +107,20 @@ void UploadLayoutToProto(const ComponentSnapshot& snapshot,
   for (const TensorEntry& tensor : snapshot.tensors) {
     if (tensor.segment == 0) AddPlacement(tensor, 0, response->add_placements());
   }
+}
+
+void StreamedUploadToProto(const ComponentSnapshot& snapshot,
+                           const std::vector<SegmentGrant>& grants,
+                           ddo::v1::RegisterComponentResponse* response) {
+  const std::vector<int> streams = AssignStreams(snapshot.tensors, static_cast<int>(grants.size()));
+  for (size_t i = 0; i < snapshot.tensors.size(); ++i) {
+    const TensorEntry& tensor = snapshot.tensors[i];
+    if (tensor.segment != 0) continue;
+    ddo::v1::TensorPlacement* placement = response->add_placements();
+    AddPlacement(tensor, 0, placement);
+    placement->set_stream(static_cast<uint32_t>(std::max(streams[i], 0)));
+  }
+  for (const SegmentGrant& grant : grants) response->add_stream_names(grant.shm_name);
 }
 
 }  // namespace ddo

@@ -6,6 +6,9 @@
 #ifndef DDO_DAEMON_SERVICE_COMPONENT_PROTO_H_
 #define DDO_DAEMON_SERVICE_COMPONENT_PROTO_H_
 
+#include <vector>
+
+#include "daemon/identity/segment_grant.h"
 #include "daemon/store/component_store.h"
 #include "ddo/v1/components.pb.h"
 
@@ -21,6 +24,12 @@ void ToProto(const ComponentSnapshot& snapshot, bool with_layout, ddo::v1::Compo
 // placements of the tensors stored in it (all of them, or a derived version's changed ones).
 void UploadLayoutToProto(const ComponentSnapshot& snapshot,
                          ddo::v1::RegisterComponentResponse* response);
+// A streamed upload's answer: each of `snapshot`'s own tensors placed at its offset with the
+// stream that carries it (upload_pipes.h's AssignStreams), and the streams' names (`grants`,
+// StreamGrants's); no segment.
+void StreamedUploadToProto(const ComponentSnapshot& snapshot,
+                           const std::vector<SegmentGrant>& grants,
+                           ddo::v1::RegisterComponentResponse* response);
 
 }  // namespace ddo
 

@@ -352,7 +352,9 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
     auto register_component = [&]() -> absl::StatusOr<RegisterResult> {
       if (derived) return store_.RegisterDerived(*lease, derived_request, &progress);
       return store_.Register(*lease, request->cache_key(), *std::move(tensors),
-                             request->content_hash(), &progress);
+                             request->content_hash(), &progress,
+                             static_cast<int>(std::min<uint32_t>(request->upload_streams(),
+                                                                 kMaxUploadStreams)));
     };
     absl::StatusOr<RegisterResult> result = RunReportingProgress<absl::StatusOr<RegisterResult>>(
         progress, register_component, report, CancelledFor(ctx, lease->id));
@@ -370,7 +372,14 @@ grpc::Status DdoService::RegisterComponent(grpc::ServerContext* ctx,
     ddo::v1::RegisterComponentResponse* response = last.mutable_result();
     ToProto(result->component, response->mutable_component());
     response->set_warm_hit(result->warm_hit);
-    if (!result->warm_hit) {
+    if (!result->warm_hit && !result->stream_write_ends.empty()) {
+      // A streamed upload: the client gets its pipes' write ends, never the segment.
+      const std::vector<SegmentGrant> grants =
+          StreamGrants(result->upload_id, result->stream_write_ends);
+      StreamedUploadToProto(result->component, grants, response);
+      callers_.Grant(TokenOf(ctx), grants);
+      response->set_upload_id(result->upload_id);
+    } else if (!result->warm_hit) {
       // Only the segment the upload writes is listed, and writable: a derived version's shared
       // segments stay read-only for everyone.
       UploadLayoutToProto(result->component, response);

@@ -71,6 +71,16 @@ absl::StatusOr<std::vector<TensorEntry>> TableOfSafetensors(
   return tensors;
 }
 
+// The pipes of a streamed upload of `cache_key`, or none when they cannot be made (out of
+// descriptors): the answer is then a segment to write, which every client can take.
+std::shared_ptr<UploadPipes> PipesOrNone(const std::string& cache_key, int streams) {
+  absl::StatusOr<std::unique_ptr<UploadPipes>> made = UploadPipes::Create(streams);
+  if (made.ok()) return *std::move(made);
+  Logger("store")->warn("an upload of '{}' is written through a segment: {}",
+                        EscapeForDisplay(cache_key), made.status().message());
+  return nullptr;
+}
+
 }  // namespace
 
 std::string ComponentId(const std::string& cache_key, const std::string& structure_hash) {
@@ -309,28 +319,30 @@ uint64_t ComponentStore::LayOutToFill(std::vector<TensorEntry>& tensors) const {
 }
 
 absl::StatusOr<std::shared_ptr<PoolSegment>> ComponentStore::AllocateToFill(
-    uint64_t span, const SegmentExtents& extents, WorkProgress* progress) {
+    uint64_t span, const SegmentExtents& extents, WorkProgress* progress,
+    SegmentPages fresh_pages) {
   if (options_.reserve != nullptr) {
     if (std::shared_ptr<PoolSegment> ready = options_.reserve->Take(span)) {
       ready->UnpinCrossed(extents);
       return ready;
     }
   }
-  return pool_.Allocate(span, progress, SegmentPages::kReserved);
+  return pool_.Allocate(span, progress, fresh_pages);
 }
 
 absl::StatusOr<RegisterResult> ComponentStore::AllocateUpload(const std::string& upload_id,
                                                               const std::string& cache_key,
                                                               uint64_t span, const Caller& caller,
                                                               WorkProgress* progress,
-                                                              const SegmentExtents* fill_extents) {
+                                                              const SegmentExtents* fill_extents,
+                                                              SegmentPages fresh_pages) {
   // Creating the segment reserves its pages: slow for big components, so outside the lock.
   const absl::Time allocating = absl::Now();
   // Reserved, not populated: the clients' uploads write the segment through its descriptor
   // (pwrite), so that no page is zeroed before it is filled; a load takes the pre-faulted
   // reserve's when it can (AllocateToFill).
   absl::StatusOr<std::shared_ptr<PoolSegment>> segment =
-      fill_extents != nullptr ? AllocateToFill(span, *fill_extents, progress)
+      fill_extents != nullptr ? AllocateToFill(span, *fill_extents, progress, fresh_pages)
               : pool_.Allocate(span, progress, SegmentPages::kReserved);
   const double allocate_s = absl::ToDoubleSeconds(absl::Now() - allocating);
   absl::MutexLock lock(&mu_);
@@ -356,7 +368,7 @@ absl::StatusOr<RegisterResult> ComponentStore::AllocateUpload(const std::string&
                          info.changed_tensors, " tensors (", FormatBytes(info.own_bytes),
                          ") stored anew"),
       allocate_s);
-  return RegisterResult{SnapshotLocked(it->second), /*warm_hit=*/false, upload_id};
+  return RegisterResult{SnapshotLocked(it->second), /*warm_hit=*/false, upload_id, {}};
 }
 
 void ComponentStore::AddPlaceholderLocked(const Lease& lease, const std::string& upload_id,
@@ -379,15 +391,23 @@ void ComponentStore::AddPlaceholderLocked(const Lease& lease, const std::string&
 absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     const Lease& lease, const std::string& cache_key, std::vector<TensorEntry> tensors,
     const std::string& content_hash, const std::vector<FileIdentity>& sources,
-    WorkProgress* progress, bool client_written, bool* refused_for_room) {
+    WorkProgress* progress, UploadRoute route, int streams, bool* refused_for_room) {
   const Caller& caller = lease.caller;
   if (cache_key.empty()) {
     return absl::InvalidArgumentError("cache_key is empty");
   }
   if (!content_hash.empty()) DDO_RETURN_IF_ERROR(CheckContentHashForm(content_hash));
+  std::shared_ptr<UploadPipes> pipes;
+  if (route == UploadRoute::kStreamed) {
+    pipes = PipesOrNone(cache_key, streams);
+    if (pipes == nullptr) route = UploadRoute::kSegment;
+  }
   for (TensorEntry& tensor : tensors) tensor.segment = 0;
-  const uint64_t span = client_written ? LayOut(tensors) : LayOutToFill(tensors);
-  const SegmentExtents extents = client_written ? SegmentExtents() : OwnExtents(tensors);
+  // A segment the client writes is its own, copied at commit; one that ddod's readers fill
+  // (from files or from a streamed upload's pipes) comes from the pre-faulted reserve.
+  const bool client_writes_segment = route == UploadRoute::kSegment;
+  const uint64_t span = client_writes_segment ? LayOut(tensors) : LayOutToFill(tensors);
+  const SegmentExtents extents = client_writes_segment ? SegmentExtents() : OwnExtents(tensors);
   const std::string structure_hash = StructureHash(tensors);
   const std::string upload_id = RandomId();
   {
@@ -402,7 +422,7 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     };
     DDO_ASSIGN_OR_RETURN(std::optional<ComponentSnapshot> warm,
                          ClearKeyLocked(caller, cache_key, same));
-    if (warm.has_value()) return RegisterResult{*std::move(warm), /*warm_hit=*/true, ""};
+    if (warm.has_value()) return RegisterResult{*std::move(warm), /*warm_hit=*/true, "", {}};
     DDO_RETURN_IF_ERROR(CheckUploadLimitsLocked(caller, span, {}, tensors));
     if (absl::Status room = MakeRoomLocked(KeyOf(caller.uid, cache_key), span); !room.ok()) {
       if (refused_for_room != nullptr) *refused_for_room = true;
@@ -418,26 +438,40 @@ absl::StatusOr<RegisterResult> ComponentStore::BeginUpload(
     placeholder.info.tensors = std::move(tensors);
     placeholder.sources = sources;
     placeholder.segments = {nullptr};
-    AddPlaceholderLocked(lease, upload_id, span, client_written, std::move(placeholder));
+    placeholder.pipes = pipes;
+    placeholder.streamed = pipes != nullptr;
+    AddPlaceholderLocked(lease, upload_id, span, /*client_written=*/route != UploadRoute::kLoad,
+                         std::move(placeholder));
   }
-  return AllocateUpload(upload_id, cache_key, span, caller, progress,
-                        client_written ? nullptr : &extents);
+  // A streamed upload's readers write through the mapping: a fresh segment's pages are
+  // populated now, not faulted in one at a time as the bytes arrive.
+  absl::StatusOr<RegisterResult> begun = AllocateUpload(
+      upload_id, cache_key, span, caller, progress, client_writes_segment ? nullptr : &extents,
+      pipes != nullptr ? SegmentPages::kPopulated : SegmentPages::kReserved);
+  if (begun.ok() && pipes != nullptr) {
+    for (UniqueFd& write_end : pipes->TakeWriteEnds()) {
+      begun->stream_write_ends.push_back(std::make_shared<const UniqueFd>(std::move(write_end)));
+    }
+  }
+  return begun;
 }
 
 absl::StatusOr<RegisterResult> ComponentStore::Register(const Lease& lease,
                                                         const std::string& cache_key,
                                                         std::vector<TensorEntry> tensors,
                                                         const std::string& content_hash,
-                                                        WorkProgress* progress) {
+                                                        WorkProgress* progress, int streams) {
+  streams = std::min({streams, options_.read_threads, kMaxUploadStreams});
   return BeginUpload(lease, cache_key, std::move(tensors), content_hash, {}, progress,
-                     /*client_written=*/true);
+                     streams > 0 ? UploadRoute::kStreamed : UploadRoute::kSegment, streams);
 }
 
 absl::StatusOr<ComponentBytes> ComponentStore::BytesOfUpload(const std::string& lease_id,
                                                              const std::string& upload_id,
                                                              std::vector<TensorEntry>* tensors,
                                                              std::string* content_hash,
-                                                             bool* client_written) {
+                                                             bool* client_written,
+                                                             std::shared_ptr<UploadPipes>* pipes) {
   absl::MutexLock lock(&mu_);
   auto it = FindUploadLocked(upload_id);
   if (it == components_.end() || it->second.segments.empty() ||
@@ -448,10 +482,43 @@ absl::StatusOr<ComponentBytes> ComponentStore::BytesOfUpload(const std::string& 
     return absl::PermissionDeniedError(
         absl::StrCat("upload ", EscapeForDisplay(upload_id, 32), " belongs to another lease"));
   }
+  if (pipes != nullptr) {
+    if (it->second.streamed && it->second.pipes == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "upload ", EscapeForDisplay(upload_id, 32), " is being committed by another call"));
+    }
+    *pipes = std::move(it->second.pipes);
+  }
   *tensors = it->second.info.tensors;
   *content_hash = it->second.info.content_hash;
   if (client_written != nullptr) *client_written = it->second.client_written;
   return ComponentBytes(it->second.segments);
+}
+
+absl::Status ComponentStore::FillFromStreams(const std::string& lease_id,
+                                             const std::string& upload_id,
+                                             const std::vector<TensorEntry>& tensors,
+                                             UploadPipes& pipes, const ComponentBytes& bytes,
+                                             WorkProgress* progress) {
+  const absl::Time streaming = absl::Now();
+  const SegmentExtents extents = OwnExtents(tensors);
+  uint64_t total = 0;
+  for (const auto& [offset, size] : extents) total += size;
+  if (progress != nullptr) progress->SetTotal(total);
+  const int count = pipes.count();
+  absl::Status filled =
+      pipes.Fill(*bytes.own(), StreamRanges(tensors, AssignStreams(tensors, count), count),
+                 progress, [progress] { return progress != nullptr && progress->cancelled(); });
+  if (!filled.ok()) {
+    (void)Abort(lease_id, upload_id);
+    return filled;
+  }
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - streaming);
+  Logger("store")->info("upload {} streamed into {}: {} in {:.2f} s ({:.2f} GB/s on {} streams{})",
+                        upload_id.substr(0, 8), bytes.own()->name(), FormatBytes(total), seconds,
+                        seconds > 0 ? static_cast<double>(total) / seconds / 1e9 : 0.0, count,
+                        bytes.own()->prefaulted() ? ", into the pre-faulted reserve" : "");
+  return absl::OkStatus();
 }
 
 absl::Status ComponentStore::CopyClientUpload(const std::string& lease_id,
@@ -496,15 +563,19 @@ absl::StatusOr<ComponentSnapshot> ComponentStore::Commit(const std::string& leas
   std::vector<TensorEntry> tensors;
   std::string expected_hash;
   bool client_written = false;
-  DDO_ASSIGN_OR_RETURN(ComponentBytes bytes, BytesOfUpload(lease_id, upload_id, &tensors,
-                                                           &expected_hash, &client_written));
+  std::shared_ptr<UploadPipes> pipes;
+  DDO_ASSIGN_OR_RETURN(ComponentBytes bytes,
+                       BytesOfUpload(lease_id, upload_id, &tensors, &expected_hash,
+                                     &client_written, &pipes));
   uint64_t to_hash = 0;
   if (!expected_hash.empty()) {
     for (const TensorEntry& tensor : tensors) {
       if (tensor.segment == 0) to_hash += tensor.byte_size;
     }
   }
-  if (client_written) {
+  if (pipes != nullptr) {
+    DDO_RETURN_IF_ERROR(FillFromStreams(lease_id, upload_id, tensors, *pipes, bytes, progress));
+  } else if (client_written) {
     DDO_RETURN_IF_ERROR(CopyClientUpload(lease_id, upload_id, tensors, bytes, progress));
   } else if (progress != nullptr) {
     progress->SetTotal(to_hash);
@@ -614,7 +685,7 @@ absl::StatusOr<LoadResult> ComponentStore::LoadSafetensors(
   bool refused_for_room = false;
   absl::StatusOr<RegisterResult> begun =
       BeginUpload(lease, request.cache_key, tensors, request.content_hash, sources, nullptr,
-                  /*client_written=*/false, &refused_for_room);
+                  UploadRoute::kLoad, /*streams=*/0, &refused_for_room);
   if (!begun.ok() && refused_for_room && request.file_tier == FileTier::kAuto) {
     Logger("store")->info("'{}' does not fit the pool ({}): serving it from its {} file(s)",
                           EscapeForDisplay(request.cache_key), begun.status().message(),

@@ -52,6 +52,7 @@
 #include "daemon/store/file_identity.h"
 #include "daemon/store/safetensors.h"
 #include "daemon/store/spill_ledger.h"
+#include "daemon/store/upload_pipes.h"
 #include "daemon/layout/tensor_table.h"
 
 namespace ddo {
@@ -115,6 +116,9 @@ struct RegisterResult {
   ComponentSnapshot component;
   bool warm_hit = false;
   std::string upload_id;  // empty on a warm hit
+  // A streamed upload (upload_pipes.h): the write end of each of its pipes, in stream order,
+  // for the caller to grant; the store keeps none. Empty for every other upload.
+  std::vector<std::shared_ptr<const UniqueFd>> stream_write_ends;
 };
 
 // Whether LoadSafetensors may leave a component in its files (the file tier) instead of the
@@ -239,10 +243,14 @@ class ComponentStore {
   // room can be made or the caller's uid is at a limit (named). Reserving a new upload's
   // pages takes time that grows with its size: `progress` (optional) counts them, and
   // cancelling it ends the call with CANCELLED and no upload left behind.
+  // `streams` > 0 asks for a streamed upload (upload_pipes.h) of at most that many pipes
+  // (capped at StoreOptions::read_threads and kMaxUploadStreams): the segment is one ddod
+  // fills (the pre-faulted reserve when it can), the client writes the pipes, and Commit reads
+  // them; 0, a segment the client writes, copied at commit.
   absl::StatusOr<RegisterResult> Register(const Lease& lease, const std::string& cache_key,
                                           std::vector<TensorEntry> tensors,
                                           const std::string& content_hash,
-                                          WorkProgress* progress = nullptr);
+                                          WorkProgress* progress = nullptr, int streams = 0);
 
   // Registers under `request.cache_key` a derived version of the READY component under
   // `request.base_cache_key`: the base's table, the changed tensors laid out in a new segment
@@ -382,7 +390,11 @@ class ComponentStore {
     std::vector<std::shared_ptr<PoolSegment>> segments;
     std::string upload_id;
     std::string owner_lease;  // while uploading
-    bool client_written = false;  // an upload a client writes: copied at commit
+    bool client_written = false;  // its bytes came from a client, not from files
+    // A streamed upload's pipes while it uploads (null once Commit took them: a second
+    // Commit finds none); `streamed` stays true.
+    std::shared_ptr<UploadPipes> pipes;
+    bool streamed = false;
     std::vector<FileIdentity> sources;  // the files it was read from; empty for uploads
     // The SHA-256 other users' files must match to share it (safetensors_hash.h's
     // ProofDigest): computed when a proof first needs it, not at load; "" until then.
@@ -460,16 +472,20 @@ class ComponentStore {
                                        bool upload = true) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Who fills an upload's segment: ddod from files (a load), the client through the segment
+  // (copied at commit), or the client through pipes that ddod reads at commit.
+  enum class UploadRoute { kLoad, kSegment, kStreamed };
   // Steps shared by Register and LoadSafetensors. `sources` (LoadSafetensors only) are the
-  // identities of the caller's files, kept as the hint FindProofTarget uses;
-  // `client_written`: a client writes the upload (copied at commit); `refused_for_room`
-  // (optional) is set when the error is MakeRoomLocked's (the pool cannot make room).
+  // identities of the caller's files, kept as the hint FindProofTarget uses; `streams`: the
+  // pipes of a kStreamed upload; `refused_for_room` (optional) is set when the error is
+  // MakeRoomLocked's (the pool cannot make room).
   absl::StatusOr<RegisterResult> BeginUpload(const Lease& lease, const std::string& cache_key,
                                              std::vector<TensorEntry> tensors,
                                              const std::string& content_hash,
                                              const std::vector<FileIdentity>& sources = {},
                                              WorkProgress* progress = nullptr,
-                                             bool client_written = false,
+                                             UploadRoute route = UploadRoute::kLoad,
+                                             int streams = 0,
                                              bool* refused_for_room = nullptr);
   // LoadSafetensors's read of the set into the upload `begun` and its commit (the load
   // began at `started`, for the log).
@@ -526,11 +542,15 @@ class ComponentStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<LoadResult> InsertFileBackedLocked(const Lease& lease, Component component)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The upload's bytes, table and announced hash; for Commit (`client_written` and `pipes`
+  // not null) also how it was written, and a streamed upload's pipes, taken out of it
+  // (FAILED_PRECONDITION when another Commit took them).
   absl::StatusOr<ComponentBytes> BytesOfUpload(const std::string& lease_id,
                                                const std::string& upload_id,
                                                std::vector<TensorEntry>* tensors,
                                                std::string* content_hash,
-                                               bool* client_written = nullptr);
+                                               bool* client_written = nullptr,
+                                               std::shared_ptr<UploadPipes>* pipes = nullptr);
   // Before an upload under the caller's `cache_key`: ABORTED while one is in progress there;
   // a warm hit (the snapshot) when `same` says the READY component there is the one asked
   // for; otherwise removes it (FAILED_PRECONDITION while in use).
@@ -555,6 +575,11 @@ class ComponentStore {
   absl::Status AdoptEntryLocked(ManifestComponent& entry,
                                 std::map<std::string, std::shared_ptr<PoolSegment>>& adopted)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commit's read of a streamed upload's `pipes` into its own segment (`bytes`); the upload
+  // is aborted when the read fails.
+  absl::Status FillFromStreams(const std::string& lease_id, const std::string& upload_id,
+                               const std::vector<TensorEntry>& tensors, UploadPipes& pipes,
+                               const ComponentBytes& bytes, WorkProgress* progress);
   // Commit's copy of a client-written upload (CopyUpload) into the upload's own segment;
   // `bytes` then has the copy. The upload is aborted when the copy fails.
   absl::Status CopyClientUpload(const std::string& lease_id, const std::string& upload_id,
@@ -562,12 +587,13 @@ class ComponentStore {
                                 WorkProgress* progress);
   // Allocates the placeholder's own segment of `span` bytes outside the lock and answers the
   // upload (ABORTED when the lease ended meanwhile, CANCELLED when `progress` was). A segment
-  // ddod fills itself (a load: `fill_extents`, its tensors' (offset, bytes), not null) comes
-  // from the pre-faulted reserve when it can.
+  // ddod fills itself (a load or a streamed upload: `fill_extents`, its tensors' (offset,
+  // bytes), not null) comes from the pre-faulted reserve when it can, else with `fresh_pages`.
   absl::StatusOr<RegisterResult> AllocateUpload(const std::string& upload_id,
                                                 const std::string& cache_key, uint64_t span,
                                                 const Caller& caller, WorkProgress* progress,
-                                                const SegmentExtents* fill_extents = nullptr);
+                                                const SegmentExtents* fill_extents = nullptr,
+                                                SegmentPages fresh_pages = SegmentPages::kReserved);
   // (offset, bytes) of each tensor in the component's own segment (segment 0).
   static SegmentExtents OwnExtents(const std::vector<TensorEntry>& tensors);
   // Lays `tensors` out for a segment that ddod's readers fill: on the pre-pinned reserve's grid
@@ -575,11 +601,12 @@ class ComponentStore {
   uint64_t LayOutToFill(std::vector<TensorEntry>& tensors) const;
   // A segment of `span` bytes that ddod's readers fill (SegmentTarget) with the tensors at
   // `extents`: the pre-faulted reserve's when one is ready and large enough (its registrations
-  // that a tensor crosses undone, for the fill's own pinning), else a new one reserved in
-  // /dev/shm.
-  absl::StatusOr<std::shared_ptr<PoolSegment>> AllocateToFill(uint64_t span,
-                                                              const SegmentExtents& extents,
-                                                              WorkProgress* progress);
+  // that a tensor crosses undone, for the fill's own pinning), else a new one in /dev/shm
+  // with `fresh_pages`: kReserved for readers that write through its descriptor (a load),
+  // kPopulated for those that write through its mapping (a streamed upload's).
+  absl::StatusOr<std::shared_ptr<PoolSegment>> AllocateToFill(
+      uint64_t span, const SegmentExtents& extents, WorkProgress* progress,
+      SegmentPages fresh_pages = SegmentPages::kReserved);
   // Evicts unused READY components, least recently used first, until `bytes` fit. Only those
   // whose eviction releases bytes count (a base whose bytes a derived version uses releases
   // nothing until that one goes too); the components under `for_key` and `spared` (KeyOf

@@ -170,7 +170,7 @@ absl::StatusOr<RegisterResult> ComponentStore::RegisterDerived(const Lease& leas
     if (closed_) return absl::UnavailableError("ddod is shutting down");
     DDO_ASSIGN_OR_RETURN(std::optional<ComponentSnapshot> warm,
                          BeginDerivedLocked(lease, request, upload_id, &span));
-    if (warm.has_value()) return RegisterResult{*std::move(warm), /*warm_hit=*/true, ""};
+    if (warm.has_value()) return RegisterResult{*std::move(warm), /*warm_hit=*/true, "", {}};
   }
   return AllocateUpload(upload_id, request.cache_key, span, lease.caller, progress);
 }

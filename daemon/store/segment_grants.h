@@ -7,12 +7,15 @@
 //     the pool's bytes change only through an upload.
 //   - A file-tier component's backing files are read-only file grants, served from the
 //     descriptors ddod holds (never reopened by path).
-//   - An upload's caller may write the one segment the upload fills, the component's own.
+//   - An upload's caller may write the one segment the upload fills, the component's own;
+//     a streamed upload's caller gets only its pipes' write ends, each once, never the segment.
 //
 // Thread-safety: pure functions of their arguments.
 #ifndef DDO_DAEMON_STORE_SEGMENT_GRANTS_H_
 #define DDO_DAEMON_STORE_SEGMENT_GRANTS_H_
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "daemon/identity/segment_grant.h"
@@ -25,6 +28,12 @@ std::vector<SegmentGrant> ReadGrants(const ComponentSnapshot& component);
 
 // The segment an upload of `component` writes, read-write (none while it has no segment).
 std::vector<SegmentGrant> UploadGrants(const ComponentSnapshot& component);
+
+// The pipes of streamed upload `upload_id`, in stream order: write-only, each served once,
+// named "/ddo-stream-<upload_id>-<stream>".
+std::vector<SegmentGrant> StreamGrants(
+    const std::string& upload_id,
+    const std::vector<std::shared_ptr<const UniqueFd>>& write_ends);
 
 }  // namespace ddo
 

@@ -64,29 +64,41 @@ with DdoClient.connect(timeout=10) as client:
 
 # Registers through the real client, but stops after writing `stop_after` tensors: reports the
 # segment, then waits for a line on stdin (or for SIGKILL) before writing the rest.
+# Uploads the state dict of a seed and pauses (reading a line) after the Nth write: of a piece
+# into the upload segment (DDO_UPLOAD_STREAMS=0), or of a tensor into a stream.
 PAUSED_UPLOAD_SCRIPT = """
 import json, os, sys
 import threading
 import diffusers_dynamic_offloader.segment_writer as segment_writer
+import diffusers_dynamic_offloader.stream_writer as stream_writer
 from diffusers_dynamic_offloader import DdoClient
 from store_support import deterministic_state_dict
 key, seed, stop_after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-original_write = segment_writer.SegmentWriter.write
 written = [0]
 lock = threading.Lock()
-def write(self, segment, offset, data, on_bytes):
-    original_write(self, segment, offset, data, on_bytes)
+def pause_at_the_nth(report):
     with lock:
         written[0] += 1
         if written[0] == stop_after:
-            print(json.dumps({"pid": os.getpid(), "segment": self._names[segment],
-                              "size": self._sizes[segment]}), flush=True)
+            print(json.dumps(dict(report, pid=os.getpid())), flush=True)
             sys.stdin.readline()
+original_write = segment_writer.SegmentWriter.write
+def write(self, segment, offset, data, on_bytes):
+    original_write(self, segment, offset, data, on_bytes)
+    pause_at_the_nth({"segment": self._names[segment], "size": self._sizes[segment]})
 segment_writer.SegmentWriter.write = write
+original_send = stream_writer._send
+def send(fd, tensor, on_bytes):
+    original_send(fd, tensor, on_bytes)
+    pause_at_the_nth({"stream": True})
+stream_writer._send = send
 with DdoClient.connect(timeout=10) as client:
     component = client.register_state_dict(key, deterministic_state_dict(seed))
     print(json.dumps({"warm_hit": component.warm_hit}), flush=True)
 """
+
+#: How an upload is written: through a segment (copied at commit), or through streams.
+UPLOAD_ROUTES = {"segment": "0", "streams": "2"}
 
 WRITE_ATTACHED_SCRIPT = """
 import json, sys
@@ -343,21 +355,28 @@ def test_get_evict_and_errors(client):
 # Leases: uploads die with their client.
 
 
-def test_killed_uploader_releases_its_upload(daemon, client):
-    uploader = Child(PAUSED_UPLOAD_SCRIPT, child_env(daemon.address), "killed", "8", "7")
+@pytest.mark.parametrize("route", UPLOAD_ROUTES)
+def test_killed_uploader_releases_its_upload(daemon, client, route):
+    env = child_env(daemon.address, DDO_UPLOAD_STREAMS=UPLOAD_ROUTES[route])
+    uploader = Child(PAUSED_UPLOAD_SCRIPT, env, "killed", "8", "7")
+    path = None
     try:
         report = uploader.read()
-        path = segment_file(report["segment"])
-        assert os.path.isfile(path)
+        reserved = pool_stats(client).reserved_bytes
+        if route == "segment":
+            path = segment_file(report["segment"])
+            assert os.path.isfile(path)
+            assert reserved == report["size"] > 0
+        else:  # the client never learns the segment of a streamed upload
+            assert "segment" not in report and reserved > 0
         assert keys(client) == {"killed": "UPLOADING"}
-        assert pool_stats(client).reserved_bytes == report["size"] > 0
         expect_daemon_error(grpc.StatusCode.NOT_FOUND, client.component, "killed")
         uploader.proc.send_signal(signal.SIGKILL)
         uploader.proc.wait()
     finally:
         uploader.close()
     assert wait_until(lambda: pool_stats(client).reserved_bytes == 0, 2), pool_stats(client)
-    assert wait_until(lambda: not os.path.exists(path), 2), f"{path} is still there"
+    assert path is None or wait_until(lambda: not os.path.exists(path), 2), f"{path} is still there"
     expect_daemon_error(grpc.StatusCode.NOT_FOUND, client.component, "killed")
     assert keys(client) == {}
     assert pool_stats(client).segments == 0
@@ -369,6 +388,7 @@ def test_failed_write_aborts_the_upload(client, monkeypatch):
     def broken_write(self, segment, offset, data, on_bytes):
         raise RuntimeError("simulated failure while writing")
 
+    monkeypatch.setenv("DDO_UPLOAD_STREAMS", "0")
     monkeypatch.setattr(segment_writer.SegmentWriter, "write", broken_write)
     with pytest.raises(RuntimeError, match="simulated"):
         client.register_state_dict("aborted", deterministic_state_dict(9))
@@ -377,8 +397,37 @@ def test_failed_write_aborts_the_upload(client, monkeypatch):
     assert rpc_ok(client, "AbortUpload") == 1
 
 
-def test_register_waits_for_a_concurrent_upload(daemon, client):
-    uploader = Child(PAUSED_UPLOAD_SCRIPT, child_env(daemon.address), "contended", "10", "3")
+def test_a_failed_stream_write_aborts_the_upload_with_the_writers_error(client, monkeypatch):
+    import diffusers_dynamic_offloader.stream_writer as stream_writer
+
+    original_send = stream_writer._send
+    sent = []
+
+    def broken_send(fd, tensor, on_bytes):
+        if sent:  # the second tensor of any stream fails: the others stream on meanwhile
+            raise RuntimeError("simulated failure while streaming")
+        sent.append(tensor)
+        original_send(fd, tensor, on_bytes)
+
+    monkeypatch.setenv("DDO_UPLOAD_STREAMS", "2")
+    monkeypatch.setattr(stream_writer, "_send", broken_send)
+    with pytest.raises(RuntimeError, match="simulated"):
+        client.register_state_dict("aborted", deterministic_state_dict(9))
+    assert keys(client) == {}
+    assert wait_until(lambda: pool_stats(client).reserved_bytes == 0, 2), pool_stats(client)
+    # The pool keeps working: the same key uploads whole afterwards.
+    monkeypatch.setattr(stream_writer, "_send", original_send)
+    component = client.register_state_dict("aborted", deterministic_state_dict(9))
+    assert not component.warm_hit
+    with client.attach("aborted") as attached:
+        for name, tensor in deterministic_state_dict(9).items():
+            assert torch.equal(attached.tensors[name], tensor), name
+
+
+@pytest.mark.parametrize("route", UPLOAD_ROUTES)
+def test_register_waits_for_a_concurrent_upload(daemon, client, route):
+    env = child_env(daemon.address, DDO_UPLOAD_STREAMS=UPLOAD_ROUTES[route])
+    uploader = Child(PAUSED_UPLOAD_SCRIPT, env, "contended", "10", "3")
     try:
         report = uploader.read()
         # A short wait gives up with ABORTED, naming the uploader.

@@ -19,6 +19,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -321,6 +322,62 @@ def upload(ddo: Ddo, lease_id: str, cache_key: str, tensors: Dict[str, bytes]):
     commit["warm_hit"] = False
     commit["placements"] = {p.name: p.offset for p in result.placements}
     return commit, mapping
+
+
+def begin_streamed_upload(ddo: Ddo, lease_id: str, cache_key: str, tensors: Dict[str, bytes],
+                          streams: int):
+    """Registers U8 tensors under ``cache_key`` as a streamed upload of ``streams`` streams;
+    returns the outcome, with ``result`` (the answer) when OK."""
+    return ddo.call("RegisterComponent", components_pb2.RegisterComponentRequest(
+        lease_id=lease_id, cache_key=cache_key, tensors=u8_specs(tensors),
+        upload_streams=streams), keep=lambda response: response.result)
+
+
+def open_streams(ddo: Ddo, result) -> List[int]:
+    """The write end of every stream of the answer ``result`` (OPEN rw on the identity
+    socket); PermissionError when one is refused."""
+    fds = []
+    for name in result.stream_names:
+        answer, received = ddo.identity.ask(f"OPEN {name} rw")
+        if not answer.startswith("OK") or not received:
+            raise PermissionError(f"OPEN {name} rw refused: {answer}")
+        fds.append(received[0])
+    return fds
+
+
+def stream_payloads(result, tensors: Dict[str, bytes]) -> List[bytes]:
+    """What each stream of ``result`` carries: its tensors' bytes in the order of their
+    offsets."""
+    payloads = [b""] * len(result.stream_names)
+    for placement in sorted(result.placements, key=lambda p: p.offset):
+        payloads[placement.stream] += tensors[placement.name]
+    return payloads
+
+
+def write_stream(fd: int, payload: bytes, close: bool = True) -> str:
+    """Writes ``payload`` whole into the pipe ``fd`` on a thread of its own (ddod reads only
+    once CommitUpload comes); closes it after unless ``close`` is False. Returns at once."""
+    def run() -> None:
+        try:
+            _write_all(fd, payload)
+        except OSError:
+            pass
+        finally:
+            if close:
+                os.close(fd)
+    threading.Thread(target=run, daemon=True).start()
+    return "started"
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def commit(ddo: Ddo, lease_id: str, upload_id: str, timeout: float = 60.0) -> Outcome:
+    return ddo.call("CommitUpload", components_pb2.CommitUploadRequest(
+        lease_id=lease_id, upload_id=upload_id), timeout=timeout)
 
 
 def write_after_commit(mapping, offset: int, payload: bytes) -> str:

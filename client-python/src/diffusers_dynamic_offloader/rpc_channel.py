@@ -140,6 +140,12 @@ class RpcChannel:
 
         return SegmentOpener(self._identity.open_segment, self._identity.daemon_uid)
 
+    def open_upload_stream(self, name: str) -> int:
+        """The write end of the streamed upload's pipe ``name`` (a stream name of ddod's
+        RegisterComponent answer), opened once through the identity socket; the caller owns
+        (and closes) it."""
+        return self._identity.open_segment(name, True)
+
     def pass_file(self, name: str, fd: int) -> int:
         """Passes the open file ``fd`` to ddod under the base name ``name`` over the identity
         socket; returns the handle a request names it by."""

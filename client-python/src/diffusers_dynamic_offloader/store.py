@@ -37,6 +37,7 @@ method for each (``client.register_state_dict(...)``, ``client.attach(...)``, ..
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
@@ -60,6 +61,7 @@ from .rpc_channel import MODEL_SIZED_TIMEOUT_S, RpcChannel
 from .safetensors_inputs import PathArgument, SafetensorsInputs, naming_paths
 from .segment_writer import SegmentWriter, write_placements
 from .shm import SegmentOpener
+from .stream_writer import upload_streams, write_streams
 
 __all__ = [
     "AttachedComponent",
@@ -208,7 +210,8 @@ def _register(
     reporter = ProgressReporter(cache_key, progress=progress, log=log)
     expected_hash = _content_hash_argument(content_hash, tensors)
     request = components_pb2.RegisterComponentRequest(
-        lease_id=rpc.lease_id, cache_key=cache_key, tensors=specs, content_hash=expected_hash
+        lease_id=rpc.lease_id, cache_key=cache_key, tensors=specs, content_hash=expected_hash,
+        upload_streams=upload_streams(),
     )
     with reporter:
         # One bar through the three stages: ddod reserves its memory, this process writes the
@@ -224,9 +227,12 @@ def _register(
             )
             return _warm_component(rpc, response.component, specs, seconds)
         try:
-            reporter.stage("writing", 0)
-            _write_upload(response, specs, tensors, reporter, rpc.segment_opener)
-            info = _commit_upload(rpc, response.upload_id, reporter, stall_timeout)
+            if response.stream_names:
+                info = _stream_upload(rpc, response, specs, tensors, reporter, stall_timeout)
+            else:
+                reporter.stage("writing", 0)
+                _write_upload(response, specs, tensors, reporter, rpc.segment_opener)
+                info = _commit_upload(rpc, response.upload_id, reporter, stall_timeout)
         except BaseException:
             _abort_upload(rpc, response.upload_id)
             raise
@@ -411,15 +417,16 @@ def _commit_upload(
     upload_id: str,
     reporter: ProgressReporter,
     stall_timeout: Optional[float] = None,
+    stage: str = "verifying and pinning",
 ) -> components_pb2.ComponentInfo:
-    """CommitUpload: ddod verifies the content hash (the bar's "verifying" stage) and pins
-    the segment; returns the READY component."""
+    """CommitUpload: ddod reads a streamed upload's pipes, verifies the content hash and pins
+    the segment (the bar's ``stage``); returns the READY component."""
     staged = False
 
     def on_progress(message: components_pb2.CommitProgress) -> None:
         nonlocal staged
         if not staged:
-            reporter.stage("verifying and pinning", message.bytes_total)
+            reporter.stage(stage, message.bytes_total)
             staged = True
         reporter.update_to(message.bytes_done)
 
@@ -438,15 +445,8 @@ def _write_upload(
     opener: SegmentOpener,
 ) -> None:
     """Writes every tensor into the segments at the placements ddod chose."""
-    by_name = {spec.name: (spec, tensor) for spec, tensor in zip(specs, tensors)}
+    by_name = _placed_entries(response, specs, tensors)
     placements = list(response.placements)
-    placed = {placement.name for placement in placements}
-    if len(placed) != len(placements) or placed != set(by_name):
-        raise DdoError(
-            f"ddod's placements do not match the tensor table: missing "
-            f"{describe_names(sorted(set(by_name) - placed))}, unknown "
-            f"{describe_names(sorted(placed - set(by_name)))}"
-        )
     pieces = []
     for placement in placements:
         spec, tensor = by_name[placement.name]
@@ -461,6 +461,90 @@ def _write_upload(
     segments = [(segment.shm_name, segment.size_bytes) for segment in response.segments]
     with SegmentWriter(segments, opener) as writer:
         write_placements(writer, pieces, on_bytes=reporter.update)
+
+
+def _stream_upload(
+    rpc: RpcChannel,
+    response: components_pb2.RegisterComponentResponse,
+    specs: List[components_pb2.TensorSpec],
+    tensors: List[torch.Tensor],
+    reporter: ProgressReporter,
+    stall_timeout: Optional[float],
+) -> components_pb2.ComponentInfo:
+    """A streamed upload: writes each stream's tensors into its pipe on threads of their own
+    while CommitUpload has ddod read them; returns the READY component. On failure the upload
+    is aborted (ddod closes the pipes, so the writers end) before the writers are joined; a
+    writer's own failure is the one raised."""
+    streams = _stream_tensors(response, specs, tensors)
+    fds: List[int] = []
+    try:
+        for name in response.stream_names:
+            fds.append(rpc.open_upload_stream(name))
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    failures: List[BaseException] = []
+
+    def write() -> None:
+        try:
+            write_streams(fds, streams)
+        except BaseException as error:  # reported by the caller's thread
+            failures.append(error)
+
+    writer = threading.Thread(target=write, name="ddo-stream-writers", daemon=True)
+    writer.start()
+    try:
+        return _commit_upload(rpc, response.upload_id, reporter, stall_timeout, "streaming")
+    except BaseException as error:
+        _abort_upload(rpc, response.upload_id)
+        writer.join()
+        if failures and isinstance(error, DaemonError):
+            raise failures[0] from error
+        raise
+    finally:
+        writer.join()
+
+
+def _stream_tensors(
+    response: components_pb2.RegisterComponentResponse,
+    specs: List[components_pb2.TensorSpec],
+    tensors: List[torch.Tensor],
+) -> List[List[torch.Tensor]]:
+    """The tensors each stream carries, in the order of their offsets, from ddod's placements
+    (checked against the table)."""
+    by_name = _placed_entries(response, specs, tensors)
+    placements = list(response.placements)
+    count = len(response.stream_names)
+    streams: List[List[torch.Tensor]] = [[] for _ in range(count)]
+    for placement in sorted(placements, key=lambda p: p.offset):
+        spec, tensor = by_name[placement.name]
+        if placement.byte_size != spec.byte_size or placement.stream >= count:
+            raise DdoError(
+                f"ddod placed {placement.name!r} on stream {placement.stream} with "
+                f"{placement.byte_size} bytes; the table says {spec.byte_size} bytes and "
+                f"there are {count} streams"
+            )
+        if spec.byte_size:
+            streams[placement.stream].append(tensor)
+    return streams
+
+
+def _placed_entries(
+    response: components_pb2.RegisterComponentResponse,
+    specs: List[components_pb2.TensorSpec],
+    tensors: List[torch.Tensor],
+) -> Dict[str, tuple]:
+    """``{name: (spec, tensor)}`` once ddod's placements name each tensor of the table once."""
+    by_name = {spec.name: (spec, tensor) for spec, tensor in zip(specs, tensors)}
+    placed = [placement.name for placement in response.placements]
+    if len(set(placed)) != len(placed) or set(placed) != set(by_name):
+        raise DdoError(
+            f"ddod's placements do not match the tensor table: missing "
+            f"{describe_names(sorted(set(by_name) - set(placed)))}, unknown "
+            f"{describe_names(sorted(set(placed) - set(by_name)))}"
+        )
+    return by_name
 
 
 def _abort_upload(rpc: RpcChannel, upload_id: str) -> None:

@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64\x64o/v1/components.proto\x12\x06\x64\x64o.v1\"\xa6\x01\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x05\x64type\x18\x02 \x01(\x0e\x32\r.ddo.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\x12\x13\n\x0bmodule_path\x18\x05 \x01(\t\x12\x14\n\x0cmodule_class\x18\x06 \x01(\t\x12\x0c\n\x04unit\x18\x07 \x01(\r\x12\x11\n\tis_buffer\x18\x08 \x01(\x08\"z\n\x0c\x43omponentRef\x12\x14\n\x0c\x63omponent_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12\x16\n\x0estructure_hash\x18\x03 \x01(\t\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x14\n\x0c\x63ontent_hash\x18\x05 \x01(\t\"k\n\rSharedSegment\x12\x10\n\x08shm_name\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12!\n\x04kind\x18\x03 \x01(\x0e\x32\x13.ddo.v1.SegmentKind\x12\x11\n\tfile_size\x18\x04 \x01(\x04\"S\n\x0fTensorPlacement\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07segment\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\"\xab\x01\n\x18RegisterComponentRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12#\n\x07tensors\x18\x03 \x03(\x0b\x32\x12.ddo.v1.TensorSpec\x12\x14\n\x0c\x63ontent_hash\x18\x04 \x01(\t\x12\x16\n\x0e\x62\x61se_cache_key\x18\x05 \x01(\t\x12\x17\n\x0f\x63hanged_tensors\x18\x06 \x03(\t\"\xbf\x01\n\x19RegisterComponentResponse\x12\'\n\tcomponent\x18\x01 \x01(\x0b\x32\x14.ddo.v1.ComponentRef\x12\x10\n\x08warm_hit\x18\x02 \x01(\x08\x12\x11\n\tupload_id\x18\x03 \x01(\t\x12\'\n\x08segments\x18\x04 \x03(\x0b\x32\x15.ddo.v1.SharedSegment\x12+\n\nplacements\x18\x05 \x03(\x0b\x32\x17.ddo.v1.TensorPlacement\"|\n\x10RegisterProgress\x12\x12\n\nbytes_done\x18\x01 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x02 \x01(\x04\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12\x31\n\x06result\x18\x04 \x01(\x0b\x32!.ddo.v1.RegisterComponentResponse\":\n\x13\x43ommitUploadRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tupload_id\x18\x02 \x01(\t\"q\n\x0e\x43ommitProgress\x12\x12\n\nbytes_done\x18\x01 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x02 \x01(\x04\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12(\n\tcomponent\x18\x04 \x01(\x0b\x32\x15.ddo.v1.ComponentInfo\"9\n\x12\x41\x62ortUploadRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tupload_id\x18\x02 \x01(\t\"*\n\x13\x41\x62ortUploadResponse\x12\x13\n\x0b\x66reed_bytes\x18\x01 \x01(\x04\"\xcb\x02\n\x16LoadSafetensorsRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12\r\n\x05\x66iles\x18\x03 \x03(\t\x12\x12\n\nindex_file\x18\x04 \x01(\t\x12\x14\n\x0c\x63ontent_hash\x18\x05 \x01(\t\x12\x38\n\x05units\x18\x06 \x03(\x0b\x32).ddo.v1.LoadSafetensorsRequest.UnitsEntry\x12\x14\n\x0c\x66ile_handles\x18\x07 \x03(\x04\x12\x14\n\x0cindex_handle\x18\x08 \x01(\x04\x12\x1a\n\x12keep_alive_seconds\x18\t \x01(\x03\x12#\n\tfile_tier\x18\n \x01(\x0e\x32\x10.ddo.v1.FileTier\x1a,\n\nUnitsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x92\x01\n\x0cLoadProgress\x12\x12\n\nbytes_done\x18\x01 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x02 \x01(\x04\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12(\n\tcomponent\x18\x04 \x01(\x0b\x32\x15.ddo.v1.ComponentInfo\x12\x10\n\x08warm_hit\x18\x05 \x01(\x08\x12\x0f\n\x07seconds\x18\x06 \x01(\x01\"\xa6\x04\n\rComponentInfo\x12!\n\x03ref\x18\x01 \x01(\x0b\x32\x14.ddo.v1.ComponentRef\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.ddo.v1.ComponentState\x12\x14\n\x0ctensor_count\x18\x03 \x01(\r\x12\x12\n\nunit_count\x18\x04 \x01(\r\x12\x0e\n\x06pinned\x18\x05 \x01(\x08\x12\x14\n\x0cpinned_bytes\x18\x06 \x01(\x04\x12\x10\n\x08sessions\x18\x07 \x01(\r\x12\x19\n\x11last_used_unix_ms\x18\x08 \x01(\x03\x12\'\n\x08segments\x18\t \x03(\x0b\x32\x15.ddo.v1.SharedSegment\x12+\n\nplacements\x18\n \x03(\x0b\x32\x17.ddo.v1.TensorPlacement\x12#\n\x07tensors\x18\x0b \x03(\x0b\x32\x12.ddo.v1.TensorSpec\x12\x16\n\x0e\x62\x61se_cache_key\x18\x0c \x01(\t\x12\x17\n\x0f\x63hanged_tensors\x18\r \x01(\r\x12\x11\n\town_bytes\x18\x0e \x01(\x04\x12\x1a\n\x12keep_alive_seconds\x18\x0f \x01(\x03\x12\x11\n\towner_uid\x18\x10 \x01(\r\x12\x13\n\x0bowner_shown\x18\x11 \x01(\x08\x12#\n\x04tier\x18\x12 \x01(\x0e\x32\x15.ddo.v1.ComponentTier\x12\x12\n\npool_bytes\x18\x13 \x01(\x04\x12\x12\n\nfile_bytes\x18\x14 \x01(\x04\"=\n\x13GetComponentRequest\x12\x11\n\tcache_key\x18\x01 \x01(\t\x12\x13\n\x0bwith_layout\x18\x02 \x01(\x08\"\x17\n\x15ListComponentsRequest\"C\n\x16ListComponentsResponse\x12)\n\ncomponents\x18\x01 \x03(\x0b\x32\x15.ddo.v1.ComponentInfo\"R\n\x15\x45victComponentRequest\x12\x11\n\tcache_key\x18\x01 \x01(\t\x12\x11\n\towner_uid\x18\x02 \x01(\r\x12\x13\n\x0bowner_named\x18\x03 \x01(\x08\"-\n\x16\x45victComponentResponse\x12\x13\n\x0b\x66reed_bytes\x18\x01 \x01(\x04*\x87\x02\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\r\n\tDTYPE_F64\x10\x01\x12\r\n\tDTYPE_F32\x10\x02\x12\r\n\tDTYPE_F16\x10\x03\x12\x0e\n\nDTYPE_BF16\x10\x04\x12\x11\n\rDTYPE_F8_E4M3\x10\x05\x12\x11\n\rDTYPE_F8_E5M2\x10\x06\x12\r\n\tDTYPE_I64\x10\x07\x12\r\n\tDTYPE_I32\x10\x08\x12\r\n\tDTYPE_I16\x10\t\x12\x0c\n\x08\x44TYPE_I8\x10\n\x12\x0c\n\x08\x44TYPE_U8\x10\x0b\x12\x0e\n\nDTYPE_BOOL\x10\x0c\x12\r\n\tDTYPE_U16\x10\r\x12\r\n\tDTYPE_U32\x10\x0e\x12\r\n\tDTYPE_U64\x10\x0f*:\n\x0bSegmentKind\x12\x14\n\x10SEGMENT_KIND_SHM\x10\x00\x12\x15\n\x11SEGMENT_KIND_FILE\x10\x01*I\n\x08\x46ileTier\x12\x12\n\x0e\x46ILE_TIER_AUTO\x10\x00\x12\x13\n\x0f\x46ILE_TIER_NEVER\x10\x01\x12\x14\n\x10\x46ILE_TIER_PREFER\x10\x02*[\n\rComponentTier\x12\x17\n\x13\x43OMPONENT_TIER_POOL\x10\x00\x12\x17\n\x13\x43OMPONENT_TIER_FILE\x10\x01\x12\x18\n\x14\x43OMPONENT_TIER_SPLIT\x10\x02*k\n\x0e\x43omponentState\x12\x1f\n\x1b\x43OMPONENT_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43OMPONENT_STATE_UPLOADING\x10\x01\x12\x19\n\x15\x43OMPONENT_STATE_READY\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64\x64o/v1/components.proto\x12\x06\x64\x64o.v1\"\xa6\x01\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x05\x64type\x18\x02 \x01(\x0e\x32\r.ddo.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\x12\x13\n\x0bmodule_path\x18\x05 \x01(\t\x12\x14\n\x0cmodule_class\x18\x06 \x01(\t\x12\x0c\n\x04unit\x18\x07 \x01(\r\x12\x11\n\tis_buffer\x18\x08 \x01(\x08\"z\n\x0c\x43omponentRef\x12\x14\n\x0c\x63omponent_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12\x16\n\x0estructure_hash\x18\x03 \x01(\t\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x14\n\x0c\x63ontent_hash\x18\x05 \x01(\t\"k\n\rSharedSegment\x12\x10\n\x08shm_name\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12!\n\x04kind\x18\x03 \x01(\x0e\x32\x13.ddo.v1.SegmentKind\x12\x11\n\tfile_size\x18\x04 \x01(\x04\"c\n\x0fTensorPlacement\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07segment\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\x12\x0e\n\x06stream\x18\x05 \x01(\r\"\xc3\x01\n\x18RegisterComponentRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12#\n\x07tensors\x18\x03 \x03(\x0b\x32\x12.ddo.v1.TensorSpec\x12\x14\n\x0c\x63ontent_hash\x18\x04 \x01(\t\x12\x16\n\x0e\x62\x61se_cache_key\x18\x05 \x01(\t\x12\x17\n\x0f\x63hanged_tensors\x18\x06 \x03(\t\x12\x16\n\x0eupload_streams\x18\x07 \x01(\r\"\xd5\x01\n\x19RegisterComponentResponse\x12\'\n\tcomponent\x18\x01 \x01(\x0b\x32\x14.ddo.v1.ComponentRef\x12\x10\n\x08warm_hit\x18\x02 \x01(\x08\x12\x11\n\tupload_id\x18\x03 \x01(\t\x12\'\n\x08segments\x18\x04 \x03(\x0b\x32\x15.ddo.v1.SharedSegment\x12+\n\nplacements\x18\x05 \x03(\x0b\x32\x17.ddo.v1.TensorPlacement\x12\x14\n\x0cstream_names\x18\x06 \x03(\t\"|\n\x10RegisterProgress\x12\x12\n\nbytes_done\x18\x01 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x02 \x01(\x04\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12\x31\n\x06result\x18\x04 \x01(\x0b\x32!.ddo.v1.RegisterComponentResponse\":\n\x13\x43ommitUploadRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tupload_id\x18\x02 \x01(\t\"q\n\x0e\x43ommitProgress\x12\x12\n\nbytes_done\x18\x01 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x02 \x01(\x04\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12(\n\tcomponent\x18\x04 \x01(\x0b\x32\x15.ddo.v1.ComponentInfo\"9\n\x12\x41\x62ortUploadRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tupload_id\x18\x02 \x01(\t\"*\n\x13\x41\x62ortUploadResponse\x12\x13\n\x0b\x66reed_bytes\x18\x01 \x01(\x04\"\xcb\x02\n\x16LoadSafetensorsRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x11\n\tcache_key\x18\x02 \x01(\t\x12\r\n\x05\x66iles\x18\x03 \x03(\t\x12\x12\n\nindex_file\x18\x04 \x01(\t\x12\x14\n\x0c\x63ontent_hash\x18\x05 \x01(\t\x12\x38\n\x05units\x18\x06 \x03(\x0b\x32).ddo.v1.LoadSafetensorsRequest.UnitsEntry\x12\x14\n\x0c\x66ile_handles\x18\x07 \x03(\x04\x12\x14\n\x0cindex_handle\x18\x08 \x01(\x04\x12\x1a\n\x12keep_alive_seconds\x18\t \x01(\x03\x12#\n\tfile_tier\x18\n \x01(\x0e\x32\x10.ddo.v1.FileTier\x1a,\n\nUnitsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x92\x01\n\x0cLoadProgress\x12\x12\n\nbytes_done\x18\x01 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x02 \x01(\x04\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12(\n\tcomponent\x18\x04 \x01(\x0b\x32\x15.ddo.v1.ComponentInfo\x12\x10\n\x08warm_hit\x18\x05 \x01(\x08\x12\x0f\n\x07seconds\x18\x06 \x01(\x01\"\xa6\x04\n\rComponentInfo\x12!\n\x03ref\x18\x01 \x01(\x0b\x32\x14.ddo.v1.ComponentRef\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.ddo.v1.ComponentState\x12\x14\n\x0ctensor_count\x18\x03 \x01(\r\x12\x12\n\nunit_count\x18\x04 \x01(\r\x12\x0e\n\x06pinned\x18\x05 \x01(\x08\x12\x14\n\x0cpinned_bytes\x18\x06 \x01(\x04\x12\x10\n\x08sessions\x18\x07 \x01(\r\x12\x19\n\x11last_used_unix_ms\x18\x08 \x01(\x03\x12\'\n\x08segments\x18\t \x03(\x0b\x32\x15.ddo.v1.SharedSegment\x12+\n\nplacements\x18\n \x03(\x0b\x32\x17.ddo.v1.TensorPlacement\x12#\n\x07tensors\x18\x0b \x03(\x0b\x32\x12.ddo.v1.TensorSpec\x12\x16\n\x0e\x62\x61se_cache_key\x18\x0c \x01(\t\x12\x17\n\x0f\x63hanged_tensors\x18\r \x01(\r\x12\x11\n\town_bytes\x18\x0e \x01(\x04\x12\x1a\n\x12keep_alive_seconds\x18\x0f \x01(\x03\x12\x11\n\towner_uid\x18\x10 \x01(\r\x12\x13\n\x0bowner_shown\x18\x11 \x01(\x08\x12#\n\x04tier\x18\x12 \x01(\x0e\x32\x15.ddo.v1.ComponentTier\x12\x12\n\npool_bytes\x18\x13 \x01(\x04\x12\x12\n\nfile_bytes\x18\x14 \x01(\x04\"=\n\x13GetComponentRequest\x12\x11\n\tcache_key\x18\x01 \x01(\t\x12\x13\n\x0bwith_layout\x18\x02 \x01(\x08\"\x17\n\x15ListComponentsRequest\"C\n\x16ListComponentsResponse\x12)\n\ncomponents\x18\x01 \x03(\x0b\x32\x15.ddo.v1.ComponentInfo\"R\n\x15\x45victComponentRequest\x12\x11\n\tcache_key\x18\x01 \x01(\t\x12\x11\n\towner_uid\x18\x02 \x01(\r\x12\x13\n\x0bowner_named\x18\x03 \x01(\x08\"-\n\x16\x45victComponentResponse\x12\x13\n\x0b\x66reed_bytes\x18\x01 \x01(\x04*\x87\x02\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\r\n\tDTYPE_F64\x10\x01\x12\r\n\tDTYPE_F32\x10\x02\x12\r\n\tDTYPE_F16\x10\x03\x12\x0e\n\nDTYPE_BF16\x10\x04\x12\x11\n\rDTYPE_F8_E4M3\x10\x05\x12\x11\n\rDTYPE_F8_E5M2\x10\x06\x12\r\n\tDTYPE_I64\x10\x07\x12\r\n\tDTYPE_I32\x10\x08\x12\r\n\tDTYPE_I16\x10\t\x12\x0c\n\x08\x44TYPE_I8\x10\n\x12\x0c\n\x08\x44TYPE_U8\x10\x0b\x12\x0e\n\nDTYPE_BOOL\x10\x0c\x12\r\n\tDTYPE_U16\x10\r\x12\r\n\tDTYPE_U32\x10\x0e\x12\r\n\tDTYPE_U64\x10\x0f*:\n\x0bSegmentKind\x12\x14\n\x10SEGMENT_KIND_SHM\x10\x00\x12\x15\n\x11SEGMENT_KIND_FILE\x10\x01*I\n\x08\x46ileTier\x12\x12\n\x0e\x46ILE_TIER_AUTO\x10\x00\x12\x13\n\x0f\x46ILE_TIER_NEVER\x10\x01\x12\x14\n\x10\x46ILE_TIER_PREFER\x10\x02*[\n\rComponentTier\x12\x17\n\x13\x43OMPONENT_TIER_POOL\x10\x00\x12\x17\n\x13\x43OMPONENT_TIER_FILE\x10\x01\x12\x18\n\x14\x43OMPONENT_TIER_SPLIT\x10\x02*k\n\x0e\x43omponentState\x12\x1f\n\x1b\x43OMPONENT_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43OMPONENT_STATE_UPLOADING\x10\x01\x12\x19\n\x15\x43OMPONENT_STATE_READY\x10\x02\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ddo.v1.components_pb2', globals())
@@ -22,16 +22,16 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _LOADSAFETENSORSREQUEST_UNITSENTRY._options = None
   _LOADSAFETENSORSREQUEST_UNITSENTRY._serialized_options = b'8\001'
-  _DTYPE._serialized_start=2619
-  _DTYPE._serialized_end=2882
-  _SEGMENTKIND._serialized_start=2884
-  _SEGMENTKIND._serialized_end=2942
-  _FILETIER._serialized_start=2944
-  _FILETIER._serialized_end=3017
-  _COMPONENTTIER._serialized_start=3019
-  _COMPONENTTIER._serialized_end=3110
-  _COMPONENTSTATE._serialized_start=3112
-  _COMPONENTSTATE._serialized_end=3219
+  _DTYPE._serialized_start=2681
+  _DTYPE._serialized_end=2944
+  _SEGMENTKIND._serialized_start=2946
+  _SEGMENTKIND._serialized_end=3004
+  _FILETIER._serialized_start=3006
+  _FILETIER._serialized_end=3079
+  _COMPONENTTIER._serialized_start=3081
+  _COMPONENTTIER._serialized_end=3172
+  _COMPONENTSTATE._serialized_start=3174
+  _COMPONENTSTATE._serialized_end=3281
   _TENSORSPEC._serialized_start=36
   _TENSORSPEC._serialized_end=202
   _COMPONENTREF._serialized_start=204
@@ -39,37 +39,37 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _SHAREDSEGMENT._serialized_start=328
   _SHAREDSEGMENT._serialized_end=435
   _TENSORPLACEMENT._serialized_start=437
-  _TENSORPLACEMENT._serialized_end=520
-  _REGISTERCOMPONENTREQUEST._serialized_start=523
-  _REGISTERCOMPONENTREQUEST._serialized_end=694
-  _REGISTERCOMPONENTRESPONSE._serialized_start=697
-  _REGISTERCOMPONENTRESPONSE._serialized_end=888
-  _REGISTERPROGRESS._serialized_start=890
-  _REGISTERPROGRESS._serialized_end=1014
-  _COMMITUPLOADREQUEST._serialized_start=1016
-  _COMMITUPLOADREQUEST._serialized_end=1074
-  _COMMITPROGRESS._serialized_start=1076
-  _COMMITPROGRESS._serialized_end=1189
-  _ABORTUPLOADREQUEST._serialized_start=1191
-  _ABORTUPLOADREQUEST._serialized_end=1248
-  _ABORTUPLOADRESPONSE._serialized_start=1250
-  _ABORTUPLOADRESPONSE._serialized_end=1292
-  _LOADSAFETENSORSREQUEST._serialized_start=1295
-  _LOADSAFETENSORSREQUEST._serialized_end=1626
-  _LOADSAFETENSORSREQUEST_UNITSENTRY._serialized_start=1582
-  _LOADSAFETENSORSREQUEST_UNITSENTRY._serialized_end=1626
-  _LOADPROGRESS._serialized_start=1629
-  _LOADPROGRESS._serialized_end=1775
-  _COMPONENTINFO._serialized_start=1778
-  _COMPONENTINFO._serialized_end=2328
-  _GETCOMPONENTREQUEST._serialized_start=2330
-  _GETCOMPONENTREQUEST._serialized_end=2391
-  _LISTCOMPONENTSREQUEST._serialized_start=2393
-  _LISTCOMPONENTSREQUEST._serialized_end=2416
-  _LISTCOMPONENTSRESPONSE._serialized_start=2418
-  _LISTCOMPONENTSRESPONSE._serialized_end=2485
-  _EVICTCOMPONENTREQUEST._serialized_start=2487
-  _EVICTCOMPONENTREQUEST._serialized_end=2569
-  _EVICTCOMPONENTRESPONSE._serialized_start=2571
-  _EVICTCOMPONENTRESPONSE._serialized_end=2616
+  _TENSORPLACEMENT._serialized_end=536
+  _REGISTERCOMPONENTREQUEST._serialized_start=539
+  _REGISTERCOMPONENTREQUEST._serialized_end=734
+  _REGISTERCOMPONENTRESPONSE._serialized_start=737
+  _REGISTERCOMPONENTRESPONSE._serialized_end=950
+  _REGISTERPROGRESS._serialized_start=952
+  _REGISTERPROGRESS._serialized_end=1076
+  _COMMITUPLOADREQUEST._serialized_start=1078
+  _COMMITUPLOADREQUEST._serialized_end=1136
+  _COMMITPROGRESS._serialized_start=1138
+  _COMMITPROGRESS._serialized_end=1251
+  _ABORTUPLOADREQUEST._serialized_start=1253
+  _ABORTUPLOADREQUEST._serialized_end=1310
+  _ABORTUPLOADRESPONSE._serialized_start=1312
+  _ABORTUPLOADRESPONSE._serialized_end=1354
+  _LOADSAFETENSORSREQUEST._serialized_start=1357
+  _LOADSAFETENSORSREQUEST._serialized_end=1688
+  _LOADSAFETENSORSREQUEST_UNITSENTRY._serialized_start=1644
+  _LOADSAFETENSORSREQUEST_UNITSENTRY._serialized_end=1688
+  _LOADPROGRESS._serialized_start=1691
+  _LOADPROGRESS._serialized_end=1837
+  _COMPONENTINFO._serialized_start=1840
+  _COMPONENTINFO._serialized_end=2390
+  _GETCOMPONENTREQUEST._serialized_start=2392
+  _GETCOMPONENTREQUEST._serialized_end=2453
+  _LISTCOMPONENTSREQUEST._serialized_start=2455
+  _LISTCOMPONENTSREQUEST._serialized_end=2478
+  _LISTCOMPONENTSRESPONSE._serialized_start=2480
+  _LISTCOMPONENTSRESPONSE._serialized_end=2547
+  _EVICTCOMPONENTREQUEST._serialized_start=2549
+  _EVICTCOMPONENTREQUEST._serialized_end=2631
+  _EVICTCOMPONENTRESPONSE._serialized_start=2633
+  _EVICTCOMPONENTRESPONSE._serialized_end=2678
 # @@protoc_insertion_point(module_scope)
