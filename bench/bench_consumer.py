@@ -36,8 +36,9 @@ clip at 480x832 (``--frames``), guidance 5.0 (two transformer passes a step), wi
 ``wan_stages``; the modes are the same (the text encoder on leaf-level group offloading, the
 VAE on the GPU). ``--small`` builds small components (a quick check of the whole script).
 
-``--storage fp8`` writes the denoiser and the large text encoder in fp8 storage, as an fp8
-checkpoint holds them: Diffusers' layerwise casting (weights in ``float8_e4m3fn``, computed in
+``--storage fp8`` writes the denoiser in fp8 storage, as an fp8 checkpoint holds it (the text
+encoder stays bf16: Diffusers' pipelines take the latents' dtype from the large text encoder's
+parameters, so an fp8-stored T5 makes fp8 latents and ``randn`` fails in every mode, run 81): Diffusers' layerwise casting (weights in ``float8_e4m3fn``, computed in
 bf16; norms, embeddings and the in/out projections stay bf16), saved as it stands, so each
 safetensors file holds both dtypes. Every mode starts from those files as its users do: DDO's
 runner with ``load_from_ddod(..., torch_dtype="auto")`` (ddod reads the fp8 bytes; nothing
@@ -147,7 +148,7 @@ def fp8_storage(module) -> None:
 def write_pipeline(folder: Path, small: bool, pipeline: str = "flux",
                    storage: str = "bf16") -> Dict[str, int]:
     """Builds the pipeline's components with random weights on the GPU and saves them as a
-    Diffusers folder (the denoiser and the large text encoder in fp8 storage with
+    Diffusers folder (the denoiser in fp8 storage with
     ``storage="fp8"``); returns each component's bytes."""
     import diffusers
     import torch
@@ -178,8 +179,7 @@ def write_pipeline(folder: Path, small: bool, pipeline: str = "flux",
     for module in modules.values():
         randomize(module, dtype)
     if storage == "fp8":
-        for name in ("transformer", PIPELINES[pipeline]["encoder"]):
-            fp8_storage(modules[name])
+        fp8_storage(modules["transformer"])
     if pipeline == "wan":
         # 480p: flow shift 3.0 (Wan 2.1's published setting for 480x832).
         pipe = diffusers.WanPipeline(
@@ -278,7 +278,6 @@ def build_ddo(args, client):
                                  subfolder="transformer", torch_dtype=dtype,
                                  client=client, progress=False, bind=False).module
     if args.storage == "fp8":
-        fp8_storage(encoder)
         fp8_storage(transformer)
     return getattr(diffusers, spec["pipeline"]).from_pretrained(
         folder, transformer=transformer, torch_dtype=torch.bfloat16, **{spec["encoder"]: encoder})
@@ -305,8 +304,6 @@ def build_group_disk(args):
     gc.collect()
     encoder = getattr(transformers, spec["encoder_class"]).from_pretrained(
         folder, subfolder=spec["encoder"], torch_dtype=torch.bfloat16)
-    if args.storage == "fp8":
-        fp8_storage(encoder)
     # T5's blocks sit below its top level (encoder.block), where block level finds none and
     # would onload the whole encoder as one group: leaf level, as diffusers' docs do for it.
     apply_group_offloading(encoder, offload_to_disk_path=str(Path(args.work) / "gd-te"),
@@ -343,7 +340,6 @@ def run_mode(args) -> Dict[str, Any]:
             args.dir, torch_dtype=torch.bfloat16)
         if args.storage == "fp8":
             fp8_storage(pipe.transformer)
-            fp8_storage(getattr(pipe, PIPELINES[args.pipeline]["encoder"]))
         if args.run == "model_cpu":
             pipe.enable_model_cpu_offload()
         else:
