@@ -259,6 +259,8 @@ absl::Status PoolSegment::PinGapsLocked(uint64_t offset, uint64_t end) {
     cursor = std::max(cursor, start + bytes);
   }
   if (cursor < end) DDO_RETURN_IF_ERROR(PinNewLocked(cursor, end - cursor));
+  // No gap at all (a reserve taken at a part boundary keeps whole parts): pinned all the same.
+  if (pinned_bytes_ == size()) pinned_.store(true);
   return absl::OkStatus();
 }
 

@@ -282,6 +282,23 @@ TEST(SegmentReserveGpuTest, TheReserveIsPinnedInItsGridAndATakeUnpinsWhatItCuts)
   EXPECT_EQ(pool.Usage().pinned_bytes, 0u);
 }
 
+TEST(SegmentReserveGpuTest, ATakeAtAPartBoundaryIsPinnedWithNothingLeftToRegister) {
+  if (!HostPinningAvailable()) GTEST_SKIP() << "no CUDA device: nothing is pinned";
+  HostPool pool = PinningPool(64 * kMiB);
+  SegmentReserve reserve(pool, PinnedReserveOf(16 * kMiB, 4 * kMiB));
+  reserve.Start();
+  ASSERT_TRUE(Eventually([&] { return pool.Usage().pinned_bytes == 16 * kMiB; }));
+  std::shared_ptr<PoolSegment> taken = reserve.Take(8 * kMiB);
+  ASSERT_NE(taken, nullptr);
+  taken->MarkDiscarded();
+  EXPECT_EQ(taken->PinnedRanges(), (SegmentExtents{{0, 4 * kMiB}, {4 * kMiB, 4 * kMiB}}));
+  // What the commit of a load or a streamed upload into it does: the component is pinned, as
+  // its info and the streaming plan say (run 81 logged it as not pinned).
+  ASSERT_TRUE(taken->Pin().ok());
+  EXPECT_TRUE(taken->pinned());
+  EXPECT_EQ(pool.Usage().pinned_bytes, 8 * kMiB);
+}
+
 TEST(SegmentReserveGpuTest, ATensorAcrossTwoPartsHasThemRegisteredAgainAsOne) {
   if (!HostPinningAvailable()) GTEST_SKIP() << "no CUDA device: nothing is pinned";
   HostPool pool = PinningPool(64 * kMiB);
