@@ -19,8 +19,9 @@ packages=(
   pybind11-dev python3-dev
   # The Debian packages (tools/package.sh: deploy/debian with debhelper) and their check.
   dpkg-dev debhelper dh-python lintian
-  # The Windows cross-build of the platform layer and its tests under wine (tools/cross-windows.sh).
-  g++-mingw-w64-x86-64-posix wine64 googletest
+  # The Windows cross-build of the platform layer and the ported daemon layers, and their tests
+  # under wine (tools/cross-windows.sh); unicode-data for RE2's tables, made again from source.
+  g++-mingw-w64-x86-64-posix wine64 googletest unicode-data
 )
 # The offline check of deploy/kubernetes (tools/validate-kubernetes.sh) needs node and npm. Not
 # in the list above: a NodeSource nodejs already brings npm and conflicts with Debian's.

@@ -1,16 +1,12 @@
 #include "daemon/common/log_formatter.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cstdio>
-#include <cstdlib>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "ddo/os/process_watch.h"
+#include "ddo/os/system_facts.h"
 #include "ddo/wire/display_text.h"
 
 namespace ddo {
@@ -93,14 +89,7 @@ absl::string_view LogFormatName(LogFormat format) {
   return format == LogFormat::kJson ? "json" : "text";
 }
 
-bool StderrIsJournal() {
-  const char* stream = std::getenv("JOURNAL_STREAM");
-  if (stream == nullptr) return false;
-  unsigned long long device = 0, inode = 0;
-  if (std::sscanf(stream, "%llu:%llu", &device, &inode) != 2) return false;
-  struct stat info {};
-  return ::fstat(STDERR_FILENO, &info) == 0 && info.st_dev == device && info.st_ino == inode;
-}
+bool StderrIsJournal() { return os::StderrIsSystemJournal(); }
 
 void LogFormatter::format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) {
   if (journal_) Append(dest, absl::StrCat("<", SyslogPriority(msg.level), ">"));
@@ -116,14 +105,14 @@ void LogFormatter::format(const spdlog::details::log_msg& msg, spdlog::memory_bu
     Append(dest, level);
     Append(dest, "\",\"logger\":\"");
     AppendJsonString(dest, logger);
-    Append(dest, absl::StrCat("\",\"pid\":", ::getpid(), ",\"message\":\""));
+    Append(dest, absl::StrCat("\",\"pid\":", os::CurrentProcessId(), ",\"message\":\""));
     AppendJsonString(dest, payload);
     Append(dest, "\"}\n");
     return;
   }
   if (!journal_) {
     Append(dest, absl::FormatTime("%Y-%m-%dT%H:%M:%E3S", time, absl::LocalTimeZone()));
-    Append(dest, absl::StrCat(" ddod[", ::getpid(), "] "));
+    Append(dest, absl::StrCat(" ddod[", os::CurrentProcessId(), "] "));
   }
   msg.color_range_start = dest.size();
   Append(dest, level);

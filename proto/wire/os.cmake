@@ -2,7 +2,7 @@
 # decides (named shared memory, watching a process; the Windows service's life cycle, which
 # systemd's pieces in daemon/server are on Linux), with a POSIX and a Windows implementation
 # chosen here. No gRPC, no protobuf and no daemon code, so that it cross-builds for Windows
-# with absl alone (DDO_PLATFORM_ONLY, tools/cross-windows.sh).
+# with absl alone (DDO_WINDOWS_CORE, tools/cross-windows.sh).
 set(DDO_OS_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/src/os/mapped_view.cc
   ${CMAKE_CURRENT_LIST_DIR}/src/os/native_handle.cc
@@ -12,6 +12,7 @@ if(WIN32)
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/native_handle.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/owner_only_security.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/shared_word.cc
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/system_facts.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_instance_lock.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_pipe.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/process_watch.cc
@@ -24,7 +25,8 @@ else()
     ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/native_handle.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/process_watch.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/shared_memory.cc
-    ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/shared_word.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/shared_word.cc
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/system_facts.cc)
 endif()
 add_library(ddo_os STATIC ${DDO_OS_SOURCES})
 # PIC: may be linked into libddo_client_rpc.so.
@@ -33,7 +35,7 @@ target_include_directories(ddo_os PUBLIC ${CMAKE_CURRENT_LIST_DIR}/include)
 target_link_libraries(ddo_os PUBLIC absl::status absl::statusor absl::strings absl::time
   ddo_wire_layout PRIVATE absl::str_format ddo_warnings)
 if(WIN32)
-  target_link_libraries(ddo_os PRIVATE advapi32)
+  target_link_libraries(ddo_os PRIVATE advapi32 bcrypt)
 else()
   # PosixError (ddo/wire/posix_error.h).
   target_link_libraries(ddo_os PRIVATE ddo_wire rt)
@@ -47,7 +49,8 @@ if(DDO_BUILD_TESTS)
     ${CMAKE_CURRENT_LIST_DIR}/tests/os/child_process.cc
     ${CMAKE_CURRENT_LIST_DIR}/tests/os/process_watch_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/tests/os/shared_memory_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/tests/os/shared_word_test.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/tests/os/shared_word_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/tests/os/system_facts_test.cc)
   if(WIN32)
     target_sources(ddo_os_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_instance_lock_test.cc
       ${CMAKE_CURRENT_LIST_DIR}/tests/os/windows_pipe_test.cc

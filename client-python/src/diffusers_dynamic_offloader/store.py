@@ -495,15 +495,15 @@ def _stream_upload(
     writer = threading.Thread(target=write, name="ddo-stream-writers", daemon=True)
     writer.start()
     try:
-        return _commit_upload(rpc, response.upload_id, reporter, stall_timeout, "streaming")
+        info = _commit_upload(rpc, response.upload_id, reporter, stall_timeout, "streaming")
     except BaseException as error:
         _abort_upload(rpc, response.upload_id)
         writer.join()
         if failures and isinstance(error, DaemonError):
             raise failures[0] from error
         raise
-    finally:
-        writer.join()
+    writer.join()
+    return info
 
 
 def _stream_tensors(
