@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 
+from cuda_driver_types import AccessDesc, AllocProp, IpcHandle
+
 CU_EVENT_DISABLE_TIMING = 0x2
 CU_EVENT_INTERPROCESS = 0x4
 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1
@@ -23,23 +25,6 @@ CU_MEM_ALLOCATION_TYPE_PINNED = 0x1
 CU_MEM_LOCATION_TYPE_DEVICE = 0x1
 CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
-
-
-class AllocProp(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int),
-                ("loc_type", ctypes.c_int), ("loc_id", ctypes.c_int),
-                ("win32HandleMetaData", ctypes.c_void_p),
-                ("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
-                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
-
-
-class IpcHandle(ctypes.Structure):
-    """CUipcMemHandle / CUipcEventHandle: 64 bytes, passed by value to the open calls."""
-    _fields_ = [("reserved", ctypes.c_char * 64)]
-
-
-class AccessDesc(ctypes.Structure):
-    _fields_ = [("loc_type", ctypes.c_int), ("loc_id", ctypes.c_int), ("flags", ctypes.c_int)]
 
 
 def driver():

@@ -1,8 +1,7 @@
 #include "daemon/identity/caller.h"
 
-#include <unistd.h>
-
 #include "absl/strings/str_cat.h"
+#include "ddo/os/process_watch.h"
 
 namespace ddo {
 
@@ -13,10 +12,13 @@ Caller CallerFromCredentials(uid_t uid, gid_t gid, pid_t pid) {
   caller.uid = uid;
   caller.gid = gid;
   caller.pid = pid;
-  caller.admin = uid == 0 || uid == ::geteuid();
+  caller.admin = uid == 0 || uid == os::CurrentUserIds().uid;
   return caller;
 }
 
-Caller DaemonCaller() { return CallerFromCredentials(::geteuid(), ::getegid(), ::getpid()); }
+Caller DaemonCaller() {
+  const os::UserIds self = os::CurrentUserIds();
+  return CallerFromCredentials(self.uid, self.gid, static_cast<pid_t>(os::CurrentProcessId()));
+}
 
 }  // namespace ddo

@@ -1,7 +1,8 @@
 // File: daemon/identity/caller.h
 //
 // Who is calling: the uid, gid and pid the kernel reported for the caller's identity-socket
-// connection (SO_PEERCRED), never what a request says. `admin` callers (root, or ddod's own
+// connection (SO_PEERCRED; on Windows, the identity pipe's SID by ddod's numbering:
+// ddo/os/user_ids.h), never what a request says. `admin` callers (root, or ddod's own
 // user) may act on every user's components; everyone else only on their own and on those
 // they proved they may read (docs/security.md).
 //
@@ -9,10 +10,10 @@
 #ifndef DDO_DAEMON_IDENTITY_CALLER_H_
 #define DDO_DAEMON_IDENTITY_CALLER_H_
 
-#include <sys/types.h>
-
 #include <cstdint>
 #include <string>
+
+#include "ddo/os/user_ids.h"
 
 namespace ddo {
 

@@ -13,6 +13,7 @@ if(WIN32)
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/owner_only_security.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/shared_word.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/system_facts.cc
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/user_ids.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_instance_lock.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/windows_pipe.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/windows/process_watch.cc
@@ -26,7 +27,8 @@ else()
     ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/process_watch.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/shared_memory.cc
     ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/shared_word.cc
-    ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/system_facts.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/system_facts.cc
+    ${CMAKE_CURRENT_LIST_DIR}/src/os/posix/user_ids.cc)
 endif()
 add_library(ddo_os STATIC ${DDO_OS_SOURCES})
 # PIC: may be linked into libddo_client_rpc.so.
