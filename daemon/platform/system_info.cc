@@ -1,30 +1,14 @@
 #include "daemon/platform/system_info.h"
 
-#include <sys/utsname.h>
-#include <unistd.h>
-
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "daemon/common/logging.h"
 #include "daemon/config/values.h"
 
 namespace ddo {
-namespace {
-
-std::string ReadSmallFile(const char* path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
 
 const char* OsFlavorName(OsFlavor flavor) {
   switch (flavor) {
@@ -80,30 +64,13 @@ OsFlavor DetectLinuxFlavor(absl::string_view kernel_release, absl::string_view p
 
 SystemInfo QuerySystemInfo(std::optional<double> available_ram_override_gib,
                            const std::optional<std::string>& platform_override) {
-  SystemInfo info;
-  utsname names{};
-  if (::uname(&names) == 0) {
-    info.os_release = names.release;
-    info.hostname = names.nodename;
-  }
-  info.os = DetectLinuxFlavor(info.os_release, ReadSmallFile("/proc/version"));
+  SystemInfo info = ReadRunningSystem();
   if (platform_override) {
     info.os = *platform_override == "wsl"       ? OsFlavor::kWsl
               : *platform_override == "windows" ? OsFlavor::kWindows
                                                 : OsFlavor::kLinux;
   }
   info.cpu_count = std::thread::hardware_concurrency();
-
-  if (auto memory = ParseMemInfo(ReadSmallFile("/proc/meminfo")); memory.ok()) {
-    info.memory = *memory;
-  } else {
-    // /proc may be absent in odd sandboxes: fall back to sysconf, as the seed does.
-    const long page = ::sysconf(_SC_PAGESIZE);
-    info.memory.total_bytes = static_cast<uint64_t>(page) * ::sysconf(_SC_PHYS_PAGES);
-    info.memory.available_bytes = static_cast<uint64_t>(page) * ::sysconf(_SC_AVPHYS_PAGES);
-    Logger("platform")->warn("reading /proc/meminfo failed ({}); using sysconf",
-                             memory.status().message());
-  }
   if (available_ram_override_gib.has_value()) {
     info.memory.available_bytes = GiBToBytes(*available_ram_override_gib);
     info.available_overridden = true;

@@ -4,8 +4,8 @@
 // pure functions of the files' text so tests can feed them anything; QuerySystemInfo reads
 // the real files.
 //
-// Thread-safety: any thread; the parsers are pure and QuerySystemInfo reads /proc and uname
-// afresh on each call, keeping no state.
+// Thread-safety: any thread; the parsers are pure and QuerySystemInfo reads the system (/proc
+// and uname, or Windows' calls) afresh on each call, keeping no state.
 #ifndef DDO_DAEMON_PLATFORM_SYSTEM_INFO_H_
 #define DDO_DAEMON_PLATFORM_SYSTEM_INFO_H_
 
@@ -42,6 +42,11 @@ struct SystemInfo {
   MemInfo memory;
   bool available_overridden = false;
 };
+
+// The running system as the OS reports it (running_system_posix.cc: uname and /proc;
+// running_system_windows.cc: RtlGetVersion and GlobalMemoryStatusEx); cpu_count is left to
+// QuerySystemInfo.
+SystemInfo ReadRunningSystem();
 
 // Reads the running system. `available_ram_override_gib` replaces the detected available RAM.
 SystemInfo QuerySystemInfo(std::optional<double> available_ram_override_gib,

@@ -40,6 +40,13 @@ TEST(SystemInfoTest, QueryReadsThisMachineAndHonoursTheOverride) {
   EXPECT_GT(real.cpu_count, 0u);
   EXPECT_FALSE(real.os_release.empty());
   EXPECT_FALSE(real.available_overridden);
+  EXPECT_LE(real.memory.available_bytes, real.memory.total_bytes);
+#ifdef _WIN32
+  EXPECT_EQ(real.os, OsFlavor::kWindows);
+  EXPECT_FALSE(real.hostname.empty());
+#else
+  EXPECT_NE(real.os, OsFlavor::kWindows);
+#endif
 
   SystemInfo overridden = QuerySystemInfo(3.0);
   EXPECT_EQ(overridden.memory.available_bytes, 3ull << 30);
