@@ -209,6 +209,8 @@ class HostMemory:
     def __init__(self, other_pid: Optional[int]) -> None:
         self.pids = [os.getpid()] + ([other_pid] if other_pid else [])
         self.peak = 0
+        # Each process's own peak (the runner's, then ddod's): where the sum's bytes were.
+        self.peaks = [0] * len(self.pids)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -228,7 +230,9 @@ class HostMemory:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, sum(self.resident(pid) for pid in self.pids))
+            sizes = [self.resident(pid) for pid in self.pids]
+            self.peak = max(self.peak, sum(sizes))
+            self.peaks = [max(peak, size) for peak, size in zip(self.peaks, sizes)]
             time.sleep(0.05)
 
     def stop(self) -> int:
@@ -376,6 +380,7 @@ def run_mode(args) -> Dict[str, Any]:
         result["images_s"].append(time.perf_counter() - began)
         log(f"{args.run}: image in {result['images_s'][-1]:.1f} s")
     result["host_peak_bytes"] = memory.stop()
+    result["host_peak_bytes_by_process"] = dict(zip(("runner", "ddod"), memory.peaks))
     result["device_peak_bytes"] = torch.cuda.max_memory_allocated()
     result["pinned_bytes"] = pinned
     if client is not None:

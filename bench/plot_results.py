@@ -25,7 +25,8 @@ Writes, from the JSON the benchmarks recorded (nothing is measured here):
   measured under a smaller cap stands for a larger one) and the bound max(C, S/B), with the
   all-GPU step C.
 
-- ``consumer-run.png`` (``--consumer``): bench_consumer.py's run, seconds per image and peak
+- ``consumer-run.png`` (``--consumer``; ``consumer-run-PIPELINE-STORAGE.png`` for a run other
+  than FLUX in bf16): bench_consumer.py's run, seconds per image and peak
   host memory of each mode against the RAM budget + 1 GiB.
 
 Each of --flux, --lora (with --lora-stored), --arch and --consumer draws its own plots; give
@@ -220,11 +221,14 @@ def consumer_bars(run: Dict[str, Any], out: Path) -> Path:
                         label=f"RAM budget + 1 GiB ({limit:g})")
     memory_axes.legend(fontsize=8, loc="upper left")
     name = {"flux": "FLUX.1-dev pipeline, 1024x1024", "wan": "Wan 2.1 14B pipeline, 480x832"}
-    figure.suptitle(f"{name[run.get('pipeline', 'flux')]}, {run['steps']} steps, VRAM cap "
+    pipeline, storage = run.get("pipeline", "flux"), run.get("storage", "bf16")
+    figure.suptitle(f"{name[pipeline]} in {storage}, {run['steps']} steps, VRAM cap "
                     f"{run['cap_gib']:g} GiB, RAM budget {run['ram_budget_gib']:g} GiB "
                     f"({run['device']})", fontsize=10)
     figure.tight_layout()
-    path = out / "consumer-run.png"
+    # The first run plotted (FLUX in bf16) keeps its name; the others are named by theirs.
+    suffix = "" if (pipeline, storage) == ("flux", "bf16") else f"-{pipeline}-{storage}"
+    path = out / f"consumer-run{suffix}.png"
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path

@@ -53,6 +53,7 @@ ATTRIBUTES = {"can_use_stream_mem_ops_v1": 92, "can_use_64_bit_stream_mem_ops_v1
               "can_use_64_bit_stream_mem_ops": 122, "can_use_stream_wait_value_nor": 123}
 PING, PONG = 0, 128  # byte offsets of the two words: separate cache lines
 REGION = 2 << 20
+_KEPT_VIEWS: List[mmap.mmap] = []
 
 
 class Driver:
@@ -190,7 +191,10 @@ def host_shm_region(driver: Driver):
     view = mmap.mmap(fd, REGION)
     os.close(fd)
     address = register_host(driver, view)
-    return address, {"path": path}, [], (view, path)
+    # Kept mapped (and registered) to the end: a later region mapped at the same address would
+    # be refused as already registered.
+    _KEPT_VIEWS.append(view)
+    return address, {"path": path}, [], path
 
 
 def register_host(driver: Driver, view: mmap.mmap) -> int:
@@ -273,7 +277,7 @@ def run_case(driver: Driver, case: str, rounds: int, timeout: float,
             except subprocess.TimeoutExpired:
                 child.kill()
         if cleanup is not None:
-            os.unlink(cleanup[1])
+            os.unlink(cleanup)
 
 
 def time_rounds(driver: Driver, address: int, rounds: int, timeout: float,
