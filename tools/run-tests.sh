@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds, and runs every test: the C++
-# unit tests (CTest; the host-only build is built and its ddod run), the Windows cross-build of the platform layer
-# under wine64, bounded fuzzing, the Debian packages, the black-box Python suite and the
-# security suite against the real ddod. Exits non-zero on any failure. Also checks that the
+# unit tests (CTest; the host-only build is built and its ddod run), the Windows cross-build of
+# the platform layer and the ported daemon layers with their tests under wine64, bounded
+# fuzzing, the Debian packages, the black-box Python suite and the security suite against the
+# real ddod. Exits non-zero on any failure. Also checks that the
 # committed Python stubs match proto/ and validates the Kubernetes manifests offline.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,7 +46,7 @@ else
   echo "(skipped: DDO_SKIP_NOCUDA=1)"
 fi
 
-stage "Windows: the platform layer cross-built (mingw-w64), its tests under wine64"
+stage "Windows: the platform layer and the ported daemon layers cross-built (mingw-w64), their tests under wine64"
 if [[ "${DDO_SKIP_WINDOWS:-0}" != "1" ]]; then
   DDO_WINDOWS_BUILD_DIR="$build-windows" tools/cross-windows.sh
 else
