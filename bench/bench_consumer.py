@@ -211,27 +211,33 @@ class HostMemory:
         self.peak = 0
         # Each process's own peak (the runner's, then ddod's): where the sum's bytes were.
         self.peaks = [0] * len(self.pids)
+        # Each process's (RssAnon, RssShmem) at the moment of the sum's peak.
+        self.split_at_peak: List[Dict[str, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     @staticmethod
-    def resident(pid: int) -> int:
-        total = 0
+    def resident(pid: int) -> Dict[str, int]:
+        """The process's RssAnon and RssShmem, in bytes (zeros once it is gone)."""
+        split = {"RssAnon": 0, "RssShmem": 0}
         try:
             with open(f"/proc/{pid}/status") as status:
                 for line in status:
                     name, _, value = line.partition(":")
-                    if name in ("RssAnon", "RssShmem"):
-                        total += int(value.split()[0]) * 1024
+                    if name in split:
+                        split[name] = int(value.split()[0]) * 1024
         except OSError:
             pass
-        return total
+        return split
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            sizes = [self.resident(pid) for pid in self.pids]
-            self.peak = max(self.peak, sum(sizes))
+            splits = [self.resident(pid) for pid in self.pids]
+            sizes = [sum(split.values()) for split in splits]
+            if sum(sizes) > self.peak:
+                self.peak = sum(sizes)
+                self.split_at_peak = splits
             self.peaks = [max(peak, size) for peak, size in zip(self.peaks, sizes)]
             time.sleep(0.05)
 
@@ -381,6 +387,7 @@ def run_mode(args) -> Dict[str, Any]:
         log(f"{args.run}: image in {result['images_s'][-1]:.1f} s")
     result["host_peak_bytes"] = memory.stop()
     result["host_peak_bytes_by_process"] = dict(zip(("runner", "ddod"), memory.peaks))
+    result["host_split_at_peak"] = dict(zip(("runner", "ddod"), memory.split_at_peak))
     result["device_peak_bytes"] = torch.cuda.max_memory_allocated()
     result["pinned_bytes"] = pinned
     if client is not None:
