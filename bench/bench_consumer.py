@@ -489,8 +489,10 @@ def main() -> int:
             f"{ {k: round(v / GIB, 2) for k, v in figures['component_bytes'].items()} } GiB")
     for mode in args.modes.split(","):
         if mode == "ddo":
+            # A consumer machine's budget: the pool, ddod and the runner together.
             ddod = Ddod(args.ddod, Path(tempfile.mkdtemp(dir=args.work)),
-                        ["--ram-budget-gb", f"{args.ram_budget_gb:g}"])
+                        ["--ram-budget-gb", f"{args.ram_budget_gb:g}",
+                         "--ram-budget-scope", "runners"])
             try:
                 result = run_in_process(args, mode, ["--address", ddod.address,
                                                      "--ddod-pid", str(ddod.proc.pid)])

@@ -29,6 +29,7 @@ set(DDO_UNIT_TEST_SOURCES
   layout/file_layout_test.cc
   layout/tensor_table_test.cc
   platform/gpu_inventory_test.cc
+  platform/process_footprint_test.cc
   platform/system_info_test.cc
   policy/balanced_planner_test.cc
   policy/module_blocks_test.cc
@@ -44,6 +45,7 @@ set(DDO_UNIT_TEST_SOURCES
   profiles/profile_store_test.cc
   server/connection_gate_test.cc
   server/daemon_server_test.cc
+  server/host_memory_meter_test.cc
   server/instance_lock_test.cc
   server/socket_activation_test.cc
   server/stop_waiter_test.cc

@@ -107,6 +107,20 @@ absl::Status ApplyRamBudget(absl::string_view what, absl::string_view value, Dae
   return absl::OkStatus();
 }
 
+absl::Status ApplyRamBudgetScope(absl::string_view what, absl::string_view value,
+                                 DaemonOptions& o) {
+  const std::string lower = absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
+  if (lower == "runners") {
+    o.ram_budget_scope = RamBudgetScope::kRunners;
+  } else if (lower == "pool") {
+    o.ram_budget_scope = RamBudgetScope::kPool;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value '", value, "' for ", what,
+                                                   ": expected runners or pool"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyVramBudget(absl::string_view what, absl::string_view value, DaemonOptions& o) {
   DDO_ASSIGN_OR_RETURN(o.vram_budget_gb, ParseNonNegativeNumber(what, value));
   return absl::OkStatus();
@@ -296,6 +310,10 @@ constexpr OptionSpec kOptions[] = {
     {"--ram-budget-gb", "DDO_RAM_BUDGET_GB", "GIB",
      "host pool budget (default: available RAM minus DDO_SYSTEM_RAM_HEADROOM_GB)",
      ApplyRamBudget},
+    {"--ram-budget-scope", "DDO_RAM_BUDGET_SCOPE", "pool|runners",
+     "what the RAM budget bounds: pool (default), the pool alone; runners, the pool with "
+     "ddod's own memory and the private memory of the runners it serves, so that the machine "
+     "keeps what the budget leaves", ApplyRamBudgetScope},
     {"--vram-budget-gb", "DDO_VRAM_BUDGET_GB", "GIB",
      "device memory ddod may allocate per GPU (default: the whole device)", ApplyVramBudget},
     {"--state-dir", "DDO_STATE_DIR", "DIR", "where ddod keeps manifests and profiles",

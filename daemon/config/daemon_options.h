@@ -26,6 +26,8 @@
 
 namespace ddo {
 
+enum class RamBudgetScope { kRunners, kPool };
+
 struct DaemonOptions {
   // The preset as given (--preset, DDO_PRESET or the default "auto") and what it resolved to.
   std::string requested_preset = kDefaultDaemonPreset;
@@ -41,6 +43,9 @@ struct DaemonOptions {
 
   // Host pool budget; unset means available RAM minus system_ram_headroom_gb.
   std::optional<double> ram_budget_gb;
+  // What the RAM budget bounds (--ram-budget-scope): kPool, the pool alone; kRunners, the pool
+  // with ddod's own heap and the private memory of the runners it serves (host_memory_meter.h).
+  RamBudgetScope ram_budget_scope = RamBudgetScope::kPool;
   // Budget for ddod's own allocations on each device; unset means the whole device.
   std::optional<double> vram_budget_gb;
   double system_ram_headroom_gb = 6.0;

@@ -162,6 +162,21 @@ TEST(DaemonOptionsTest, EmptyEnvironmentValuesMeanUnset) {
   EXPECT_FALSE(options->ram_budget_gb.has_value());
 }
 
+TEST(DaemonOptionsTest, TheRamBudgetBoundsThePoolUnlessToldToCountTheRunners) {
+  EXPECT_EQ(Resolve({})->ram_budget_scope, RamBudgetScope::kPool);
+  EXPECT_EQ(Resolve({"--ram-budget-scope", "runners"})->ram_budget_scope,
+            RamBudgetScope::kRunners);
+  EXPECT_EQ(Resolve({}, {{"DDO_RAM_BUDGET_SCOPE", "Runners"}})->ram_budget_scope,
+            RamBudgetScope::kRunners);
+  EXPECT_EQ(Resolve({"--ram-budget-scope=pool"}, {{"DDO_RAM_BUDGET_SCOPE", "runners"}})
+                ->ram_budget_scope,
+            RamBudgetScope::kPool)
+      << "the flag wins";
+  const std::string error = ErrorOf({"--ram-budget-scope", "machine"});
+  EXPECT_THAT(error, HasSubstr("'machine'"));
+  EXPECT_THAT(error, HasSubstr("expected runners or pool"));
+}
+
 TEST(DaemonOptionsTest, InvalidValuesNameTheSettingTheValueAndTheChoices) {
   std::string error = ErrorOf({"--preset", "fastest"});
   EXPECT_THAT(error, HasSubstr("--preset"));

@@ -162,6 +162,13 @@ std::string FormatStats(const ddo::v1::Stats& stats) {
                          FormatBytes(pool.used_bytes()));
   out += absl::StrFormat("      %d components, %d adopted at start, %d evicted to make room\n",
                          pool.components(), pool.adopted(), pool.evictions());
+  if (pool.outside_bytes() > 0) {
+    out += absl::StrFormat(
+        "      %s of the budget held by ddod and its runners outside the pool (%s left for "
+        "the pool)\n",
+        FormatBytes(pool.outside_bytes()),
+        FormatBytes(pool.budget_bytes() - std::min(pool.outside_bytes(), pool.budget_bytes())));
+  }
   if (pool.file_bytes() > 0 || pool.held_bytes() > 0) {
     out += absl::StrFormat(
         "      %s on the file tier in %d backing file(s); %s held outside segments "

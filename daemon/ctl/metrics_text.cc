@@ -110,6 +110,11 @@ void AppendPoolMetrics(const ddo::v1::PoolStats& pool, Exposition* out) {
            "Shared memory allocated ahead of the next load (the pre-faulted reserve), ready or "
            "being made; not in ddo_pool_reserved_bytes.",
            pool.prefaulted_bytes());
+  out->One("ddo_pool_outside_bytes", "gauge",
+           "Private memory of ddod and of the runners holding leases, counted in the RAM "
+           "budget beside the pool (--ram-budget-scope runners; 0 otherwise); not in "
+           "ddo_pool_reserved_bytes.",
+           pool.outside_bytes());
   out->One("ddo_pool_held_bytes", "gauge",
            "RAM under the pool's budget outside its segments: host sessions' slabs and rings, "
            "file-tier staging.",

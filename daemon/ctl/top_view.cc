@@ -48,6 +48,10 @@ void AppendTopHeader(const ddo::v1::DaemonInfo& info, const TopSnapshot& now,
                       ? absl::StrCat("; files ", FormatBytes(pool.file_bytes()), " (",
                                      pool.backing_files(), " backing file(s))")
                       : std::string(),
+                  pool.outside_bytes() > 0
+                      ? absl::StrCat("; ", FormatBytes(pool.outside_bytes()),
+                                     " held by ddod and runners")
+                      : std::string(),
                   "\n");
   std::optional<double> rate, waits;
   if (before) {

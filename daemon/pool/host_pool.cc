@@ -29,18 +29,26 @@ HostPool::HostPool(PoolOptions options)
                                                    : FileSystem::Default()),
       name_prefix_(absl::StrCat("/ddo-", ::geteuid(), "-", options_.name_namespace, "-")) {}
 
+uint64_t HostPool::RoomLocked() const {
+  return options_.budget_bytes - std::min(outside_bytes_, options_.budget_bytes);
+}
+
 absl::Status HostPool::RoomErrorLocked(uint64_t bytes) const {
   const uint64_t taken = reserved_bytes_ + reserve_bytes_;
+  const std::string outside =
+      outside_bytes_ == 0
+          ? std::string()
+          : absl::StrCat(", held by ddod and its runners outside the pool ",
+                         FormatBytes(outside_bytes_));
   return absl::ResourceExhaustedError(absl::StrCat(
       "the host pool cannot hold ", FormatBytes(bytes), " more: budget ",
-      FormatBytes(options_.budget_bytes), ", reserved ", FormatBytes(reserved_bytes_), ", free ",
-      FormatBytes(options_.budget_bytes - std::min(taken, options_.budget_bytes)),
+      FormatBytes(options_.budget_bytes), outside, ", reserved ", FormatBytes(reserved_bytes_),
+      ", free ", FormatBytes(RoomLocked() - std::min(taken, RoomLocked())),
       " (raise --ram-budget-gb or evict components)"));
 }
 
 PoolYielder* HostPool::YielderForLocked(uint64_t bytes) const {
-  if (reserve_bytes_ == 0 || bytes > options_.budget_bytes ||
-      reserved_bytes_ > options_.budget_bytes - bytes) {
+  if (reserve_bytes_ == 0 || bytes > RoomLocked() || reserved_bytes_ > RoomLocked() - bytes) {
     return nullptr;
   }
   return yielder_.load();
@@ -51,7 +59,7 @@ absl::Status HostPool::Reserve(uint64_t bytes, bool checked) {
     PoolYielder* yielder = nullptr;
     {
       absl::MutexLock lock(&mu_);
-      if (!checked || reserved_bytes_ + reserve_bytes_ + bytes <= options_.budget_bytes) {
+      if (!checked || reserved_bytes_ + reserve_bytes_ + bytes <= RoomLocked()) {
         reserved_bytes_ += bytes;
         ++segments_;
         return absl::OkStatus();
@@ -90,7 +98,7 @@ bool HostPool::TryHold(uint64_t bytes) {
     {
       absl::MutexLock lock(&mu_);
       const uint64_t taken = reserved_bytes_ + reserve_bytes_;
-      if (bytes <= options_.budget_bytes && taken <= options_.budget_bytes - bytes) {
+      if (bytes <= RoomLocked() && taken <= RoomLocked() - bytes) {
         reserved_bytes_ += bytes;
         held_bytes_ += bytes;
         return true;
@@ -109,15 +117,26 @@ void HostPool::ReleaseHold(uint64_t bytes) {
   reserved_bytes_ -= released;
 }
 
+void HostPool::SetOutsideBytes(uint64_t bytes) {
+  PoolYielder* yielder = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    outside_bytes_ = bytes;
+    const uint64_t taken = reserved_bytes_ + reserve_bytes_;
+    if (reserve_bytes_ > 0 && taken > RoomLocked()) yielder = yielder_.load();
+  }
+  if (yielder != nullptr) yielder->Yield();  // outside mu_, as in Reserve
+}
+
 bool HostPool::Fits(uint64_t bytes) const {
   absl::MutexLock lock(&mu_);
-  return reserved_bytes_ + Footprint(bytes) <= options_.budget_bytes;
+  return reserved_bytes_ + Footprint(bytes) <= RoomLocked();
 }
 
 PoolUsage HostPool::Usage() const {
   absl::MutexLock lock(&mu_);
   return {options_.budget_bytes, reserved_bytes_, held_bytes_, pinned_bytes_, segments_,
-          reserve_bytes_};
+          reserve_bytes_, outside_bytes_};
 }
 
 absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::Allocate(uint64_t bytes,
@@ -140,7 +159,7 @@ absl::StatusOr<std::shared_ptr<PoolSegment>> HostPool::AllocateReserve(uint64_t 
   const uint64_t size = Footprint(bytes);
   {
     absl::MutexLock lock(&mu_);
-    if (reserved_bytes_ + reserve_bytes_ + size > options_.budget_bytes) {
+    if (reserved_bytes_ + reserve_bytes_ + size > RoomLocked()) {
       return RoomErrorLocked(size);
     }
     reserve_bytes_ += size;

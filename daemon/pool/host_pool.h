@@ -15,6 +15,7 @@
 #ifndef DDO_DAEMON_POOL_HOST_POOL_H_
 #define DDO_DAEMON_POOL_HOST_POOL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -157,6 +158,14 @@ struct PoolUsage {
   uint64_t pinned_bytes = 0;
   uint32_t segments = 0;
   uint64_t reserve_bytes = 0;  // the pre-faulted reserve, ready or being made
+  // The private memory of ddod and of the runners it serves, when the budget counts them
+  // (SetOutsideBytes); not in reserved_bytes.
+  uint64_t outside_bytes = 0;
+
+  // What the budget leaves the pool's segments and holds beside outside_bytes.
+  uint64_t room_bytes() const { return budget_bytes - std::min(outside_bytes, budget_bytes); }
+  // What is left of that room now.
+  uint64_t free_bytes() const { return room_bytes() - std::min(reserved_bytes, room_bytes()); }
 };
 
 class HostPool {
@@ -213,6 +222,13 @@ class HostPool {
   bool TryHold(uint64_t bytes);
   void ReleaseHold(uint64_t bytes);
 
+  // The RAM the processes DDO serves hold outside the pool: ddod's own heap (less its holds)
+  // and its runners' private memory, as HostMemoryMeter last measured it. Counted against the
+  // budget from now on: what the pool holds already stays, the next allocation or hold finds
+  // the room that is left, and the pre-faulted reserve gives its bytes back when they no
+  // longer fit beside it.
+  void SetOutsideBytes(uint64_t bytes);
+
   // The bytes a new allocation of `bytes` would take.
   static uint64_t Footprint(uint64_t bytes) { return RoundUpToSegmentGranularity(bytes); }
   // Whether an allocation of `bytes` would fit now.
@@ -231,6 +247,8 @@ class HostPool {
   friend class PoolSegment;
 
   absl::Status Reserve(uint64_t bytes, bool checked = true);
+  // The budget less what the processes hold outside the pool. mu_ held.
+  uint64_t RoomLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The yielder to ask when `bytes` more do not fit but would without the reserve; null when
   // asking cannot help. mu_ held.
   PoolYielder* YielderForLocked(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -248,6 +266,7 @@ class HostPool {
   uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t segments_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reserve_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t outside_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<PoolYielder*> yielder_{nullptr};
 };
 

@@ -60,6 +60,60 @@ TEST(HostPoolTest, TheBudgetIsEnforcedWithSizesInTheMessage) {
   (*first)->MarkDiscarded();
 }
 
+TEST(HostPoolTest, MemoryHeldOutsideThePoolTakesItsPlaceInTheBudget) {
+  HostPool pool(Options(8ull << 20));
+  auto first = pool.Allocate(2 << 20);
+  ASSERT_TRUE(first.ok());
+  pool.SetOutsideBytes(4 << 20);
+  EXPECT_EQ(pool.Usage().outside_bytes, 4u << 20);
+  EXPECT_EQ(pool.Usage().room_bytes(), 4u << 20);
+  EXPECT_EQ(pool.Usage().free_bytes(), 2u << 20);
+  EXPECT_FALSE(pool.Fits(4 << 20));
+  auto refused = pool.Allocate(4 << 20);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("held by ddod and its runners outside the pool 4.0 MiB"));
+  EXPECT_FALSE(pool.TryHold(4 << 20)) << "holds share the same room";
+  EXPECT_TRUE(pool.TryHold(2 << 20));
+  pool.ReleaseHold(2 << 20);
+  // More outside than the budget: nothing fits, and what the pool holds stays.
+  pool.SetOutsideBytes(64 << 20);
+  EXPECT_EQ(pool.Usage().free_bytes(), 0u);
+  EXPECT_EQ(pool.Usage().reserved_bytes, 2u << 20);
+  EXPECT_FALSE(pool.Fits(1));
+  pool.SetOutsideBytes(0);
+  EXPECT_TRUE(pool.Allocate(4 << 20).ok()) << "the room comes back with the runners' memory";
+  (*first)->MarkDiscarded();
+}
+
+// The pre-faulted reserve, as segment_reserve.h holds it: gives its segment back when asked.
+class DroppingYielder : public PoolYielder {
+ public:
+  std::shared_ptr<PoolSegment> held;
+  int asked = 0;
+  void Yield() override {
+    ++asked;
+    if (held != nullptr) held->MarkDiscarded();
+    held.reset();
+  }
+};
+
+TEST(HostPoolTest, TheReserveYieldsWhenTheRunnersMemoryNoLongerLeavesItRoom) {
+  HostPool pool(Options(8ull << 20));
+  DroppingYielder yielder;
+  pool.SetYielder(&yielder);
+  auto reserve = pool.AllocateReserve(4 << 20, nullptr);
+  ASSERT_TRUE(reserve.ok()) << reserve.status();
+  yielder.held = *reserve;
+  reserve->reset();
+  pool.SetOutsideBytes(4 << 20);
+  EXPECT_EQ(yielder.asked, 0) << "4 + 4 MiB fit the 8 MiB budget";
+  pool.SetOutsideBytes(6 << 20);
+  EXPECT_EQ(yielder.asked, 1);
+  EXPECT_EQ(pool.Usage().reserve_bytes, 0u);
+  pool.SetYielder(nullptr);
+}
+
 TEST(HostPoolTest, AllocationCountsItsProgressToTheFootprint) {
   HostPool pool(Options(1ull << 30));
   WorkProgress progress;

@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/common/descriptor_reserve.h"
+#include "daemon/platform/process_footprint.h"
 #include "daemon/common/format_bytes.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/runtime_dir.h"
@@ -189,6 +190,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonOptions 
   DDO_RETURN_IF_ERROR(daemon->Listen(std::move(activated.grpc)));
   daemon->StartBandwidthProbe();
   daemon->StartKeepAliveReaper();
+  daemon->StartHostMemoryMeter();
   return daemon;
 }
 
@@ -403,6 +405,25 @@ void DaemonServer::StartKeepAliveReaper() {
   });
 }
 
+void DaemonServer::StartHostMemoryMeter() {
+  if (context_.options.ram_budget_scope != RamBudgetScope::kRunners) return;
+  MeterSources sources;
+  sources.runner_pids = [this] {
+    std::vector<int64_t> pids;
+    for (const Lease& lease : service_->leases().List()) pids.push_back(lease.client_pid);
+    return pids;
+  };
+  sources.uploading_bytes = [this] { return store_->UploadingBytesByPid(); };
+  sources.read_process = [](int64_t pid) {
+    return ReadProcessFootprint(static_cast<pid_t>(pid));
+  };
+  sources.read_own = [] { return ReadOwnFootprint(); };
+  MeterOptions meter;
+  meter.derived_budget = !context_.options.ram_budget_gb.has_value();
+  memory_meter_ = std::make_unique<HostMemoryMeter>(*pool_, std::move(sources), meter);
+  memory_meter_->Start();
+}
+
 void DaemonServer::StopKeepAliveReaper() {
   {
     absl::MutexLock lock(&reaper_mu_);
@@ -444,6 +465,7 @@ std::vector<std::string> DaemonServer::Reload(const DaemonOptions& fresh) {
   differs("listen", fresh.listen_address != running.listen_address);
   differs("socket-group", fresh.socket_group != running.socket_group);
   differs("ram-budget-gb", fresh.ram_budget_gb != running.ram_budget_gb);
+  differs("ram-budget-scope", fresh.ram_budget_scope != running.ram_budget_scope);
   differs("vram-budget-gb", fresh.vram_budget_gb != running.vram_budget_gb);
   differs("DDO_SYSTEM_RAM_HEADROOM_GB",
           fresh.system_ram_headroom_gb != running.system_ram_headroom_gb);
@@ -497,6 +519,7 @@ void DaemonServer::Shutdown(const std::string& reason) {
     bandwidth_probe_.join();  // a few hundred milliseconds at most
   }
   StopKeepAliveReaper();
+  if (memory_meter_ != nullptr) memory_meter_->Stop();
   if (server_ != nullptr) {
     // Health first, so that watchers and load balancers stop sending work.
     server_->GetHealthCheckService()->Shutdown();

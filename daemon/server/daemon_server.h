@@ -29,6 +29,7 @@
 #include "daemon/identity/identity_server.h"
 #include "daemon/platform/system_info.h"
 #include "daemon/server/connection_gate.h"
+#include "daemon/server/host_memory_meter.h"
 #include "daemon/server/instance_lock.h"
 #include "daemon/service/daemon_context.h"
 #include "daemon/pool/host_pool.h"
@@ -74,6 +75,9 @@ class DaemonServer {
   // Evicts components unused for longer than their keep-alive, once a second, until Shutdown.
   void StartKeepAliveReaper();
   void StopKeepAliveReaper();
+  // Counts ddod's and its runners' private memory in the RAM budget (--ram-budget-scope
+  // runners), until Shutdown.
+  void StartHostMemoryMeter();
   // Lets --socket-group members reach the socket: the socket file itself, and its directory
   // only when ddod created that directory at this start (never /run or a user's directory).
   absl::Status SetSocketPermissions() const;
@@ -90,6 +94,7 @@ class DaemonServer {
   CallerRegistry callers_;
   std::unique_ptr<IdentityServer> identity_;
   std::unique_ptr<DdoService> service_;
+  std::unique_ptr<HostMemoryMeter> memory_meter_;  // reads the service's leases
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ConnectionGate> grpc_gate_;  // accepts on the Unix socket
   std::unique_ptr<ConnectionGate> tcp_gate_;   // on the TCP port of --listen, if any

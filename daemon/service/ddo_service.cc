@@ -175,6 +175,7 @@ grpc::Status DdoService::GetStats(grpc::ServerContext* ctx, const ddo::v1::GetSt
     pool->set_file_bytes(store.file_bytes);
     pool->set_backing_files(store.backing_files);
     pool->set_held_bytes(usage.held_bytes);
+    pool->set_outside_bytes(usage.outside_bytes);
     pool->set_spilled_bytes(store.spilled_bytes);
     pool->set_prefaulted_bytes(usage.reserve_bytes);
     pool->set_prefaulted_ready_bytes(store.prefaulted_ready_bytes);

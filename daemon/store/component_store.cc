@@ -860,6 +860,16 @@ void ComponentStore::ReleaseLease(const std::string& lease_id) {
   }
 }
 
+std::map<int64_t, uint64_t> ComponentStore::UploadingBytesByPid() const {
+  absl::MutexLock lock(&mu_);
+  std::map<int64_t, uint64_t> bytes;
+  for (const auto& [key, component] : components_) {
+    if (component.upload_id.empty() || !component.client_written) continue;
+    bytes[component.info.uploader_pid] += component.info.segment_size;
+  }
+  return bytes;
+}
+
 StoreStats ComponentStore::Stats() const {
   absl::MutexLock lock(&mu_);
   StoreStats stats;

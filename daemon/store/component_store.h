@@ -331,6 +331,10 @@ class ComponentStore {
 
   StoreStats Stats() const;
 
+  // The bytes of the client uploads in progress, by the uploading process: the copy that
+  // process still holds of what it uploads (HostMemoryMeter does not count it twice).
+  std::map<int64_t, uint64_t> UploadingBytesByPid() const;
+
   // Pool bytes moving between the pool and the files (docs/architecture.md §6, "Phases and
   // the pool"). A caller only ever moves its own components.
   struct Demoted {

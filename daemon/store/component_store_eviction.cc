@@ -38,12 +38,19 @@ absl::Status ComponentStore::MakeRoomLocked(const std::string& for_key, uint64_t
   auto log = Logger("store");
   // The caller's name for it, without the uid the map's key starts with.
   const std::string shown_key = for_key.substr(for_key.find(':') + 1);
-  if (HostPool::Footprint(bytes) > pool_.options().budget_bytes) {
+  if (const PoolUsage usage = pool_.Usage(); HostPool::Footprint(bytes) > usage.room_bytes()) {
     // Evicting would empty the cache for nothing.
+    const std::string room =
+        usage.outside_bytes == 0
+            ? absl::StrCat("the whole budget of ", FormatBytes(usage.budget_bytes))
+            : absl::StrCat("the ", FormatBytes(usage.room_bytes()), " that the budget of ",
+                           FormatBytes(usage.budget_bytes), " leaves beside the ",
+                           FormatBytes(usage.outside_bytes),
+                           " that ddod and its runners hold outside the pool");
     return absl::ResourceExhaustedError(absl::StrCat(
-        "component '", EscapeForDisplay(shown_key), "' needs ", FormatBytes(HostPool::Footprint(bytes)),
-        " of host pool, more than the whole budget of ",
-        FormatBytes(pool_.options().budget_bytes), "; raise --ram-budget-gb"));
+        "component '", EscapeForDisplay(shown_key), "' needs ",
+        FormatBytes(HostPool::Footprint(bytes)), " of host pool, more than ", room,
+        "; raise --ram-budget-gb"));
   }
   // Each round evicts one component that releases bytes (its segments no other component
   // uses): a base whose bytes a derived version shares releases nothing until that one goes,

@@ -155,7 +155,7 @@ ComponentSnapshot ComponentStore::PromoteToFit(const Caller& caller,
                                                const ComponentSnapshot& loaded,
                                                const std::function<bool()>& cancelled) {
   const PoolUsage usage = pool_.Usage();
-  const uint64_t free = usage.budget_bytes - std::min(usage.reserved_bytes, usage.budget_bytes);
+  const uint64_t free = usage.free_bytes();
   const uint64_t margin = SessionMargin(loaded.tensors, usage.budget_bytes);
   const uint64_t least_worth_it = LeastWorthPromoting(usage.budget_bytes);
   if (loaded.files == nullptr || free < margin + least_worth_it) return loaded;

@@ -39,7 +39,7 @@ bool ComponentStore::SpillableLocked(const Component& component) {
 void ComponentStore::QueueSpillsLocked() {
   if (!spill_ledger_.enabled()) return;
   const PoolUsage usage = pool_.Usage();
-  if (usage.reserved_bytes < usage.budget_bytes / 4 * 3) return;
+  if (usage.reserved_bytes < usage.room_bytes() / 4 * 3) return;
   for (const auto& [key, component] : components_) {
     if (!SpillableLocked(component)) continue;
     // Queued once (by its KeyOf) until it ran; no request waits for the disk write.

@@ -212,7 +212,7 @@ absl::StatusOr<std::optional<Promotion>> ComponentStore::BeginPromotionLocked(
         absl::StrCat("'", EscapeForDisplay(cache_key), "' is being read into the pool already"));
   }
   const PoolUsage usage = pool_.Usage();
-  const uint64_t free = usage.budget_bytes - std::min(usage.reserved_bytes, usage.budget_bytes);
+  const uint64_t free = usage.free_bytes();
   const uint64_t margin = SessionMargin(component.info.tensors, usage.budget_bytes);
   // A split component whose whole fits only once its pool part goes: that part goes first
   // (unused, so nobody reads it), and all of it is read from the files.
@@ -339,8 +339,7 @@ bool ComponentStore::DemotingOthersHelps(const std::string& cache_key, const Cal
   if (demotable == 0) return false;
   // The room BeginPromotionLocked would see once the others went.
   const PoolUsage usage = pool_.Usage();
-  const uint64_t room =
-      usage.budget_bytes - std::min(usage.reserved_bytes, usage.budget_bytes) + demotable;
+  const uint64_t room = usage.free_bytes() + demotable;
   const uint64_t margin = SessionMargin(component.info.tensors, usage.budget_bytes);
   const uint64_t own = DemotableLocked(component) ? ReleasableBytesLocked(component) : 0;
   if (WholeFootprint(component.info.tensors) + margin <= room + own) return true;

@@ -31,8 +31,7 @@ std::string RamBudgetNote(const HostPool* ram) {
   const PoolUsage usage = ram->Usage();
   return absl::StrCat("; its bytes are RAM, counted in ddod's RAM budget of ",
                       FormatBytes(usage.budget_bytes), " with the host pool, which has ",
-                      FormatBytes(usage.budget_bytes - std::min(usage.reserved_bytes,
-                                                                usage.budget_bytes)),
+                      FormatBytes(usage.free_bytes()),
                       " free (raise --ram-budget-gb or evict components)");
 }
 

@@ -34,7 +34,8 @@ absl::StatusOr<std::unique_ptr<StagingBuffers>> StagingBuffers::Create(uint32_t 
     return absl::ResourceExhaustedError(absl::StrCat(
         "the file tier's staging (", count, " x ", FormatBytes(stride), ") does not fit ddod's ",
         "RAM budget of ", FormatBytes(usage.budget_bytes), ", of which ",
-        FormatBytes(usage.reserved_bytes), " is held; raise --ram-budget-gb or evict components"));
+        FormatBytes(usage.budget_bytes - usage.free_bytes()),
+        " is held; raise --ram-budget-gb or evict components"));
   }
   void* mapped = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) {
