@@ -475,6 +475,7 @@ session.close()
 client.close()
 print("WARM " + json.dumps(dict(t_start=t_start, t_imports=t_imports, t_built=t_built,
     t_connected=t_connected, t_bound=t_bound, t_session=t_session, t_first=t_first,
+    open_seconds=getattr(session, "open_seconds", {}),
     second_step_s=t_second - t_first, device_bytes=device_bytes, stats_first=stats_first)))
 """
 
@@ -510,12 +511,16 @@ def warm_start(address: str, config: Dict[str, Any], settings: Dict[str, str], c
             "second_step_s": t["second_step_s"],
             "session_device_bytes": t["device_bytes"],
             "stats_after_first_step": t["stats_first"],
+            # Where opening the session went (StreamingSession.open_seconds).
+            "open_session_parts_s": t.get("open_seconds", {}),
         }
         log(f"warm run {run + 1}: imports {figures['imports_s']:.2f} s, then first step after "
             f"{figures['after_imports_to_first_step_s']:.3f} s (model skeleton "
             f"{figures['build_meta_model_s']:.3f}, connect {figures['connect_s']:.3f}, "
             f"session {figures['open_session_s']:.3f}, step "
-            f"{figures['first_step_s']:.3f})")
+            f"{figures['first_step_s']:.3f}); the session: "
+            + ", ".join(f"{name} {seconds:.3f}"
+                        for name, seconds in figures["open_session_parts_s"].items()))
         runs.append(figures)
     summary = {name: median([r[name] for r in runs]) for name in runs[0]
                if isinstance(runs[0][name], (int, float))}

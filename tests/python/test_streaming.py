@@ -199,6 +199,11 @@ def test_a_second_session_receives_the_schedule_and_streams_from_its_first_forwa
         assert mismatches(again, reference, [0, 1, 2], dtype) == []
         stats = second.stats()
         assert stats["sync_uses"] == 0 and stats["streamed_uses"] == 3 * LINEAR_UNITS, stats
+        # Where opening it went (bench_flux_stream.py's warm runner prints these).
+        parts = second.open_seconds
+        assert set(parts) == {"attach", "map", "device_memory", "bind", "consumer", "total"}
+        assert all(seconds >= 0 for seconds in parts.values())
+        assert parts["total"] >= sum(v for k, v in parts.items() if k != "total") - 1e-6
     # Another plan (block units) has no schedule yet: it learns.
     with open_session(client, make_model(dtype), "block", slots=3) as third:
         assert third.schedule == () and third.stats()["learning"]

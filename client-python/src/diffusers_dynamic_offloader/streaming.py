@@ -135,15 +135,31 @@ def stream(
         settings=_settings_text(settings),
         streamable=streamable_weights(module, keep_resident),
     )
+    began = time.perf_counter()
     response = rpc.unary("Attach", request, timeout=MODEL_SIZED_TIMEOUT_S)
     session = StreamingSession(rpc, module, response, torch_device, stall_timeout, request)
+    session.open_seconds["attach"] = time.perf_counter() - began
     try:
         session._open()
         session._watch_root()
     except BaseException:
         session.close()
         raise
+    session.open_seconds["total"] = time.perf_counter() - began
     return session
+
+
+class _PhaseClock:
+    """Records the seconds since its last lap under each lap's name."""
+
+    def __init__(self, laps: Dict[str, float]) -> None:
+        self._laps = laps
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self._laps[name] = now - self._last
+        self._last = now
 
 
 def _check_transient_buffers(module: nn.Module) -> None:
@@ -232,6 +248,11 @@ class StreamingSession(Closeable, SessionBinding, SessionEdits, SessionStats):
         """Takes over an attached session; :func:`stream` calls :meth:`_open` next."""
         self.session_id: str = response.session_id
         self.last_sync: Optional[Dict[str, object]] = None
+        #: Where opening the session went, in seconds: "attach" (ddod's answer), "map"
+        #: (the component's pool segments), "device_memory" (the slab and the ring: CUDA IPC
+        #: handles on a GPU), "bind" (the module's tensors rebound), "consumer" (the control
+        #: block, the ring's events, the consumer) and "total" (from the Attach call on).
+        self.open_seconds: Dict[str, float] = {}
         #: The seed's DynamicOffloadState and DynamicOffloadConfig, when enable_offload
         #: opened the session (the seed's hook had both).
         self.state: Any = None
@@ -309,9 +330,11 @@ class StreamingSession(Closeable, SessionBinding, SessionEdits, SessionStats):
         resources = response.device
         info = response.component
         opener = self._open_rpc().segment_opener
+        clock = _PhaseClock(self.open_seconds)
         self._pool_mappings, self._pool_views = map_component(info, opener)
         specs = {spec.name: spec for spec in info.tensors}
         groups = self._match_module()
+        clock.lap("map")
 
         slots = resources.ring_slots
         slot_bytes = resources.ring_slot_bytes
@@ -325,6 +348,7 @@ class StreamingSession(Closeable, SessionBinding, SessionEdits, SessionStats):
             resources.ring_shm, resources.ring_handle, self.device, opener,
             copy_on_write=False,  # ddod keeps refilling it: every update must show
         )
+        clock.lap("device_memory")
         resident = self._resident_views(resources, specs)
         streamed = self._streamed_layout(resources, specs, slot_bytes)
         self._check_coverage(groups, resident, streamed)
@@ -336,6 +360,7 @@ class StreamingSession(Closeable, SessionBinding, SessionEdits, SessionStats):
             self.module, self._bound_tensors,
             {spec.name: (_dtype(spec), tuple(spec.shape)) for spec in info.tensors},
             self.device)
+        clock.lap("bind")
         if not resources.units:
             self._take_over_merges()
             self._wrap_casting_hooks()
@@ -358,6 +383,7 @@ class StreamingSession(Closeable, SessionBinding, SessionEdits, SessionStats):
         self._wrap_casting_hooks()
         if self._consumer.learning:
             self._row_counter = self._count_rows(groups, specs)
+        clock.lap("consumer")
 
     def _open_consumer(
         self, resources: sessions_pb2.DeviceResources,
