@@ -12,6 +12,7 @@ set(DDO_UNIT_TEST_SOURCES
   common/work_progress_test.cc
   config/budgets_test.cc
   config/config_file_test.cc
+  config/environment_test.cc
   config/daemon_options_test.cc
   config/module_patterns_test.cc
   config/paths_test.cc

@@ -2,19 +2,19 @@
 //
 // The process environment as a value, so that option resolution is a pure function that
 // tests can feed any environment, and the user facts (uid, home, XDG directories) that decide
-// default paths.
+// default paths. environment.cc holds what both systems share; environment_posix.cc and
+// environment_windows.cc read the process's own.
 //
 // Thread-safety: Environment and UserContext are values; ProcessEnvironment reads environ, so
 // call it (and FromProcess) before other threads may setenv: ddod does at start.
 #ifndef DDO_DAEMON_CONFIG_ENVIRONMENT_H_
 #define DDO_DAEMON_CONFIG_ENVIRONMENT_H_
 
-#include <sys/types.h>
-
 #include <map>
 #include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
+#include "ddo/os/user_ids.h"
 
 namespace ddo {
 
@@ -26,6 +26,10 @@ Environment ProcessEnvironment();
 // The value of `name`, or nullopt when it is unset or empty (an empty value means "not set",
 // as in the seed).
 std::optional<std::string> Lookup(const Environment& env, absl::string_view name);
+
+// Adds one "NAME=VALUE" entry of a process's environment to `env` (the first of a name wins);
+// an entry without a name is skipped.
+void AddEnvironmentEntry(absl::string_view entry, Environment& env);
 
 struct UserContext {
   uid_t uid = 0;
