@@ -2,13 +2,10 @@
 
 #include <unistd.h>
 
-#ifdef _WIN32
-#include <windows.h>
-#endif
-
 #include <cstring>
 #include <memory>
 
+#include "daemon/common/wine_for_test.h"
 #include "gtest/gtest.h"
 
 namespace ddo {
@@ -16,14 +13,7 @@ namespace {
 
 // wine answers GetProcessMemoryInfo with zeros: the private commit can only be checked on
 // Windows itself (docs/windows.md, "Not verified").
-bool PrivateBytesAreReported() {
-#ifdef _WIN32
-  const HMODULE ntdll = ::GetModuleHandleW(L"ntdll.dll");
-  return ntdll == nullptr || ::GetProcAddress(ntdll, "wine_get_version") == nullptr;
-#else
-  return true;
-#endif
-}
+bool PrivateBytesAreReported() { return !RunningUnderWine(); }
 
 TEST(ProcessFootprintTest, ParsesRssAnon) {
   auto bytes = ParseStatusRssAnon(
