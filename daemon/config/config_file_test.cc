@@ -1,7 +1,10 @@
 #include "daemon/config/config_file.h"
 
 #include <sys/stat.h>
+
+#ifndef _WIN32
 #include <unistd.h>
+#endif
 
 #include <fstream>
 #include <string>
@@ -9,7 +12,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "daemon/common/temp_dir_for_test.h"
-#include "daemon/config/daemon_options.h"
 
 namespace ddo {
 namespace {
@@ -54,9 +56,13 @@ TEST(ConfigFileTest, OnlyRegularBoundedFilesAreRead) {
   TempDirForTest dir;
   const std::string missing = dir.path() + "/none.conf";
   EXPECT_THAT(ReadConfigFile(missing, Known).status().message(), HasSubstr("none.conf"));
+  EXPECT_THAT(ReadConfigFile(dir.path(), Known).status().message(),
+              HasSubstr("not a regular file"));
+#ifndef _WIN32
   const std::string fifo = dir.path() + "/fifo.conf";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   EXPECT_THAT(ReadConfigFile(fifo, Known).status().message(), HasSubstr("not a regular file"));
+#endif
   const std::string big = dir.path() + "/big.conf";
   std::ofstream(big) << std::string(kMaxConfigFileBytes + 1, '#');
   EXPECT_THAT(ReadConfigFile(big, Known).status().message(), HasSubstr("at most 65536"));
@@ -65,29 +71,6 @@ TEST(ConfigFileTest, OnlyRegularBoundedFilesAreRead) {
   auto values = ReadConfigFile(good, Known);
   ASSERT_TRUE(values.ok()) << values.status();
   EXPECT_EQ(values->at("DDO_A"), "3");
-}
-
-TEST(ConfigFileTest, DaemonOptionsLayerTheFileUnderTheEnvironment) {
-  TempDirForTest dir;
-  const std::string path = dir.path() + "/ddod.conf";
-  std::ofstream(path) << "DDO_LOG_LEVEL=debug\nDDO_RAM_BUDGET_GB=3\nDDO_STREAM_UNIT=block\n";
-  UserContext user;
-  user.uid = 1000;
-  user.home = dir.path();
-  auto options = ResolveDaemonOptions({"--config", path}, {{"DDO_RAM_BUDGET_GB", "5"}}, user);
-  ASSERT_TRUE(options.ok()) << options.status();
-  EXPECT_EQ(options->log_level, spdlog::level::debug);
-  EXPECT_EQ(options->ram_budget_gb, 5.0);  // the environment wins over the file
-  EXPECT_EQ(options->setting_environment.at("DDO_STREAM_UNIT"), "block");
-  EXPECT_EQ(options->config_path, path);
-  EXPECT_TRUE(IsDaemonVariable("DDO_PRESET"));
-  EXPECT_TRUE(IsDaemonVariable("DDO_FUSED_LORA"));
-  EXPECT_FALSE(IsDaemonVariable("DDO_NOT_A_THING"));
-
-  std::ofstream(path) << "DDO_LOG_LEVEL=loud\n";
-  options = ResolveDaemonOptions({"--config", path}, {}, user);
-  ASSERT_FALSE(options.ok());
-  EXPECT_THAT(options.status().message(), HasSubstr("DDO_LOG_LEVEL (" + path + ")"));
 }
 
 }  // namespace

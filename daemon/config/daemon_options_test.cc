@@ -1,5 +1,8 @@
 #include "daemon/config/daemon_options.h"
 
+#include <fstream>
+
+#include "daemon/common/temp_dir_for_test.h"
 #include "daemon/config/values.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -227,6 +230,29 @@ TEST(DaemonOptionsTest, HelpAndVersionShortCircuit) {
     EXPECT_THAT(usage, HasSubstr(flag));
   }
   EXPECT_THAT(usage, HasSubstr("/run/user/1000/ddo/ddod.sock"));
+}
+
+TEST(DaemonOptionsTest, TheConfigFileLayersUnderTheEnvironment) {
+  TempDirForTest dir;
+  const std::string path = dir.path() + "/ddod.conf";
+  std::ofstream(path) << "DDO_LOG_LEVEL=debug\nDDO_RAM_BUDGET_GB=3\nDDO_STREAM_UNIT=block\n";
+  UserContext user;
+  user.uid = 1000;
+  user.home = dir.path();
+  auto options = ResolveDaemonOptions({"--config", path}, {{"DDO_RAM_BUDGET_GB", "5"}}, user);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->log_level, spdlog::level::debug);
+  EXPECT_EQ(options->ram_budget_gb, 5.0);  // the environment wins over the file
+  EXPECT_EQ(options->setting_environment.at("DDO_STREAM_UNIT"), "block");
+  EXPECT_EQ(options->config_path, path);
+  EXPECT_TRUE(IsDaemonVariable("DDO_PRESET"));
+  EXPECT_TRUE(IsDaemonVariable("DDO_FUSED_LORA"));
+  EXPECT_FALSE(IsDaemonVariable("DDO_NOT_A_THING"));
+
+  std::ofstream(path) << "DDO_LOG_LEVEL=loud\n";
+  options = ResolveDaemonOptions({"--config", path}, {}, user);
+  ASSERT_FALSE(options.ok());
+  EXPECT_THAT(options.status().message(), HasSubstr("DDO_LOG_LEVEL (" + path + ")"));
 }
 
 }  // namespace
