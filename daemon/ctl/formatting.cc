@@ -80,7 +80,10 @@ std::string FormatStatus(const ddo::v1::DaemonInfo& info, const std::string& hea
   out += Row("RAM", absl::StrCat(FormatBytes(platform.ram_total_bytes()), " total, ",
                                  FormatBytes(platform.ram_available_bytes()), " available",
                                  platform.ram_available_overridden() ? " (overridden)" : "",
-                                 ", pool budget ", FormatBytes(info.ram_budget_bytes())));
+                                 ", pool budget ", FormatBytes(info.ram_budget_bytes()),
+                                 info.ram_budget_counts_runners()
+                                     ? " (with ddod and its runners: --ram-budget-scope runners)"
+                                     : ""));
   out += Row("backend", absl::StrCat(BackendName(info.backend()), ": ", info.backend_detail()));
   out += Row("state dir", info.state_dir());
   if (info.devices().empty()) {

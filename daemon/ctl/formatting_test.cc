@@ -57,6 +57,11 @@ TEST(FormattingTest, StatusShowsWhatAnOperatorNeeds) {
   EXPECT_THAT(text, HasSubstr("140.0 GiB total, 139.0 GiB free, budget 16.0 GiB"));
   EXPECT_THAT(text, HasSubstr("pinned host-to-device 55.2 GB/s"));
   EXPECT_THAT(text, Not(HasSubstr("embedded")));
+  EXPECT_THAT(text, Not(HasSubstr("--ram-budget-scope runners")));
+  info.set_ram_budget_counts_runners(true);
+  EXPECT_THAT(FormatStatus(info, "SERVING"),
+              HasSubstr("pool budget 100.0 GiB (with ddod and its runners: --ram-budget-scope "
+                        "runners)"));
 }
 
 TEST(FormattingTest, PresetsListAndDetail) {

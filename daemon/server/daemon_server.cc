@@ -207,8 +207,11 @@ absl::Status DaemonServer::OpenPool(const SystemInfo& system) {
   const std::string pool_dir =
       absl::StrCat(options.state_dir, "/pool-", pool.name_namespace);
   DDO_RETURN_IF_ERROR(EnsurePrivateDirectory(pool_dir));
-  Logger("server")->info("host pool {}: budget {:.1f} GiB, {}", pool.name_namespace,
+  Logger("server")->info("host pool {}: budget {:.1f} GiB{}, {}", pool.name_namespace,
                          pool.budget_bytes / (1024.0 * 1024 * 1024),
+                         options.ram_budget_scope == RamBudgetScope::kRunners
+                             ? " with ddod and its runners (--ram-budget-scope runners)"
+                             : "",
                          pool.pin ? "pinned" : (wsl_forbids ? "not pinned (WSL)"
                                                             : "not pinned"));
   pool_ = std::make_unique<HostPool>(pool);

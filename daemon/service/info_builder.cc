@@ -66,6 +66,8 @@ ddo::v1::DaemonInfo BuildDaemonInfo(const DaemonContext& context, const SystemIn
   info.set_effective_preset(context.options.preset != nullptr ? context.options.preset->name
                                                               : "");
   info.set_ram_budget_bytes(context.ram_budget_bytes);
+  info.set_ram_budget_counts_runners(context.options.ram_budget_scope ==
+                                     RamBudgetScope::kRunners);
   for (const std::string& address : context.listen_addresses) {
     info.add_listen_addresses(address);
   }

@@ -135,6 +135,9 @@ def test_a_runners_memory_takes_its_place_in_the_budget(daemon_factory, short_di
                                        capture_output=True, text=True, timeout=30)
                 assert stats.returncode == 0, stats.stderr
                 assert "held by ddod and its runners outside the pool" in stats.stdout
+                status = subprocess.run([ddoctl_path(), "--daemon", daemon.address, "status"],
+                                        capture_output=True, text=True, timeout=30)
+                assert "(with ddod and its runners" in status.stdout, status.stdout
                 metrics = subprocess.run([ddoctl_path(), "--daemon", daemon.address, "metrics"],
                                          capture_output=True, text=True, timeout=30)
                 assert "ddo_pool_outside_bytes" in metrics.stdout, metrics.stdout[-2000:]
